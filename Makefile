@@ -1,0 +1,47 @@
+# gpuvet — developer entry points. Each target installs what it needs.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# torch 2.13.0 is the CPU build for development machines; GPU nodes bring their own.
+TORCH   ?= torch==2.13.0
+
+.PHONY: setup demo test unit integration lint typecheck bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH)" -e '.[dev,ray]'
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/gpuvet inventory check inventories/local.yaml
+	$(BIN)/gpuvet ping -i inventories/local.yaml
+
+# The integration tests need root, network namespaces and openssh-server;
+# scripts/test-deps.sh installs the system packages when they are missing.
+test: setup
+	scripts/test-deps.sh
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+unit: setup
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: setup
+	scripts/test-deps.sh
+	$(BIN)/python -m pytest -q tests/integration
+
+lint: setup
+	$(BIN)/ruff check orchestrator payload tests scripts
+
+typecheck: setup
+	$(BIN)/mypy
+
+bench: setup
+	scripts/test-deps.sh
+	$(BIN)/python -m tests.bench.preflight_bench --out docs/benchmarks.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,94 @@
+"""One error hierarchy for the whole library.
+
+Every message says what happened, where (node, command, file) and what to do
+next. The CLI maps these to exit codes; the library never exits.
+"""
+
+from __future__ import annotations
+
+
+class GpuvetError(Exception):
+    """Base of every error gpuvet raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        node: str | None = None,
+        command: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.what = what
+        self.node = node
+        self.command = command
+        self.hint = hint
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        parts = []
+        if self.node:
+            parts.append(f"[{self.node}]")
+        parts.append(self.what)
+        text = " ".join(parts)
+        if self.command:
+            text += f"\n  command: {self.command}"
+        if self.hint:
+            text += f"\n  what to do: {self.hint}"
+        return text
+
+
+class UsageError(GpuvetError):
+    """Bad input from the user (arguments, files): exit code 2."""
+
+    exit_code = 2
+
+
+class InventoryError(UsageError):
+    """An inventory file has one or more problems; each is reported on its own line."""
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        lines = "\n".join(f"  {p}" for p in problems)
+        noun = "problem" if len(problems) == 1 else "problems"
+        super().__init__(
+            f"inventory {path} has {len(problems)} {noun}:\n{lines}",
+            hint="fix the lines above and run `gpuvet inventory check` again",
+        )
+
+
+class ParseError(GpuvetError):
+    """A parser met text it does not understand. It never guesses."""
+
+    def __init__(self, kind: str, what: str, *, line_no: int | None = None, line: str | None = None,
+                 source: str | None = None) -> None:
+        self.kind = kind
+        self.line_no = line_no
+        self.line = line
+        self.source = source
+        where = source or "<text>"
+        if line_no is not None:
+            where += f":{line_no}"
+        msg = f"cannot parse {kind} output at {where}: {what}"
+        if line is not None:
+            msg += f"\n  line: {line.rstrip()[:200]!r}"
+        super().__init__(msg, hint="check that the file is the unedited output of the command; "
+                         "report the line if it is")
+
+
+class ConnectionFailed(GpuvetError):
+    """A node could not be reached."""
+
+
+class HostKeyError(ConnectionFailed):
+    """A host key is unknown or, worse, changed."""
+
+
+class CommandTimeout(GpuvetError):
+    """A command outlived its timeout and was killed."""
+
+
+class StepError(GpuvetError):
+    """A step (preflight, nccl, train) could not do its work on a node."""

@@ -1,0 +1,283 @@
+"""The executor protocol, the registry of backends, and parallel fan-out.
+
+An executor is bound to one node. Commands are shell strings: callers build
+them with `shell_join`/`shlex.quote`, so nothing from an inventory reaches a
+shell unquoted. Fan-out returns results and failures side by side, like
+fabric's GroupResult: one broken node never stops the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, Protocol, TypeVar
+
+from orchestrator.errors import GpuvetError, StepError, UsageError
+from orchestrator.inventory import Inventory, Node
+
+
+@dataclass
+class CommandResult:
+    node: str
+    command: str
+    rc: int | None
+    stdout: str
+    stderr: str
+    duration_s: float
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
+
+    def raise_for_status(self, what: str) -> CommandResult:
+        if self.timed_out:
+            raise StepError(f"{what} timed out after {self.duration_s:.0f} s and was killed",
+                            node=self.node, command=self.command,
+                            hint="raise the timeout or look at the node's load")
+        if self.rc != 0:
+            tail = (self.stderr or self.stdout).strip().splitlines()[-5:]
+            raise StepError(f"{what} failed with exit code {self.rc}: " + " | ".join(tail),
+                            node=self.node, command=self.command)
+        return self
+
+
+@dataclass
+class ConnectionInfo:
+    node: str
+    hostname: str
+    latency_ms: float
+    host_key: str  # "known", "accepted-new", "n/a"
+    python_version: str | None
+
+
+class Executor(Protocol):
+    node: Node
+
+    def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+            timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult: ...
+
+    def put(self, local: Path, remote: str) -> None: ...
+
+    def get(self, remote: str, local: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class ExecutorOptions:
+    """Run-wide options every backend may read."""
+
+    known_hosts: str = "~/.ssh/known_hosts"
+    accept_new_host_keys: bool = False
+    ssh_config: str | None = None
+    jump_hosts: Mapping[str, object] = field(default_factory=dict)
+    nodes: Mapping[str, Node] = field(default_factory=dict)
+    ray_address: str | None = None
+
+
+ExecutorFactory = Callable[[Node, ExecutorOptions], Executor]
+_REGISTRY: dict[str, Callable[[], ExecutorFactory]] = {}
+
+
+def register(name: str, loader: Callable[[], ExecutorFactory]) -> None:
+    _REGISTRY[name] = loader
+
+
+def make_executor(node: Node, options: ExecutorOptions) -> Executor:
+    try:
+        loader = _REGISTRY[node.executor]
+    except KeyError:
+        raise UsageError(f"unknown executor {node.executor!r}", node=node.name,
+                         hint=f"known executors: {', '.join(sorted(_REGISTRY))}") from None
+    return loader()(node, options)
+
+
+def options_for(inv: Inventory, accept_new_host_keys: bool = False) -> ExecutorOptions:
+    ray = next((p.ray.address for p in inv.providers.values() if p.ray), None)
+    return ExecutorOptions(
+        known_hosts=inv.settings.known_hosts,
+        accept_new_host_keys=accept_new_host_keys,
+        ssh_config=inv.settings.ssh_config,
+        jump_hosts=dict(inv.doc.jump_hosts),
+        nodes={n.name: n for n in inv.nodes},
+        ray_address=ray,
+    )
+
+
+def shell_join(argv: Iterable[str]) -> str:
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def env_prefix(env: Mapping[str, str] | None) -> str:
+    """`env K=V ...` with every part quoted; names are checked, not trusted."""
+    if not env:
+        return ""
+    for k in env:
+        if not k.replace("_", "a").isalnum() or k[0].isdigit():
+            raise UsageError(f"invalid environment variable name {k!r}",
+                             hint="names may hold letters, digits and '_' only")
+    return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+REMOTE_SHA256 = ("(sha256sum {p} 2>/dev/null || shasum -a 256 {p}) | cut -d' ' -f1")
+
+
+def put_verified(ex: Executor, local: Path, remote: str) -> str:
+    """Copy a file and prove it arrived whole: the sha256 on both sides must match."""
+    digest = sha256_file(local)
+    ex.put(local, remote)
+    res = ex.run(REMOTE_SHA256.format(p=shlex.quote(remote)), timeout=120)
+    got = res.stdout.strip()
+    if not res.ok or got != digest:
+        raise StepError(f"checksum mismatch after copying {local} to {remote}: "
+                        f"local {digest[:12]}, remote {got[:12] or res.stderr.strip()}",
+                        node=ex.node.name, hint="check free disk space on the node and retry")
+    return digest
+
+
+def get_verified(ex: Executor, remote: str, local: Path) -> str:
+    res = ex.run(REMOTE_SHA256.format(p=shlex.quote(remote)), timeout=120)
+    if not res.ok or not res.stdout.strip():
+        raise StepError(f"cannot read {remote}: {res.stderr.strip() or 'no such file'}",
+                        node=ex.node.name)
+    want = res.stdout.strip()
+    local.parent.mkdir(parents=True, exist_ok=True)
+    ex.get(remote, local)
+    got = sha256_file(local)
+    if got != want:
+        raise StepError(f"checksum mismatch after copying {remote} to {local}",
+                        node=ex.node.name, hint="retry; if it persists the file is changing")
+    return got
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class GroupResult(Generic[T]):
+    """Per-node results and failures, side by side."""
+
+    results: dict[str, T] = field(default_factory=dict)
+    failures: dict[str, GpuvetError] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+
+ProgressHook = Callable[[str, str], None]  # (node, "start" | "done" | "failed")
+
+
+def fanout(nodes: list[Node], fn: Callable[[Node], T], *, concurrency: int = 32,
+           progress: ProgressHook | None = None) -> GroupResult[T]:
+    """Run fn on every node in parallel; exceptions become per-node failures."""
+    group: GroupResult[T] = GroupResult()
+    lock = threading.Lock()
+
+    def one(node: Node) -> None:
+        if progress:
+            progress(node.name, "start")
+        try:
+            value = fn(node)
+        except GpuvetError as exc:
+            if exc.node is None:
+                exc.node = node.name
+                exc.args = (exc.render(),)
+            with lock:
+                group.failures[node.name] = exc
+            if progress:
+                progress(node.name, "failed")
+            return
+        except Exception as exc:  # a bug or a library error: keep the others going
+            err = GpuvetError(f"{type(exc).__name__}: {exc}", node=node.name)
+            with lock:
+                group.failures[node.name] = err
+            if progress:
+                progress(node.name, "failed")
+            return
+        with lock:
+            group.results[node.name] = value
+        if progress:
+            progress(node.name, "done")
+
+    if not nodes:
+        return group
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes)))) as pool:
+        futures = [pool.submit(one, n) for n in nodes]
+        for f in as_completed(futures):
+            f.result()
+    # keep inventory order, whatever order they finished in
+    group.results = {n.name: group.results[n.name] for n in nodes if n.name in group.results}
+    group.failures = {n.name: group.failures[n.name] for n in nodes if n.name in group.failures}
+    return group
+
+
+class Timer:
+    def __init__(self) -> None:
+        self.start = time.monotonic()
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def probe(ex: Executor) -> ConnectionInfo:
+    """Connect, then measure what `gpuvet ping` shows: hostname, latency, python."""
+    py = shlex.quote(ex.node.python)
+    res = ex.run(f"hostname; {py} -c 'import platform; print(platform.python_version())' "
+                 "2>/dev/null || echo", timeout=60)
+    res.raise_for_status("probe")
+    lines = res.stdout.splitlines() + ["", ""]
+    t0 = time.monotonic()
+    ex.run("true", timeout=60).raise_for_status("latency probe")
+    latency = (time.monotonic() - t0) * 1000
+    return ConnectionInfo(node=ex.node.name, hostname=lines[0].strip(), latency_ms=latency,
+                          host_key=getattr(ex, "host_key_status", "n/a"),
+                          python_version=lines[1].strip() or None)
+
+
+class ExecutorPool:
+    """One executor (and so one connection) per node for the length of a run."""
+
+    def __init__(self, options: ExecutorOptions) -> None:
+        self.options = options
+        self._executors: dict[str, Executor] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, node: Node) -> Executor:
+        with self._lock:
+            ex = self._executors.get(node.name)
+            if ex is None:
+                ex = make_executor(node, self.options)
+                self._executors[node.name] = ex
+            return ex
+
+    def close(self) -> None:
+        with self._lock:
+            for ex in self._executors.values():
+                try:
+                    ex.close()
+                except Exception:  # closing is best effort; the run's result stands
+                    pass
+            self._executors.clear()
+
+    def __enter__(self) -> ExecutorPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,96 @@
+"""Run on this machine, presenting one or more simulated nodes.
+
+Each simulated node has its own name, work directory and environment (e.g.
+CUDA_VISIBLE_DEVICES=1 and NCCL_HOSTID=<name>), which is how one multi-GPU
+host stands in for several nodes in demos and single-machine validation.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from orchestrator.errors import StepError
+from orchestrator.executors.base import CommandResult, ExecutorOptions
+from orchestrator.inventory import Node
+
+KILL_GRACE_S = 2.0
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """TERM the process group, then KILL what is left after a grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=KILL_GRACE_S)
+            # the leader is gone; members that ignored TERM may remain
+        except subprocess.TimeoutExpired:
+            continue
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class LocalExecutor:
+    host_key_status = "n/a"
+
+    def __init__(self, node: Node, options: ExecutorOptions | None = None) -> None:
+        self.node = node
+
+    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
+        return {**os.environ, **self.node.env, **(env or {})}
+
+    def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
+            timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:
+        workdir = cwd or self.node.work_dir
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        out_f = stdout_path.open("wb") if stdout_path else None
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", command], cwd=workdir, env=self._env(env),
+                stdin=subprocess.DEVNULL, stdout=out_f or subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )
+            timed_out = False
+            try:
+                out, err = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+                kill_group(proc)
+                out, err = proc.communicate()
+        finally:
+            if out_f:
+                out_f.close()
+        stdout = (stdout_path.read_bytes() if stdout_path else out or b"").decode(
+            "utf-8", "replace")
+        return CommandResult(node=self.node.name, command=command,
+                             rc=None if timed_out else proc.returncode,
+                             stdout=stdout, stderr=(err or b"").decode("utf-8", "replace"),
+                             duration_s=time.monotonic() - start, timed_out=timed_out)
+
+    def put(self, local: Path, remote: str) -> None:
+        dest = Path(remote)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(dest.name + ".part")
+        shutil.copyfile(local, tmp)
+        os.replace(tmp, dest)
+
+    def get(self, remote: str, local: Path) -> None:
+        src = Path(remote)
+        if not src.is_file():
+            raise StepError(f"no such file: {remote}", node=self.node.name)
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, local)
+
+    def close(self) -> None:
+        pass

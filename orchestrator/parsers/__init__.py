@@ -1,0 +1,89 @@
+"""Parsers: pure functions from raw command output to typed facts.
+
+Each parser module registers its kinds here with `@register`. A parser takes
+the text (and optionally the name of the file it came from, for messages)
+and returns a pydantic model. Unknown formats raise ParseError naming the
+line; a parser never returns a guessed fact.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrator.errors import UsageError
+
+ParserFunc = Callable[..., BaseModel]
+
+
+@dataclass(frozen=True)
+class ParserSpec:
+    kind: str
+    func: ParserFunc
+    description: str
+
+
+_REGISTRY: dict[str, ParserSpec] = {}
+
+# Modules that register parsers; imported lazily so `import orchestrator.parsers`
+# stays cheap and a broken parser module names itself.
+_MODULES = (
+    "orchestrator.parsers.nvidia_smi",
+    "orchestrator.parsers.topology",
+    "orchestrator.parsers.system",
+    "orchestrator.parsers.nccl_tests",
+    "orchestrator.parsers.nccl_debug",
+)
+_loaded = False
+
+
+def register(kind: str, description: str) -> Callable[[ParserFunc], ParserFunc]:
+    def deco(func: ParserFunc) -> ParserFunc:
+        if kind in _REGISTRY and _REGISTRY[kind].func is not func:
+            raise RuntimeError(f"parser kind {kind!r} registered twice")
+        _REGISTRY[kind] = ParserSpec(kind, func, description)
+        return func
+
+    return deco
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    for mod in _MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:  # a module not written yet is not an error
+            if exc.name != mod:
+                raise
+    _loaded = True
+
+
+def kinds() -> list[ParserSpec]:
+    _load()
+    return [_REGISTRY[k] for k in sorted(_REGISTRY)]
+
+
+def get(kind: str) -> ParserSpec:
+    _load()
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY))
+        raise UsageError(
+            f"unknown parser kind {kind!r}",
+            hint=f"known kinds: {known} (see `gpuvet parse --list`)",
+        ) from None
+
+
+def parse(kind: str, text: str, source: str | None = None) -> BaseModel:
+    return get(kind).func(text, source=source)
+
+
+def to_jsonable(facts: BaseModel) -> Any:
+    return facts.model_dump(mode="json")

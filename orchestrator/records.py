@@ -1,0 +1,59 @@
+"""The typed records every step emits: evidence, findings, measurements.
+
+Records carry the run id and the suite hash, so anything compared later can
+prove it was measured under identical parameters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Severity = Literal["PASS", "WARN", "FAIL", "INFO"]
+SEVERITY_ORDER = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Evidence(_Record):
+    """A raw output kept in the run directory (path relative to it)."""
+
+    node: str
+    path: str
+    command: str | None = None
+    rc: int | None = None
+    sha256: str | None = None
+
+
+class Finding(_Record):
+    run_id: str
+    node: str  # a node name, or "provider:<name>" for cross-node findings
+    provider: str
+    step: str
+    code: str  # stable, e.g. GPU_COUNT_MISMATCH
+    severity: Severity
+    message: str
+    evidence: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Measurement(_Record):
+    run_id: str
+    provider: str
+    nodes: list[str]
+    step: str
+    metric: str  # e.g. busbw
+    value: float
+    unit: str
+    suite_hash: str
+    round: int | None = None
+    tags: dict[str, Any] = Field(default_factory=dict)
+
+
+def worst(findings: list[Finding]) -> Severity:
+    if not findings:
+        return "PASS"
+    return max((f.severity for f in findings), key=lambda s: SEVERITY_ORDER[s])

@@ -1,0 +1,1 @@
+"""Steps: each plans commands, runs them on nodes, and returns records."""

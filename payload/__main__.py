@@ -1,0 +1,40 @@
+"""``python3 -m payload <subcommand> [options]``.
+
+Each subcommand is a module with ``add_arguments(parser)`` and
+``main(args) -> int``; add new ones to ``SUBCOMMANDS``.
+"""
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional, Tuple
+
+# (name, module, one-line help).
+SUBCOMMANDS: List[Tuple[str, str, str]] = [
+    ("collect", "payload.collect", "run the fixed command list and write one JSON document"),
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python3 -m payload", description=__doc__)
+    sub = parser.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
+    for name, module_name, help_text in SUBCOMMANDS:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(_module=module_name)
+        module = importlib.import_module(module_name)
+        module.add_arguments(p)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "subcommand", None):
+        parser.print_help(sys.stderr)
+        return 2
+    module = importlib.import_module(args._module)
+    return int(module.main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

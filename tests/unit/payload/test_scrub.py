@@ -1,0 +1,212 @@
+"""payload.scrub: secret names, secret values, free text, env lists."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from payload.scrub import (  # noqa: E402
+    REDACTED,
+    is_secret_name,
+    redact_value,
+    scrub_env,
+    scrub_env_list,
+    scrub_text,
+)
+
+GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
+AKIA = "AKIA" + "IOSFODNN7EXAMPLE"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "HF_TOKEN",
+        "FOO_TOKEN",
+        "GITHUB_TOKEN",
+        "GH_AUTH_TOKEN",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SESSION_TOKEN",
+        "DB_PASSWORD",
+        "MYSQL_PWD_PASSWD",
+        "SSH_PASS",
+        "OPENAI_API_KEY",
+        "GITHUB_APIKEY",
+        "apiKey",
+        "client_secret",
+        "PRIVATE_KEY",
+        "SSH_PRIVATE_KEY_PATH",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+        "DOCKER_AUTH",
+        "OAUTH_CLIENT",
+        "HTTP_COOKIE",
+        "SENTRY_DSN",
+        "SLACK_WEBHOOK_URL",
+        "WANDB_API_KEY",
+        "GPG_PASSPHRASE",
+        "OMPI_MCA_orte_precondition_transports",
+    ],
+)
+def test_secret_names(name: str) -> None:
+    assert is_secret_name(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NCCL_IB_PKEY",
+        "NCCL_DEBUG",
+        "NCCL_SOCKET_IFNAME",
+        "CUDA_VISIBLE_DEVICES",
+        "NVIDIA_VISIBLE_DEVICES",
+        "PATH",
+        "PWD",
+        "LD_LIBRARY_PATH",
+        "UCX_TLS",
+        "OMPI_COMM_WORLD_RANK",
+        "PMIX_RANK",
+        "GIT_AUTHOR_NAME",
+        "KEYBOARD_LAYOUT",
+        "MONKEY_BUSINESS",
+        "PASSTHROUGH_MODE",
+        "BYPASS_PROXY",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+    ],
+)
+def test_non_secret_names(name: str) -> None:
+    assert not is_secret_name(name)
+
+
+def test_redact_value_secret_name() -> None:
+    assert redact_value("HF_TOKEN", "whatever") == REDACTED
+    assert redact_value("NCCL_IB_PKEY", "0x8001") == "0x8001"
+    assert redact_value("X", None) is None
+
+
+def test_redact_value_token_shapes_in_innocent_names() -> None:
+    for value in (GHP, HF, AKIA, "sk-" + "a" * 20 + "B1" * 5):
+        assert redact_value("SOME_VAR", value) == REDACTED
+        assert value not in redact_value("SOME_VAR", "x " + value + " y")  # type: ignore[operator]
+
+
+def test_redact_value_pem_block() -> None:
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    assert redact_value("SOMETHING", pem) == REDACTED
+    # a certificate is redacted too in an env value (conservative)
+    assert redact_value("SOMETHING", "-----BEGIN CERTIFICATE-----abc") == REDACTED
+
+
+def test_redact_value_url_password() -> None:
+    v = redact_value("HTTPS_PROXY", "http://alice:s3cr3t-pw@proxy.example:3128/")
+    assert v == "http://alice:***@proxy.example:3128/"
+    # user without password is left alone
+    assert redact_value("X", "https://alice@host/x") == "https://alice@host/x"
+
+
+def test_redact_value_long_blob() -> None:
+    blob = "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdo"
+    assert redact_value("MY_SETTING", "prefix:" + blob) == "prefix:" + REDACTED
+    assert redact_value("MY_SETTING", AWS_SECRET) == REDACTED
+    # 32+ hex with letters and digits
+    assert redact_value("MY_SETTING", "a3f5" * 10) == REDACTED
+
+
+def test_redact_value_blob_exemptions() -> None:
+    uuid = "GPU-3f2a1b4c-5d6e-7f80-91a2-b3c4d5e6f708"
+    assert redact_value("CUDA_VISIBLE_DEVICES", uuid) == uuid
+    # a UUID is not a blob even in an unlisted variable
+    assert redact_value("MY_GPU", uuid) == uuid
+    nix = "/nix/store/0c1r2ks3m4x5p6q7z8y9w0v1u2t3s4R5-python3/bin:/usr/bin"
+    assert redact_value("PATH", nix) == nix
+    assert redact_value("SOME_HOME", "/opt/nvidia/hpc_sdk/Linux_x86_64/24.5/comm") == (
+        "/opt/nvidia/hpc_sdk/Linux_x86_64/24.5/comm"
+    )
+    # ordinary values survive
+    for v in ("INFO", "eth0,ib0", "mlx5_0:1", "0,1,2,3", "2.28.3-1", "9.0a;8.0"):
+        assert redact_value("NCCL_X", v) == v
+
+
+def test_scrub_env() -> None:
+    env = {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "NCCL_DEBUG": "INFO",
+        "NCCL_IB_PKEY": "0x8001",
+        "FOO_TOKEN": "abc-unique-1",
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "HF_TOKEN": HF,
+        "UCX_PROXY": "https://bob:pw-unique-2@h.example",
+    }
+    out = scrub_env(env)
+    assert set(out) == set(env)
+    assert out["CUDA_VISIBLE_DEVICES"] == "0"
+    assert out["NCCL_DEBUG"] == "INFO"
+    assert out["NCCL_IB_PKEY"] == "0x8001"
+    assert out["FOO_TOKEN"] == REDACTED
+    assert out["AWS_SECRET_ACCESS_KEY"] == REDACTED
+    assert out["HF_TOKEN"] == REDACTED
+    assert out["UCX_PROXY"] == "https://bob:***@h.example"
+    text = repr(out)
+    for secret in ("abc-unique-1", AWS_SECRET, HF, "pw-unique-2"):
+        assert secret not in text
+    # the input is not modified
+    assert env["HF_TOKEN"] == HF
+
+
+def test_scrub_env_list_like_nccl_tests_json() -> None:
+    items = [
+        "NCCL_DEBUG=INFO",
+        "NVIDIA_VISIBLE_DEVICES=0,1",
+        "CUDA_HOME=/usr/local/cuda",
+        "HF_TOKEN=" + HF,
+        "GITHUB_TOKEN=" + GHP,
+        "EMPTY=",
+        "WEIRD_NO_EQUALS " + GHP,
+        "LS_COLORS=rs=0:di=01;34",
+    ]
+    out = scrub_env_list(items)
+    assert out[:3] == items[:3]
+    assert out[3] == "HF_TOKEN=***"
+    assert out[4] == "GITHUB_TOKEN=***"
+    assert out[5] == "EMPTY="
+    assert GHP not in out[6]
+    assert out[7] == "LS_COLORS=rs=0:di=01;34"
+
+
+def test_scrub_text() -> None:
+    text = (
+        "line1 https://user:hunter2-unique@git.example/repo.git\n"
+        "export HF_TOKEN=" + HF + "\n"
+        "declare -x FOO_TOKEN=\"quoted-unique\"\n"
+        "AWS_SECRET_ACCESS_KEY=" + AWS_SECRET + "\n"
+        "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345\n"
+        "key id " + AKIA + " and " + GHP + "\n"
+        "NCCL_IB_PKEY=0x8001 NCCL_DEBUG=INFO\n"
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+        "tail\n"
+    )
+    out = scrub_text(text)
+    for secret in ("hunter2-unique", HF, "quoted-unique", AWS_SECRET, AKIA, GHP, "MIIEowIBAAKCAQEA",
+                   "abcdefghijklmnopqrstuvwxyz012345"):
+        assert secret not in out
+    assert "https://user:***@git.example/repo.git" in out
+    assert 'FOO_TOKEN="***"' in out
+    assert "NCCL_IB_PKEY=0x8001 NCCL_DEBUG=INFO" in out
+    assert out.startswith("line1 ") and out.endswith("tail\n")
+
+
+def test_scrub_text_leaves_tool_output_alone() -> None:
+    """Real captured output (nvidia-smi, XML, UUIDs, nccl-tests logs) passes unchanged."""
+    fixtures = ROOT / "tests" / "fixtures" / "h200x2"
+    files = sorted(p for p in fixtures.rglob("*") if p.is_file())
+    if not files:
+        pytest.skip("fixtures not present")
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert scrub_text(text) == text, path.name

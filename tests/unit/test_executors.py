@@ -1,0 +1,110 @@
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import GpuvetError, StepError, UsageError
+from orchestrator.executors import ExecutorOptions, ExecutorPool, fanout, make_executor, probe
+from orchestrator.executors.base import env_prefix, get_verified, put_verified
+from orchestrator.executors.local import LocalExecutor
+from orchestrator.inventory import Node
+
+
+def node(tmp_path: Path, name: str = "n1", **env: str) -> Node:
+    return Node(name=name, provider="p", executor="local", host=None, port=22, user=None,
+                identity_file=None, ssh_alias=None, proxy_jump=None, python="python3",
+                work_dir=str(tmp_path / name), ckpt_dir=None, env=env, connect_timeout_s=5)
+
+
+def test_local_run_env_cwd_and_node_env(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path, NCCL_HOSTID="n1"))
+    res = ex.run('echo "$NCCL_HOSTID $EXTRA"; pwd; echo err >&2; exit 3', env={"EXTRA": "x y"})
+    assert res.rc == 3 and not res.ok and not res.timed_out
+    assert res.stdout.splitlines() == ["n1 x y", str(tmp_path / "n1")]
+    assert res.stderr.strip() == "err"
+    with pytest.raises(StepError, match="exit code 3"):
+        res.raise_for_status("demo")
+
+
+def test_local_timeout_kills_whole_group(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path))
+    marker = tmp_path / "marker"
+    t0 = time.monotonic()
+    # a background child that ignores TERM: only a KILL of the whole group gets it
+    res = ex.run(f"(trap '' TERM; sleep 61.4242; touch {marker}) & sleep 61.4242", timeout=0.5)
+    assert res.timed_out and res.rc is None
+    assert time.monotonic() - t0 < 10
+    assert not [p for p in os.listdir("/proc") if p.isdigit() and "61.4242" in _cmd(p)]
+    assert not marker.exists()
+
+
+def _cmd(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def test_stdout_streams_to_file(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path))
+    dest = tmp_path / "out.log"
+    res = ex.run("echo one; echo two", stdout_path=dest)
+    assert dest.read_text() == "one\ntwo\n" == res.stdout
+
+
+def test_put_get_verified(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path))
+    src = tmp_path / "src.bin"
+    src.write_bytes(os.urandom(300_000))
+    remote = str(tmp_path / "n1" / "deep" / "copy.bin")
+    digest = put_verified(ex, src, remote)
+    back = tmp_path / "back" / "copy.bin"
+    assert get_verified(ex, remote, back) == digest
+    assert back.read_bytes() == src.read_bytes()
+    with pytest.raises(StepError, match="cannot read"):
+        get_verified(ex, str(tmp_path / "missing"), tmp_path / "x")
+
+
+def test_fanout_side_by_side_and_order(tmp_path: Path) -> None:
+    nodes = [node(tmp_path, f"n{i}") for i in range(6)]
+    events: list[tuple[str, str]] = []
+
+    def work(n: Node) -> int:
+        if n.name == "n2":
+            raise StepError("boom")
+        if n.name == "n4":
+            raise ValueError("unexpected")
+        time.sleep(0.05 * (6 - int(n.name[1])))
+        return int(n.name[1])
+
+    group = fanout(nodes, work, concurrency=3, progress=lambda a, b: events.append((a, b)))
+    assert list(group.results) == ["n0", "n1", "n3", "n5"]
+    assert set(group.failures) == {"n2", "n4"} and not group.ok
+    assert group.failures["n2"].node == "n2" and "[n2] boom" in str(group.failures["n2"])
+    assert isinstance(group.failures["n4"], GpuvetError)
+    assert ("n2", "failed") in events and ("n0", "done") in events
+
+
+def test_fanout_runs_in_parallel(tmp_path: Path) -> None:
+    nodes = [node(tmp_path, f"n{i}") for i in range(8)]
+    t0 = time.monotonic()
+    fanout(nodes, lambda n: time.sleep(0.5), concurrency=8)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_registry_and_pool(tmp_path: Path) -> None:
+    n = node(tmp_path)
+    with ExecutorPool(ExecutorOptions()) as pool:
+        assert pool(n) is pool(n)
+        info = probe(pool(n))
+    assert info.hostname == os.uname().nodename and info.python_version
+    bad = n.model_copy(update={"executor": "telnet"})
+    with pytest.raises(UsageError, match="known executors: local, ray, ssh"):
+        make_executor(bad, ExecutorOptions())
+
+
+def test_env_prefix_quotes_and_checks_names() -> None:
+    assert env_prefix({"A": "x; rm -rf /"}) == "env 'A=x; rm -rf /' "
+    with pytest.raises(UsageError):
+        env_prefix({"A;B": "1"})
