@@ -7,26 +7,31 @@ Tracebacks only with --debug.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shlex
 import sys
 import traceback
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator import __version__
 from orchestrator import inventory as inv_mod
+from orchestrator.cliopts import (
+    AcceptOpt,
+    InventoryOpt,
+    NodeOpt,
+    ProviderOpt,
+    err,
+    out,
+    progress,
+)
 from orchestrator.errors import GpuvetError, UsageError
 from orchestrator.executors import ExecutorPool, GroupResult, fanout, options_for, probe
-from orchestrator.executors.base import ProgressHook, get_verified, put_verified
+from orchestrator.executors.base import get_verified, put_verified
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Vet rented GPU nodes before a long job, and compare GPU platforms "
@@ -34,19 +39,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=N
 inventory_app = typer.Typer(no_args_is_help=True, help="Inventory files: check and show.")
 app.add_typer(inventory_app, name="inventory")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 _state: dict[str, Any] = {"debug": False}
-
-InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory YAML file.")]
-NodeOpt = Annotated[list[str] | None, typer.Option("--node", "-n",
-                                                   help="Only this node (repeatable).")]
-ProviderOpt = Annotated[str | None, typer.Option("--provider", "-p",
-                                                 help="Only nodes of this provider.")]
-AcceptOpt = Annotated[bool, typer.Option(
-    "--accept-new-host-keys",
-    help="Trust host keys seen for the first time and record them in known_hosts "
-         "(like OpenSSH accept-new). A changed key is always refused.")]
 
 
 def _version(value: bool) -> None:
@@ -62,26 +55,6 @@ def _root(
                                           help="Print the version and exit.")] = False,
 ) -> None:
     _state["debug"] = debug
-
-
-@contextlib.contextmanager
-def progress(label: str, total: int) -> Iterator[ProgressHook]:
-    """A live per-node progress bar on stderr (silent when stderr is not a terminal)."""
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=err,
-                   transient=True)
-    task = bar.add_task(label, total=total, last="")
-    if not err.is_terminal:
-        err.print(f"{label}: {total} node(s)")
-
-    def hook(node: str, state: str) -> None:
-        if state != "start":
-            bar.update(task, advance=1, last=f"{node} {state}")
-            if not err.is_terminal:
-                err.print(f"  {node}: {state}")
-
-    with bar:
-        yield hook
 
 
 def _load(path: Path) -> inv_mod.Inventory:

@@ -1,0 +1,89 @@
+"""Build the payload archive, push it to a node once, and run it there.
+
+The archive holds payload/ (standard library only, so it runs on the node's
+own python, 3.8 and newer). Its name carries a content hash: a node that has
+this exact payload already runs it in one round trip; a node that lacks it
+answers with exit code 99 and gets it pushed, verified and unpacked first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shlex
+import tarfile
+import threading
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+
+from orchestrator.executors.base import CommandResult, Executor, put_verified
+from orchestrator.store import atomic_write
+
+PAYLOAD_DIR = Path(__file__).resolve().parent.parent / "payload"
+NEED_PAYLOAD_RC = 99
+NEED_PAYLOAD_MARK = "GPUVET_NEED_PAYLOAD"
+_push_locks: dict[str, threading.Lock] = {}
+_push_guard = threading.Lock()
+
+
+def _files() -> list[Path]:
+    return sorted(p for p in PAYLOAD_DIR.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@lru_cache(maxsize=1)
+def archive() -> tuple[str, bytes]:
+    """(content hash, deterministic .tar.gz bytes) of the payload package."""
+    h = hashlib.sha256()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+        for path in _files():
+            rel = "payload/" + path.relative_to(PAYLOAD_DIR).as_posix()
+            data = path.read_bytes()
+            h.update(rel.encode() + b"\0" + data + b"\0")
+            info = tarfile.TarInfo(rel)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return h.hexdigest()[:12], buf.getvalue()
+
+
+def remote_dir(work_dir: str) -> str:
+    return f"{work_dir.rstrip('/')}/payload-{archive()[0]}"
+
+
+def command(ex: Executor, args: Sequence[str]) -> str:
+    """`python -m payload ARGS` in the pushed copy, or exit 99 when it is absent."""
+    d = shlex.quote(remote_dir(ex.node.work_dir))
+    py = shlex.quote(ex.node.python)
+    argv = " ".join(shlex.quote(a) for a in args)
+    return (f"if [ -f {d}/.complete ]; then cd {d} && exec {py} -m payload {argv}; "
+            f"else echo {NEED_PAYLOAD_MARK}; exit {NEED_PAYLOAD_RC}; fi")
+
+
+def push(ex: Executor, staging: Path) -> None:
+    """Copy the archive, check its sha256, unpack it next to the work dir atomically."""
+    digest, data = archive()
+    local = staging / f"payload-{digest}.tar.gz"
+    if not local.is_file():
+        atomic_write(local, data)
+    target = remote_dir(ex.node.work_dir)
+    tgz = f"{target}.tar.gz"
+    put_verified(ex, local, tgz)
+    q, qt = shlex.quote(target), shlex.quote(tgz)
+    ex.run(f"rm -rf {q}.tmp && mkdir -p {q}.tmp && tar -xzf {qt} -C {q}.tmp && "
+           f"touch {q}.tmp/.complete && rm -rf {q} && mv {q}.tmp {q} && rm -f {qt}",
+           timeout=120).raise_for_status("unpacking the payload")
+
+
+def run(ex: Executor, args: Sequence[str], *, staging: Path, timeout: float,
+        stdout_path: Path | None = None) -> CommandResult:
+    """Run the payload, pushing it first if the node does not have this version."""
+    cmd = command(ex, args)
+    res = ex.run(cmd, timeout=timeout, stdout_path=stdout_path)
+    if res.rc == NEED_PAYLOAD_RC and NEED_PAYLOAD_MARK in res.stdout:
+        with _push_guard:
+            lock = _push_locks.setdefault(ex.node.name, threading.Lock())
+        with lock:
+            push(ex, staging)
+        res = ex.run(cmd, timeout=timeout, stdout_path=stdout_path)
+    return res

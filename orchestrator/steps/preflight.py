@@ -1,0 +1,130 @@
+"""Preflight: record each node's environment and judge it against the order.
+
+One payload round trip per node collects every command's output; the
+controller keeps each raw output as evidence, parses it, and runs the checks.
+A node that cannot be reached or whose payload fails is a finding of its own;
+the other nodes go on.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import checks, parsers
+from orchestrator import payload as payload_mod
+from orchestrator.errors import GpuvetError, ParseError, StepError, UsageError
+from orchestrator.executors import ExecutorPool, GroupResult, fanout, options_for
+from orchestrator.executors.base import ProgressHook
+from orchestrator.inventory import Inventory, Node
+from orchestrator.records import Finding
+from orchestrator.store import Run, atomic_write, write_json
+from orchestrator.suite import Suite
+from payload.commands import COMMANDS_BY_ID
+from payload.scrub import scrub_text
+
+STEP = "preflight"
+
+
+@dataclass
+class NodeReport:
+    facts: checks.NodeFacts
+    findings: list[Finding]
+
+
+def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
+                   out_dir: Path | None, rel: Callable[[Path], str] | None = None,
+                   suite: Suite | None = None) -> NodeReport:
+    """Parse a collect document and check it: the same path for live and --from runs."""
+    if doc.get("tool") != "gpuvet-payload" or "commands" not in doc:
+        raise UsageError("not a gpuvet collect document (no 'tool: gpuvet-payload')",
+                         node=node.name, hint="produce it with `python3 -m payload collect`")
+    nf = checks.NodeFacts(node=node.name, provider=node.provider, doc=doc)
+    for cid, rec in doc["commands"].items():
+        if out_dir is not None:
+            raw = out_dir / "raw" / f"{cid}.txt"
+            atomic_write(raw, rec.get("stdout") or "")
+            if rec.get("stderr"):
+                atomic_write(out_dir / "raw" / f"{cid}.stderr.txt", scrub_text(rec["stderr"]))
+            nf.evidence[cid] = rel(raw) if rel else str(raw)
+        spec = COMMANDS_BY_ID.get(cid)
+        if spec is None or spec.parser is None or rec.get("missing") or rec.get("timed_out"):
+            continue
+        if rec.get("rc") != 0 and cid != "ldconfig":
+            continue
+        try:
+            nf.facts[cid] = parsers.parse(spec.parser, rec.get("stdout") or "",
+                                          source=nf.evidence.get(cid, cid))
+        except ParseError as exc:
+            nf.parse_errors[cid] = exc.what
+    if out_dir is not None:
+        write_json(out_dir / "facts.json",
+                   {"facts": {k: parsers.to_jsonable(v) for k, v in nf.facts.items()},
+                    "parse_errors": nf.parse_errors, "versions": checks.versions(nf)})
+    expect = inv.provider_of(node).expect
+    results = checks.node_results(nf, expect, (suite or Suite()).preflight)
+    findings = [_finding(r, run_id, node.name, node.provider) for r in results]
+    return NodeReport(nf, findings)
+
+
+def _finding(r: checks.Result, run_id: str, node: str, provider: str) -> Finding:
+    return Finding(run_id=run_id, node=node, provider=provider, step=STEP, code=r.code,
+                   severity=r.severity, message=r.message, evidence=r.evidence,
+                   details=r.details)
+
+
+def collect_args(node: Node, suite: Suite) -> list[str]:
+    args = ["collect", "--node", node.name, "--work-dir", node.work_dir,
+            "--jobs", str(suite.preflight.jobs)]
+    if node.ckpt_dir:
+        args += ["--ckpt-dir", node.ckpt_dir]
+    return args
+
+
+def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Suite) -> NodeReport:
+    out_dir = run.node_dir(node.name, STEP)
+    ex = pool(node)
+    res = payload_mod.run(ex, collect_args(node, suite), staging=run.dir / ".staging",
+                          timeout=suite.preflight.timeout_s, stdout_path=out_dir / "collect.json")
+    if not res.ok:
+        atomic_write(out_dir / "collect.stderr.txt", scrub_text(res.stderr))
+        res.raise_for_status("payload collect")
+    try:
+        doc = json.loads(res.stdout)
+    except json.JSONDecodeError as exc:
+        raise StepError(f"payload printed invalid JSON ({exc})", node=node.name,
+                        command=shlex.join(collect_args(node, suite)),
+                        hint=f"see {out_dir / 'collect.json'}") from None
+    report = judge_document(doc, node, inv, run.run_id, out_dir, run.rel, suite)
+    run.add_findings(report.findings)
+    run.mark_done(node.name, STEP, {"findings": len(report.findings)})
+    return report
+
+
+def unreachable(node: Node, exc: GpuvetError, run_id: str) -> Finding:
+    return Finding(run_id=run_id, node=node.name, provider=node.provider, step=STEP,
+                   code="NODE_UNREACHABLE" if "connect" in exc.what or "host key" in exc.what
+                   else "PREFLIGHT_FAILED", severity="FAIL", message=exc.what,
+                   details={"hint": exc.hint} if exc.hint else {})
+
+
+def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
+                  accept_new_host_keys: bool = False,
+                  progress: ProgressHook | None = None) -> tuple[GroupResult[NodeReport],
+                                                                 list[Finding]]:
+    """All nodes in parallel; then the cross-node checks per provider."""
+    with ExecutorPool(options_for(inv, accept_new_host_keys)) as pool:
+        group = fanout(nodes, lambda n: run_node(pool, n, inv, run, suite),
+                       concurrency=inv.settings.concurrency, progress=progress)
+    extra = [unreachable(n, group.failures[n.name], run.run_id) for n in nodes
+             if n.name in group.failures]
+    for prov in {n.provider for n in nodes}:
+        facts = [r.facts for name, r in group.results.items() if r.facts.provider == prov]
+        extra += [_finding(r, run.run_id, f"provider:{prov}", prov)
+                  for r in checks.provider_results(facts)]
+    run.add_findings(extra)
+    return group, extra
