@@ -262,6 +262,12 @@ def check_torch(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Res
                    nf.ev("torch", "query_gpu"), {"torch": torch.count, "nvidia_smi": len(rows)})]
 
 
+def nccl_header_found(doc: dict[str, Any]) -> bool:
+    nccl = doc.get("nccl") or {}
+    return any(h.get("exists") for h in nccl.get("headers") or []) or any(
+        p.get("header") for p in nccl.get("pip") or [])
+
+
 def check_build_tools(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Result]:
     if not _gpu_rows(nf):
         return []
@@ -269,8 +275,7 @@ def check_build_tools(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> li
     tools = nf.doc.get("tools") or {}
     if not tools.get("nvcc"):
         missing.append("nvcc (install the CUDA toolkit, e.g. cuda-toolkit-12-x)")
-    nccl = nf.doc.get("nccl") or {}
-    if not nccl.get("headers"):
+    if not nccl_header_found(nf.doc):
         missing.append("NCCL headers (libnccl-dev, or pip nvidia-nccl-cu12)")
     mpi = nf.doc.get("mpi") or {}
     if not mpi.get("mpi_h") or not tools.get("mpirun"):

@@ -81,7 +81,7 @@ class LocalExecutor:
     def put(self, local: Path, remote: str) -> None:
         dest = Path(remote)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(dest.name + ".part")
+        tmp = dest.with_name(f"{dest.name}.part-{os.getpid()}-{id(self):x}")
         shutil.copyfile(local, tmp)
         os.replace(tmp, dest)
 

@@ -211,7 +211,8 @@ class SshExecutor:
         conn = self.connection()
         parent = os.path.dirname(remote) or "."
         self.run(f"mkdir -p {shlex.quote(parent)}", timeout=60).raise_for_status("mkdir")
-        part = remote + ".part"
+        # unique: nodes sharing a filesystem (NFS homes) must not trample each other
+        part = f"{remote}.part-{uuid.uuid4().hex[:8]}"
         try:
             conn.put(str(local), part)
         except (OSError, paramiko.SSHException) as exc:

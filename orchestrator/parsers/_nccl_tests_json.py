@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from orchestrator.errors import ParseError
-from orchestrator.parsers._nccl_lines import Failure, decode_version_code
-from orchestrator.parsers._nccl_tests_models import (
+from orchestrator.parsers._nccl_common import (
+    Failure,
     NcclOutOfBounds,
     NcclPerIter,
     NcclRank,
@@ -20,6 +20,7 @@ from orchestrator.parsers._nccl_tests_models import (
     NcclRow,
     NcclTestsRun,
     check_avg,
+    decode_version_code,
     recompute_avg,
 )
 
@@ -40,7 +41,7 @@ def _fail(what: str, source: str | None) -> ParseError:
 def _result(obj: Any, key: str, source: str | None) -> NcclResult:
     if not isinstance(obj, dict):
         raise _fail(f"result field {key!r} is not an object", source)
-    time = obj.get("time", obj.get("cpu_time"))
+    time: Any = obj.get("time", obj.get("cpu_time"))
     per = obj.get("per_iter")
     try:
         per_iter = None
@@ -124,7 +125,10 @@ def parse_json_run(text: str, source: str | None,
     avg_doc = doc.get("average_bus_bandwidth", doc.get("average_bus_bandwidith"))
     avg = check = None
     if isinstance(avg_doc, dict):
-        avg = float(avg_doc.get("bandwidth", avg_doc.get("bandwidith")))
+        bw: Any = avg_doc.get("bandwidth", avg_doc.get("bandwidith"))
+        if not isinstance(bw, (int, float)):
+            raise _fail("average_bus_bandwidth has no number", source)
+        avg = float(bw)
         okay = avg_doc.get("okay")
         check = None if okay == "unchecked" else ("OK" if okay == "true" else "FAILED")
         if check == "FAILED":

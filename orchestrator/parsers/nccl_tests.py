@@ -14,15 +14,10 @@ import re
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
-from orchestrator.parsers._nccl_lines import (
+from orchestrator.parsers._nccl_common import (
     NCCL_LINE,
     NCCL_VERSION,
     Failure,
-    decode_version_code,
-    failure_kind,
-)
-from orchestrator.parsers._nccl_tests_json import parse_json_run
-from orchestrator.parsers._nccl_tests_models import (
     NcclOutOfBounds,
     NcclPerIter,
     NcclRank,
@@ -30,8 +25,11 @@ from orchestrator.parsers._nccl_tests_models import (
     NcclRow,
     NcclTestsRun,
     check_avg,
+    decode_version_code,
+    failure_kind,
     recompute_avg,
 )
+from orchestrator.parsers._nccl_tests_json import parse_json_run
 
 __all__ = ["NcclRow", "NcclTestsRun", "check_avg", "parse_nccl_tests", "parse_nccl_tests_json"]
 
@@ -248,6 +246,8 @@ def _table_line(st: _State, line: str, line_no: int, source: str | None) -> None
         st.footer = True
         if m["res"] == "FAILED":
             st.failures.append(Failure(line_no=line_no, kind="out-of-bounds", text=line.strip()))
+    elif _PARAMS.match(line):
+        _header_line(st, line, line_no, source)  # raises: a second run's header
     elif not _noise(st, line, line_no):
         raise ParseError(KIND, "line in the results table is neither a row nor known noise",
                          line_no=line_no, line=line, source=source)
@@ -270,7 +270,6 @@ def _footer_line(st: _State, line: str, line_no: int) -> None:
         _noise(st, line, line_no)
 
 
-@register(KIND, "text log of an nccl-tests *_perf run (any version since 2.0)")
 def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
     st = _State()
     for line_no, raw in enumerate(text.splitlines(), start=1):
@@ -312,6 +311,11 @@ def _op(binary: str | None) -> str | None:
     return name.split("_perf")[0] if "_perf" in name else None
 
 
-@register("nccl-tests-json", "the -J JSON output of an nccl-tests *_perf run (2.17.6+)")
 def parse_nccl_tests_json(text: str, source: str | None = None) -> NcclTestsRun:
     return parse_json_run(text, source, op_of=_op)
+
+
+# Registered without decorating, so callers keep the precise return type.
+register(KIND, "text log of an nccl-tests *_perf run (any version since 2.0)")(parse_nccl_tests)
+register("nccl-tests-json", "the -J JSON output of an nccl-tests *_perf run (2.17.6+)")(
+    parse_nccl_tests_json)

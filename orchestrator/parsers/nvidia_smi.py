@@ -440,9 +440,9 @@ class _Reader:
         if el is None:
             return EccCounts()
         if el.find("double_bit") is not None:  # drivers before ~510
-            return EccCounts(correctable=self.get("int", f"ecc_errors/{section}/single_bit/total"),
-                             uncorrectable=self.get("int",
-                                                    f"ecc_errors/{section}/double_bit/total"))
+            return EccCounts.model_validate({
+                "correctable": self.get("int", f"ecc_errors/{section}/single_bit/total"),
+                "uncorrectable": self.get("int", f"ecc_errors/{section}/double_bit/total")})
         sums: dict[str, int | None] = {"correctable": None, "uncorrectable": None}
         for leaf in el:
             key = "uncorrectable" if "uncorrectable" in leaf.tag else (
@@ -481,11 +481,11 @@ class _Reader:
         remap = self.gpu.find("remapped_rows")
         rows = None
         if remap is not None and len(remap):
-            rows = RemappedRows(
-                correctable=g(i, "remapped_rows/remapped_row_corr"),
-                uncorrectable=g(i, "remapped_rows/remapped_row_unc"),
-                pending=g(b, "remapped_rows/remapped_row_pending"),
-                failure=g(b, "remapped_rows/remapped_row_failure"))
+            rows = RemappedRows.model_validate({
+                "correctable": g(i, "remapped_rows/remapped_row_corr"),
+                "uncorrectable": g(i, "remapped_rows/remapped_row_unc"),
+                "pending": g(b, "remapped_rows/remapped_row_pending"),
+                "failure": g(b, "remapped_rows/remapped_row_failure")})
         link = "pci/pci_gpu_link_info"
         return GpuXml.model_validate({
             "index": index, "pci_bus_id": self.gpu.get("id") or g(s, "pci/pci_bus_id"),
@@ -501,11 +501,11 @@ class _Reader:
             "ecc_enabled": g(b, "ecc_mode/current_ecc"),
             "ecc_pending_enabled": g(b, "ecc_mode/pending_ecc"),
             "ecc_volatile": self.ecc("volatile"), "ecc_aggregate": self.ecc("aggregate"),
-            "retired_pages": RetiredPages(
-                single_bit=g(i, "retired_pages/multiple_single_bit_retirement/retired_count"),
-                double_bit=g(i, "retired_pages/double_bit_retirement/retired_count"),
-                pending=g(b, "retired_pages/pending_retirement",
-                          "retired_pages/pending_blacklist")),
+            "retired_pages": {
+                "single_bit": g(i, "retired_pages/multiple_single_bit_retirement/retired_count"),
+                "double_bit": g(i, "retired_pages/double_bit_retirement/retired_count"),
+                "pending": g(b, "retired_pages/pending_retirement",
+                             "retired_pages/pending_blacklist")},
             "remapped_rows": rows,
             "pcie_gen_current": g(i, f"{link}/pcie_gen/current_link_gen"),
             "pcie_gen_max": g(i, f"{link}/pcie_gen/max_link_gen"),

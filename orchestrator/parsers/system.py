@@ -245,7 +245,7 @@ def parse_ibv_devinfo(text: str, source: str | None = None) -> IbvDevinfoFacts:
                 field = "active_speed_gbps" if key == "active_speed" else key
                 setattr(port, field, _port_value(key, value))
             elif key in _DEV_KEYS and port is None:
-                setattr(devices[-1], key, value)
+                setattr(devices[-1], key, re.sub(r"\s*\(\d+\)$", "", value))
         except (ValueError, IndexError):
             raise ParseError(kind, f"bad {key} value", line_no=no, line=line,
                              source=source) from None

@@ -51,8 +51,8 @@ FIRST_HOST = 11  # node1 is 10.77.x.11
 MAX_NODES = 254 - FIRST_HOST + 1
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-_NETNS_RE = re.compile(r"^gv-(\d+)-(\d+)-node\d+$")
-_LINK_RE = re.compile(r"^gv[bv]?([0-9a-f]+)_(\d+)")
+_NETNS_RE = re.compile(r"^gv-(\d+)-(\d+)-\w+$")
+_LINK_RE = re.compile(r"^gv(?:br)?([0-9a-f]+)_(\d+)(?:v\d+)?$")
 _BASE_RE = re.compile(rf"^{BASE_PREFIX}(\d+)-(\d+)$")
 _counter = itertools.count(1)
 
@@ -315,7 +315,7 @@ class Cluster:
             {"pid": pid, "start_time": _start_time(pid), "pid_ns": _pid_ns()}))
         self = cls(base=base, user=user, client_key=base / "client_key",
                    known_hosts=base / "known_hosts", ssh_config=base / "ssh_config",
-                   nodes=[], session_id=sid, subnet="", bridge=f"gvb{pid:x}_{k}",
+                   nodes=[], session_id=sid, subnet="", bridge=f"gvbr{pid:x}_{k}",
                    user_ssh_dir=base / "user_ssh")
         atexit.register(self.stop)
         try:
@@ -515,41 +515,49 @@ class Cluster:
                         extra_node_fields: Mapping[str, Any]
                         | Callable[[Node], Mapping[str, Any]] | None = None,
                         *, nodes: Sequence[str] | None = None,
-                        extra_fields: Mapping[str, Any] | None = None) -> Path:
-        """Write an inventory YAML describing (some of) the nodes; returns its path.
+                        extra_provider_fields: Mapping[str, Any] | None = None,
+                        settings: Mapping[str, Any] | None = None) -> Path:
+        """Write an inventory (orchestrator/inventory.py format, version 1) with one
+        provider holding (some of) the nodes; returns its path.
 
-        ``extra_node_fields`` is merged into every node entry (a callable gets the
-        Node); ``extra_fields`` into the top level.
+        Access (user, key, python) is set once on the provider; each node gets
+        host, work_dir and ckpt_dir. ``extra_node_fields`` is merged into every
+        node entry (a callable gets the Node), ``extra_provider_fields`` into the
+        provider (e.g. ``expect``, ``pricing``), ``settings`` into ``settings``.
         """
         from ruamel.yaml import YAML
 
         chosen = [self.node(n) for n in nodes] if nodes is not None else self.nodes
         entries = []
         for node in chosen:
-            entry: dict[str, Any] = {
-                "name": node.name, "host": node.ip, "port": node.port, "user": self.user,
-                "identity_file": str(self.client_key), "known_hosts": str(self.known_hosts),
-                "python": self.node_python, "work_dir": node.work_dir,
-                "ckpt_dir": node.ckpt_dir,
-            }
+            entry: dict[str, Any] = {"name": node.name, "host": node.ip,
+                                     "work_dir": node.work_dir, "ckpt_dir": node.ckpt_dir}
+            if node.port != 22:
+                entry["port"] = node.port
             if extra_node_fields is not None:
                 extra = (extra_node_fields(node) if callable(extra_node_fields)
                          else extra_node_fields)
                 entry.update(extra)
             entries.append(entry)
-        doc: dict[str, Any] = {
-            "provider": provider, "executor": executor,
-            "ssh": {"user": self.user, "identity_file": str(self.client_key),
-                    "known_hosts": str(self.known_hosts), "strict_host_key_checking": True},
-            "nodes": entries,
+        prov: dict[str, Any] = {
+            "executor": executor,
+            "access": {"user": self.user, "identity_file": str(self.client_key),
+                       "python": self.node_python},
         }
-        if extra_fields:
-            doc.update(extra_fields)
+        prov.update(extra_provider_fields or {})
+        prov["nodes"] = entries
+        doc: dict[str, Any] = {
+            "version": 1,
+            "settings": {"known_hosts": str(self.known_hosts), **(settings or {})},
+            "providers": {provider: prov},
+        }
         out = Path(path)
         out.parent.mkdir(parents=True, exist_ok=True)
         yaml = YAML()
         yaml.default_flow_style = False
         with out.open("w") as fh:
+            fh.write(f"# test cluster {self.session_id}: {len(chosen)} sshd nodes on "
+                     f"{self.subnet}\n")
             yaml.dump(doc, fh)
         return out
 
@@ -627,7 +635,8 @@ class Cluster:
                        for c in sorted(children)]
             mounts.append(f"mount --rbind {shlex.quote(str(shadow))} {shlex.quote(str(d))}")
         script = "\n".join([
-            "set -e", 'hostname "$1"', "ip link set lo up", 'ip addr add "$2/24" dev eth0',
+            "set -e", 'echo "$1" > /proc/sys/kernel/hostname', "ip link set lo up",
+            'ip addr add "$2/24" dev eth0',
             "ip link set eth0 up", *mounts, "echo ready",
             "exec bash -c 'while :; do sleep 3600; done' >/dev/null 2>&1 </dev/null",
         ])

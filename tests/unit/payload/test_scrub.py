@@ -1,5 +1,6 @@
 """payload.scrub: secret names, secret values, free text, env lists."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -97,7 +98,10 @@ def test_redact_value_token_shapes_in_innocent_names() -> None:
 
 
 def test_redact_value_pem_block() -> None:
-    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----"
+    pem = (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+        "-----END OPENSSH PRIVATE KEY-----"
+    )
     assert redact_value("SOMETHING", pem) == REDACTED
     # a certificate is redacted too in an env value (conservative)
     assert redact_value("SOMETHING", "-----BEGIN CERTIFICATE-----abc") == REDACTED
@@ -210,3 +214,28 @@ def test_scrub_text_leaves_tool_output_alone() -> None:
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
         assert scrub_text(text) == text, path.name
+
+
+def test_scrub_env_list_on_nccl_tests_json_fixtures() -> None:
+    """nccl-tests -J writes the whole environment; secrets go, NCCL/CUDA vars stay."""
+    files = sorted((ROOT / "tests" / "fixtures").rglob("*.json"))
+    checked = 0
+    for path in files:
+        try:
+            doc = json.loads(path.read_text())
+        except ValueError:
+            continue
+        if not isinstance(doc, dict) or not isinstance(doc.get("env"), list):
+            continue
+        env = doc["env"]
+        out = scrub_env_list(env)
+        assert len(out) == len(env)
+        for before, after in zip(env, out, strict=True):
+            name = before.partition("=")[0]
+            if is_secret_name(name):
+                assert after == name + "=***", path.name
+            elif name.startswith(("NCCL_", "CUDA_", "NVIDIA_")):
+                assert after == before, path.name
+        checked += 1
+    if not checked:
+        pytest.skip("no nccl-tests JSON fixtures")

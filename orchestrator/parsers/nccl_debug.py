@@ -1,0 +1,187 @@
+"""Extract what NCCL_DEBUG=INFO says about the fabric a run really used.
+
+A slow all_reduce on a rented node is most often a transport problem (IB not
+found, GPUDirect RDMA off, a fallback to sockets), and only NCCL's own INFO
+lines show it. They arrive mixed into any log, from many processes and ranks,
+so this parser scans for the lines it knows and ignores everything else.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import ParseError
+from orchestrator.parsers import register
+from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure
+
+KIND = "nccl-debug"
+
+Transport = Literal["P2P", "SHM", "NET", "COLLNET", "NVLS"]
+_TRANSPORTS = ("P2P", "SHM", "NET", "COLLNET", "NVLS")
+
+_COMM = re.compile(
+    r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+)"
+    r" localRanks (?P<lranks>\d+) localRank (?P<lrank>\d+)")
+_INIT = re.compile(r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) .*Init COMPLETE")
+_CONN = re.compile(
+    r"^(?:Channel|Ring) (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)(?:\[[0-9a-fx]+\])? -> "
+    r"(?P<dst>\d+)(?:\[[0-9a-fx]+\])?(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$")
+_USING = re.compile(r"^(?:NET/(?P<net>[\w ]+?)|Bootstrap) ?: Using (?P<list>.*)$")
+_IFACE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^\s:\[]+)(?::(?P<addr>\S+))?")
+_NETWORK = re.compile(r"^Using network (?P<name>.+?)\s*$")
+_PLUGIN = re.compile(r"NET/Plugin|NET/OFI|Initialized NET plugin|Assigned NET plugin|IBext"
+                     r"|Using network|NCCL_NET_PLUGIN|Failed to initialize NET plugin")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NcclComm(_Model):
+    """One `comm ... nRanks .. nNodes ..` init line (NCCL 2.9+)."""
+
+    host: str
+    rank: int
+    n_ranks: int
+    n_nodes: int | None
+    local_ranks: int | None
+    local_rank: int | None
+
+
+class NcclInterface(_Model):
+    """One interface NCCL said it uses; kind is Socket, IB, a plugin, or Bootstrap."""
+
+    host: str
+    kind: str
+    index: int | None
+    name: str
+    address: str | None  # ip<port> for sockets, port/link layer (1/IB, 1/RoCE) for IB
+
+
+class NcclConnection(_Model):
+    line_no: int
+    host: str
+    channel: int
+    from_rank: int
+    to_rank: int
+    direction: Literal["send", "receive"] | None
+    transport: Transport
+    detail: str  # everything after the family: CUMEM/read, Socket/0, IB/0/GDRDMA
+    net: str | None  # Socket, IB, IBext, AWS Libfabric ... for NET and COLLNET
+    gdrdma: bool
+
+
+class NcclDebugFacts(_Model):
+    nccl_version: str | None
+    nccl_cuda: str | None
+    hosts: list[str]  # as NCCL names them in its line prefix
+    comms: list[NcclComm]
+    n_ranks: int | None
+    n_nodes: int | None
+    interfaces: list[NcclInterface]
+    networks: list[str]  # from `Using network X`: Socket, IB, IBext_v8, AWS Libfabric
+    plugin_lines: list[str]
+    connections: list[NcclConnection]
+    transports: list[Transport]
+    gdrdma: bool  # any NET connection went GPU-direct
+    warnings: list[Failure]
+    info_lines: int
+
+
+def _interfaces(host: str, kind: str, listing: str) -> list[NcclInterface]:
+    found = []
+    for m in _IFACE.finditer(listing.split(";")[0]):
+        found.append(NcclInterface(host=host, kind=kind, index=int(m["idx"]), name=m["name"],
+                                   address=m["addr"]))
+    if not found and kind == "Bootstrap":
+        name, _, addr = listing.strip().partition(":")
+        found.append(NcclInterface(host=host, kind=kind, index=None, name=name,
+                                   address=addr or None))
+    return found
+
+
+def _connection(m: re.Match[str], host: str, line_no: int) -> NcclConnection | None:
+    parts = m["via"].split("/")
+    family = parts[0].upper()
+    if family not in _TRANSPORTS:
+        return None
+    is_net = family in ("NET", "COLLNET")
+    return NcclConnection(
+        line_no=line_no, host=host, channel=int(m["ch"]), from_rank=int(m["src"]),
+        to_rank=int(m["dst"]), direction=m["dir"],  # type: ignore[arg-type]
+        transport=family,  # type: ignore[arg-type]
+        detail="/".join(parts[1:]), net=parts[1] if is_net and len(parts) > 1 else None,
+        gdrdma=is_net and "GDRDMA" in parts[2:])
+
+
+def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
+    version = cuda = None
+    hosts: dict[str, None] = {}
+    comms: list[NcclComm] = []
+    seen_comm: set[tuple[str, int, int]] = set()
+    init_ranks: list[int] = []
+    ifaces: dict[tuple[str, str, str], NcclInterface] = {}
+    networks: dict[str, None] = {}
+    plugins: dict[str, None] = {}
+    conns: list[NcclConnection] = []
+    warnings: list[Failure] = []
+    info = 0
+    for line_no, raw in enumerate(text.splitlines(), start=1):
+        m = NCCL_LINE.match(raw.rstrip("\r"))
+        if not m:
+            v = NCCL_VERSION.match(raw.strip())
+            if v and version is None:
+                version, cuda = v["ver"], v["suffix"]
+            continue
+        host, level, msg = m["host"], m["level"], m["msg"].strip()
+        hosts[host] = None
+        if level != "INFO":
+            if level in ("WARN", "ABORT", "ERROR"):
+                warnings.append(Failure(line_no=line_no, kind=f"nccl-{level.lower()}",
+                                        text=raw.strip()))
+            continue
+        info += 1
+        if (v := NCCL_VERSION.match(msg)) and version is None:
+            version, cuda = v["ver"], v["suffix"]
+        elif c := _CONN.match(msg):
+            conn = _connection(c, host, line_no)
+            if conn is not None:
+                conns.append(conn)
+        elif c := _COMM.search(msg):
+            key = (host, int(c["rank"]), int(c["nranks"]))
+            if key not in seen_comm:
+                seen_comm.add(key)
+                comms.append(NcclComm(host=host, rank=key[1], n_ranks=key[2],
+                                      n_nodes=int(c["nnodes"]), local_ranks=int(c["lranks"]),
+                                      local_rank=int(c["lrank"])))
+        elif c := _INIT.search(msg):
+            init_ranks.append(int(c["nranks"]))
+        elif u := _USING.match(msg):
+            kind = (u["net"] or "Bootstrap").strip()
+            for iface in _interfaces(host, kind, u["list"]):
+                ifaces.setdefault((host, kind, iface.name), iface)
+        if n := _NETWORK.match(msg):
+            networks[n["name"]] = None
+        if _PLUGIN.search(msg):
+            plugins[msg] = None
+    if info == 0:
+        raise ParseError(KIND, "no `NCCL INFO` line: was the run made with NCCL_DEBUG=INFO?",
+                         source=source)
+    used = {c.transport for c in conns}
+    return NcclDebugFacts(
+        nccl_version=version,
+        nccl_cuda=cuda[4:] if cuda and cuda.startswith("cuda") else None,
+        hosts=list(hosts), comms=comms,
+        n_ranks=max([c.n_ranks for c in comms] + init_ranks, default=None),
+        n_nodes=max((c.n_nodes for c in comms if c.n_nodes is not None), default=None),
+        interfaces=list(ifaces.values()), networks=list(networks), plugin_lines=list(plugins),
+        connections=conns, transports=[t for t in _TRANSPORTS if t in used],
+        gdrdma=any(c.gdrdma for c in conns), warnings=warnings, info_lines=info)
+
+
+# Registered without decorating, so callers keep the precise return type.
+register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports")(
+    parse_nccl_debug)
