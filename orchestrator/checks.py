@@ -59,10 +59,20 @@ def _norm(s: str) -> str:
 
 
 def model_matches(expected: str, actual: str) -> bool:
-    """Every token of the order ("A100 SXM4 80GB") must appear in the GPU's name."""
-    have = _norm(actual)
+    """Every token of the order ("A100 SXM4 80GB") must appear in the GPU's name.
+
+    A token that starts or ends with a digit must not run on into more digits there:
+    "L4" is not "L40S", "A10" is not "A100", "80GB" is not "180GB".
+    """
+    spaced, squashed = actual.lower(), _norm(actual)
     tokens = [t for t in re.split(r"[^a-z0-9]+", expected.lower()) if t and t != "nvidia"]
-    return bool(tokens) and all(t in have for t in tokens)
+
+    def found(t: str) -> bool:
+        pat = ((r"(?<![0-9])" if t[0].isdigit() else "") + re.escape(t)
+               + (r"(?![0-9])" if t[-1].isdigit() else ""))
+        return re.search(pat, spaced) is not None or re.search(pat, squashed) is not None
+
+    return bool(tokens) and all(found(t) for t in tokens)
 
 
 def form_factor_of(name: str) -> str | None:
@@ -332,7 +342,7 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
     if fstype in EPHEMERAL_FSTYPES or EPHEMERAL_PATH.search(info.get("realpath") or path):
         return [Result("CKPT_DIR_EPHEMERAL", "WARN",
                        f"checkpoint directory {path} is on {fstype or '?'} "
-                       f"({mount.get('mountpoint') or mount.get('target') or '?'}): it vanishes "
+                       f"({mount.get('mount_point') or '?'}): it vanishes "
                        "with the instance; point ckpt_dir at persistent storage", ev)]
     return [Result("CKPT_DIR", "PASS", f"checkpoint directory {path} on {fstype}", ev)]
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +15,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from orchestrator.executors.base import ProgressHook
 
-out = Console(highlight=False, soft_wrap=True)
+# Piped output (logs, CI) gets wide tables instead of rich's 80-column default.
+_WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 InventoryOpt = Annotated[Path, typer.Option("--inventory", "-i", help="Inventory YAML file.")]

@@ -60,7 +60,12 @@ class InventoryError(UsageError):
 
 
 class ParseError(GpuvetError):
-    """A parser met text it does not understand. It never guesses."""
+    """A parser met text it does not understand. It never guesses.
+
+    Exit code 2: the text handed to it (a file given to `gpuvet parse`) is bad input.
+    """
+
+    exit_code = 2
 
     def __init__(self, kind: str, what: str, *, line_no: int | None = None, line: str | None = None,
                  source: str | None = None) -> None:

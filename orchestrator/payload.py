@@ -51,12 +51,15 @@ def remote_dir(work_dir: str) -> str:
     return f"{work_dir.rstrip('/')}/payload-{archive()[0]}"
 
 
-def command(ex: Executor, args: Sequence[str]) -> str:
-    """`python -m payload ARGS` in the pushed copy, or exit 99 when it is absent."""
+def command(ex: Executor, args: Sequence[str], launcher: Sequence[str] = ()) -> str:
+    """`python [LAUNCHER] -m payload ARGS` in the pushed copy, or exit 99 when it is absent.
+
+    LAUNCHER runs the payload under another module, e.g. torch.distributed.run.
+    """
     d = shlex.quote(remote_dir(ex.node.work_dir))
     py = shlex.quote(ex.node.python)
-    argv = " ".join(shlex.quote(a) for a in args)
-    return (f"if [ -f {d}/.complete ]; then cd {d} && exec {py} -m payload {argv}; "
+    argv = " ".join(shlex.quote(a) for a in [*launcher, "-m", "payload", *args])
+    return (f"if [ -f {d}/.complete ]; then cd {d} && exec {py} {argv}; "
             f"else echo {NEED_PAYLOAD_MARK}; exit {NEED_PAYLOAD_RC}; fi")
 
 
@@ -75,15 +78,27 @@ def push(ex: Executor, staging: Path) -> None:
            timeout=120).raise_for_status("unpacking the payload")
 
 
+def ensure(ex: Executor, staging: Path) -> None:
+    """Push the payload unless the node has this exact version (one round trip when it has)."""
+    d = shlex.quote(remote_dir(ex.node.work_dir))
+    if ex.run(f"test -f {d}/.complete", timeout=60).rc != 0:
+        _locked_push(ex, staging)
+
+
+def _locked_push(ex: Executor, staging: Path) -> None:
+    with _push_guard:
+        lock = _push_locks.setdefault(ex.node.name, threading.Lock())
+    with lock:
+        push(ex, staging)
+
+
 def run(ex: Executor, args: Sequence[str], *, staging: Path, timeout: float,
-        stdout_path: Path | None = None) -> CommandResult:
+        stdout_path: Path | None = None, launcher: Sequence[str] = (),
+        env: dict[str, str] | None = None) -> CommandResult:
     """Run the payload, pushing it first if the node does not have this version."""
-    cmd = command(ex, args)
-    res = ex.run(cmd, timeout=timeout, stdout_path=stdout_path)
+    cmd = command(ex, args, launcher)
+    res = ex.run(cmd, timeout=timeout, stdout_path=stdout_path, env=env)
     if res.rc == NEED_PAYLOAD_RC and NEED_PAYLOAD_MARK in res.stdout:
-        with _push_guard:
-            lock = _push_locks.setdefault(ex.node.name, threading.Lock())
-        with lock:
-            push(ex, staging)
-        res = ex.run(cmd, timeout=timeout, stdout_path=stdout_path)
+        _locked_push(ex, staging)
+        res = ex.run(cmd, timeout=timeout, stdout_path=stdout_path, env=env)
     return res

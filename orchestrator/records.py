@@ -54,6 +54,9 @@ class Measurement(_Record):
 
 
 def worst(findings: list[Finding]) -> Severity:
-    if not findings:
-        return "PASS"
-    return max((f.severity for f in findings), key=lambda s: SEVERITY_ORDER[s])
+    """FAIL over WARN over PASS; INFO alone counts as PASS."""
+    levels = {f.severity for f in findings}
+    for sev in ("FAIL", "WARN"):
+        if sev in levels:
+            return sev
+    return "PASS"

@@ -144,10 +144,11 @@ class Run:
 
     @classmethod
     def create(cls, root: Path, *, command: str, suite_hash: str, suite: dict[str, Any],
-               inventory_path: Path) -> Run:
+               inventory_path: Path | None) -> Run:
         run = cls(root, new_run_id())
         run.dir.mkdir(parents=True, exist_ok=False)
-        shutil.copyfile(inventory_path, run.dir / "inventory.yaml")
+        if inventory_path is not None:
+            shutil.copyfile(inventory_path, run.dir / "inventory.yaml")
         run.meta = {"run_id": run.run_id, "started": _now(), "finished": None,
                     "command": command, "suite_hash": suite_hash, "suite": suite,
                     "gpuvet_version": __version__, "schema": SCHEMA_VERSION,
@@ -174,6 +175,18 @@ class Run:
     def finish(self, status: str) -> None:
         self.meta.update(finished=_now(), status=status)
         self.save_meta()
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[Run]:
+        """A run that dies records why: status "interrupted" or "error", never "running"."""
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.finish("interrupted")
+            raise
+        except BaseException:
+            self.finish("error")
+            raise
 
     def node_dir(self, node: str, step: str) -> Path:
         d = self.dir / "nodes" / node / step

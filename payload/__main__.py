@@ -12,6 +12,9 @@ from typing import List, Optional, Tuple
 # (name, module, one-line help).
 SUBCOMMANDS: List[Tuple[str, str, str]] = [
     ("collect", "payload.collect", "run the fixed command list and write one JSON document"),
+    ("nccl-build", "payload.ncclbuild", "build nccl-tests at a commit, cached by toolchain"),
+    ("allreduce-bench", "payload.allreduce",
+     "torch.distributed all_reduce benchmark in nccl-tests' columns (run under torchrun)"),
 ]
 
 

@@ -182,10 +182,11 @@ def build(args: Any) -> Dict[str, Any]:
     doc.update(cache_key=key, build_dir=build_dir, binary=os.path.join(build_dir, BINARY),
                log=log_path)
     done = os.path.join(out_dir, "build.json")
+    doc["gpus"] = visible_gpus(env)
     if os.path.isfile(done) and os.path.isfile(doc["binary"]):
         with open(done) as f:
             prev = json.load(f)
-        prev["cached"] = True
+        prev.update(cached=True, gpus=doc["gpus"])
         return prev
     os.makedirs(out_dir, exist_ok=True)
     log: List[str] = []
@@ -221,8 +222,26 @@ def build(args: Any) -> Dict[str, Any]:
             res["rc"], log_path)
     else:
         doc["ok"] = True
+        doc["flags"] = supported_flags(doc["binary"], env)
         _write(done, json.dumps(doc, indent=1))
     return doc
+
+
+def supported_flags(binary: str, env: Dict[str, str]) -> List[str]:
+    """Options this build's help lists (e.g. -J, -T appeared in later versions)."""
+    res = run_command([binary, "-h"], 60.0, env=env)
+    return sorted(set(re.findall(r"\[(-[A-Za-z]),--", res["stdout"] + res["stderr"])))
+
+
+def visible_gpus(env: Dict[str, str]) -> Optional[int]:
+    """GPUs this node's processes see: CUDA_VISIBLE_DEVICES wins over nvidia-smi's count."""
+    vis = env.get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        return len([d for d in vis.split(",") if d.strip() and d.strip() != "-1"])
+    res = run_command(["nvidia-smi", "-L"], 30.0, env=env)
+    if res["rc"] != 0:
+        return None
+    return len([ln for ln in res["stdout"].splitlines() if ln.startswith("GPU ")])
 
 
 def _write(path: str, text: str) -> None:

@@ -1,0 +1,155 @@
+"""nccl-tests planning: source, build on a node, and the exact command lines.
+
+Every parameter is passed explicitly, so a version's defaults never leak into
+a comparison. Multi-node runs use mpirun with one application context per
+node (MPMD), so each node runs its own binary path and its own environment
+(a simulated node's CUDA_VISIBLE_DEVICES and NCCL_HOSTID included).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestrator import payload as payload_mod
+from orchestrator.errors import StepError, UsageError
+from orchestrator.executors.base import Executor, put_verified
+from orchestrator.inventory import Node
+from orchestrator.suite import NcclParams
+
+# Environment every nccl-tests and torch run gets, on every provider alike.
+# NVLink SHARP (NVLS) stays off: it is not available on most rented nodes and
+# would make runs of the same suite incomparable across providers.
+RUN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH", "NCCL_NVLS_ENABLE": "0"}
+
+
+def cache_dir(node: Node) -> str:
+    return f"{node.work_dir.rstrip('/')}/cache"
+
+
+def source_archive(params: NcclParams, staging: Path) -> Path | None:
+    """The source archive to push, made with `git archive` from a local checkout."""
+    local = params.source.local_path
+    if not local:
+        return None
+    path = Path(local).expanduser()
+    commit = params.source.commit
+    if path.is_file():
+        return path
+    if not (path / ".git").exists() and not (path / "HEAD").is_file():
+        raise UsageError(f"nccl-tests source {path} is neither an archive nor a git checkout",
+                         hint="point nccl.source.local_path at a clone of NVIDIA/nccl-tests "
+                              "or at `git archive` output")
+    out = staging / f"nccl-tests-{commit[:12]}.tar.gz"
+    if not out.is_file():
+        staging.mkdir(parents=True, exist_ok=True)
+        res = subprocess.run(["git", "-C", str(path), "archive", "--format=tar.gz",
+                              f"--prefix=nccl-tests-{commit[:12]}/", "-o", str(out), commit],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise UsageError(f"git archive of {commit} in {path} failed: {res.stderr.strip()}",
+                             hint="fetch that commit into the checkout (git fetch origin)")
+    return out
+
+
+def build_args(node: Node, params: NcclParams, remote_archive: str | None) -> list[str]:
+    args = ["nccl-build", "--cache", cache_dir(node), "--commit", params.source.commit,
+            "--timeout", str(params.build_timeout_s)]
+    if remote_archive:
+        args += ["--archive", remote_archive]
+    else:
+        args += ["--url", params.source.url]
+    return args
+
+
+def build(ex: Executor, params: NcclParams, archive: Path | None, staging: Path,
+          out_dir: Path) -> dict[str, Any]:
+    """Build (or reuse) nccl-tests on one node; returns the build document."""
+    remote_archive = None
+    if archive is not None:
+        remote_archive = f"{cache_dir(ex.node)}/{archive.name}"
+        put_verified(ex, archive, remote_archive)
+    res = payload_mod.run(ex, build_args(ex.node, params, remote_archive), staging=staging,
+                          timeout=params.build_timeout_s + 120,
+                          stdout_path=out_dir / "build.json")
+    if res.timed_out:
+        raise StepError(f"nccl-tests build timed out after {params.build_timeout_s:.0f} s",
+                        node=ex.node.name)
+    try:
+        doc: dict[str, Any] = json.loads(res.stdout)
+    except json.JSONDecodeError:
+        raise StepError(f"nccl-tests build printed no result (rc={res.rc}): "
+                        f"{res.stderr.strip()[-400:]}", node=ex.node.name) from None
+    log = doc.get("log")
+    if log:
+        try:
+            ex.get(log, out_dir / "build.log")
+            doc["log_local"] = str(out_dir / "build.log")
+        except Exception:  # the log is evidence, not a result: the build verdict stands
+            pass
+    return doc
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    argv: list[str]
+    json_path: str | None
+
+
+def perf_argv(binary: str, params: NcclParams, gpus: int, flags: set[str],
+              json_path: str | None) -> RunPlan:
+    argv = [binary, "-b", params.min_bytes, "-e", params.max_bytes, "-f", str(params.step_factor),
+            "-g", str(gpus), "-c", str(params.check), "-n", str(params.iters),
+            "-w", str(params.warmup_iters), "-d", params.datatype, "-o", params.op]
+    if "-T" in flags:
+        argv += ["-T", str(int(params.timeout_s))]
+    use_json = json_path if "-J" in flags else None
+    if use_json:
+        argv += ["-J", use_json]
+    return RunPlan(argv, use_json)
+
+
+def run_env(params: NcclParams) -> dict[str, str]:
+    env = dict(RUN_ENV)
+    if params.ring_only:
+        env["NCCL_ALGO"] = "Ring"
+    return env
+
+
+def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, str],
+                   *, local: bool) -> str:
+    """One mpirun with an application context per node: (node, argv, ranks)."""
+    # Open MPI refuses root unless told; nodes rented as root are common.
+    parts = ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+             "mpirun", "--bind-to", "none", "--mca", "plm_rsh_agent",
+             "ssh -o BatchMode=yes -o ConnectTimeout=15"]
+    if local:
+        parts.append("--oversubscribe")
+    cmd = " ".join(shlex.quote(p) for p in parts)
+    ctxs = []
+    for node, argv, ranks in contexts:
+        host = "localhost" if local else (node.host or node.name)
+        # -x given before the first context reaches that context only (Open MPI MPMD):
+        # every context carries the run's and its node's environment itself.
+        ctx = ["-np", str(ranks), "-H", f"{host}:{ranks}", "-x", "LD_LIBRARY_PATH", "-x", "PATH"]
+        for k, v in sorted({**env, **node.env}.items()):
+            ctx += ["-x", f"{k}={v}"]
+        ctxs.append(" ".join(shlex.quote(p) for p in [*ctx, *argv]))
+    return cmd + " " + " : ".join(ctxs)
+
+
+def torch_bench_args(params: NcclParams) -> list[str]:
+    return ["allreduce-bench", "-b", params.min_bytes, "-e", params.max_bytes,
+            "-f", str(params.step_factor), "-n", str(params.iters),
+            "-w", str(params.warmup_iters), "-c", str(params.check)]
+
+
+def torchrun_launcher(nnodes: int, node_rank: int, nproc: int, master: str,
+                      port: int) -> list[str]:
+    return ["-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank",
+            str(node_rank), "--nproc-per-node", str(nproc), "--master-addr", master,
+            "--master-port", str(port)]

@@ -1,0 +1,199 @@
+"""Turn nccl-tests (or torch benchmark) logs into measurements and findings.
+
+Shared by live runs and `gpuvet import nccl-tests`: whatever produced a log,
+the same rules judge it. Nothing here reads anything but the saved logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import parsers, stats
+from orchestrator.errors import ParseError
+from orchestrator.inventory import Inventory, Node
+from orchestrator.parsers._nccl_common import NcclTestsRun
+from orchestrator.records import Finding, Measurement, Severity
+from orchestrator.store import Run
+from orchestrator.suite import Suite
+
+STEP = "nccl"
+# Below 16 MiB a round takes tens of microseconds on NVLink: round-to-round
+# differences there are latency jitter, not bandwidth, and are not judged.
+SMALLEST_JUDGED = 16 << 20
+
+
+@dataclass
+class Series:
+    """One scope's rounds: (round, log path, timed out)."""
+
+    scope: str  # single | multi | torch_single | torch_multi | imported
+    nodes: list[Node]
+    logs: list[tuple[int, Path, bool]]
+    build: dict[str, Any] = field(default_factory=dict)
+    engine: str = "nccl-tests"
+    provider: str | None = None
+
+    @property
+    def where(self) -> str:
+        if len(self.nodes) == 1 and self.scope != "imported":
+            return self.nodes[0].name
+        return f"provider:{self.prov}"
+
+    @property
+    def prov(self) -> str:
+        return self.provider or self.nodes[0].provider
+
+
+def judge_series(s: Series, run: Run, inv: Inventory | None,
+                 suite: Suite) -> tuple[list[Finding], list[Measurement]]:
+    findings: list[Finding] = []
+    ms: list[Measurement] = []
+
+    def add(code: str, sev: Severity, msg: str, ev: list[str] | None = None,
+            **details: Any) -> None:
+        findings.append(Finding(run_id=run.run_id, node=s.where, provider=s.prov, step=STEP,
+                                code=code, severity=sev, message=f"[{s.scope}] {msg}",
+                                evidence=ev or [], details=details))
+
+    parsed: list[tuple[int, NcclTestsRun, str]] = []
+    for rnd, path, timed_out in s.logs:
+        rel = _rel(run, path)
+        if timed_out:
+            add("NCCL_TIMEOUT", "FAIL", f"round {rnd} hung and was killed after "
+                f"{suite.nccl.timeout_s:.0f} s", [rel])
+        text = path.read_text(errors="replace") if path.is_file() else ""
+        try:
+            res = parsers.parse("nccl-tests", text, source=rel)
+        except ParseError as exc:
+            add("NCCL_OUTPUT_UNREADABLE", "FAIL", f"round {rnd}: {exc.what}", [rel])
+            continue
+        assert isinstance(res, NcclTestsRun)
+        parsed.append((rnd, res, rel))
+        for fl in res.failures:
+            add("NCCL_TEST_FAILURE", "FAIL", f"round {rnd}, line {fl.line_no}: {fl.kind}: "
+                f"{fl.text.strip()[:200]}", [rel], line=fl.line_no, kind=fl.kind)
+        if res.truncated:
+            add("NCCL_TRUNCATED", "FAIL", f"round {rnd}: output ends inside the table "
+                "(the run crashed or was killed)", [rel])
+        if not res.rows and not res.failures and not timed_out:
+            add("NCCL_NO_RESULTS", "FAIL", f"round {rnd}: no result rows", [rel])
+        if res.avg_busbw_agrees is False:
+            add("NCCL_AVG_MISMATCH", "WARN", f"round {rnd}: reported average bus bandwidth "
+                f"{res.avg_busbw_reported} differs from the rows' mean "
+                f"{res.avg_busbw_recomputed:.3f}", [rel])
+        ms += _measurements(s, run, suite, rnd, res)
+        if s.engine == "nccl-tests":
+            _transports(s, text, rnd, rel, inv, add)
+    if parsed:
+        _stability(s, parsed, suite, inv, add)
+    return findings, ms
+
+
+def _rel(run: Run, path: Path) -> str:
+    try:
+        return run.rel(path)
+    except ValueError:
+        return str(path)
+
+
+def _measurements(s: Series, run: Run, suite: Suite, rnd: int,
+                  res: NcclTestsRun) -> list[Measurement]:
+    out = []
+    tags_base = {"scope": s.scope, "engine": s.engine, "op": res.op,
+                 "nccl_version": res.nccl_version,
+                 "nccl_tests_commit": s.build.get("built_commit"),
+                 "nccl_tests_version": res.tests_version,
+                 "gpus": len(res.ranks) or None}
+    for row in res.rows:
+        for inplace, r in ((False, row.out_of_place), (True, row.in_place)):
+            for metric, value, unit in (("busbw", r.busbw_gbs, "GB/s"),
+                                        ("algbw", r.algbw_gbs, "GB/s"),
+                                        ("time", r.time_us, "us")):
+                out.append(Measurement(
+                    run_id=run.run_id, provider=s.prov, nodes=[n.name for n in s.nodes],
+                    step=STEP, metric=metric, value=value, unit=unit,
+                    suite_hash=suite.hash, round=rnd,
+                    tags={**tags_base, "size": row.size_bytes, "type": row.type,
+                          "inplace": inplace, "wrong": r.wrong}))
+    return out
+
+
+def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
+                add: Any) -> None:
+    try:
+        dbg = parsers.parse("nccl-debug", text, source=rel)
+    except ParseError:
+        return  # no NCCL INFO lines in this log: nothing to say about transports
+    used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport
+                   for c in dbg.connections})  # type: ignore[attr-defined]
+    if rnd == 1:
+        add("NCCL_TRANSPORTS", "INFO", f"NCCL {dbg.nccl_version or '?'}, "  # type: ignore[attr-defined]
+            f"{dbg.n_ranks or '?'} rank(s) on {dbg.n_nodes or '?'} node(s), "  # type: ignore[attr-defined]
+            f"transports: {', '.join(used) or 'none seen'}"
+            f"{', GPUDirect RDMA' if dbg.gdrdma else ''}", [rel],  # type: ignore[attr-defined]
+            transports=used, n_nodes=dbg.n_nodes)  # type: ignore[attr-defined]
+    if s.scope != "multi" or inv is None or not s.nodes:
+        return
+    fabric = inv.provider_of(s.nodes[0]).expect.fabric.type
+    sockets = [c for c in dbg.connections  # type: ignore[attr-defined]
+               if c.transport == "NET" and (c.net or "").lower() == "socket"]
+    if fabric in ("ib", "roce", "efa") and sockets:
+        lines = sorted({c.line_no for c in sockets})[:5]
+        add("NCCL_SOCKET_FALLBACK", "FAIL",
+            f"round {rnd}: {fabric} was ordered but NCCL talks between nodes over TCP sockets "
+            f"(NET/Socket, log lines {', '.join(map(str, lines))}); check the RDMA devices, "
+            "NCCL_IB_HCA and the network plugin", [rel], lines=lines)
+
+
+def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Suite,
+               inv: Inventory | None, add: Any) -> None:
+    rounds = [{row.size_bytes: row.out_of_place.busbw_gbs for row in res.rows}
+              for _, res, _ in parsed]
+    evidence = [rel for _, _, rel in parsed]
+    table = stats.stability(rounds)
+    if len(parsed) > 1:
+        for st in table:
+            if st.size_bytes < SMALLEST_JUDGED:
+                continue
+            drops = st.drops(suite.nccl.drop_tolerance)
+            if drops:
+                add("NCCL_ROUND_DROP", "WARN",
+                    f"{_size(st.size_bytes)}: round(s) {drops} more than "
+                    f"{suite.nccl.drop_tolerance:.0%} below the median {st.median:.1f} GB/s "
+                    f"({', '.join(f'{v:.1f}' for v in st.values)})", evidence,
+                    size=st.size_bytes, values=list(st.values))
+    if not table:
+        return
+    top = table[-1]
+    add("NCCL_BUSBW", "INFO", f"busbw at {_size(top.size_bytes)}: median {top.median:.1f} GB/s "
+        f"over {len(top.values)} round(s) (min {top.min:.1f}, max {top.max:.1f}, "
+        f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
+    ref = _reference(s, parsed[0][1], inv)
+    if ref is None or top.size_bytes < ref.min_size_bytes:
+        return
+    verdict = ref.verdict(top.median)
+    sev: Severity = "WARN" if verdict == "below" else "PASS"
+    add("NCCL_REFERENCE", sev, f"busbw {top.median:.1f} GB/s at {_size(top.size_bytes)} is "
+        f"{verdict} the reference band {ref.lower:g}-{ref.upper:g} GB/s "
+        f"(expected about {ref.value:g}{'; ' + ref.note if ref.note else ''})", evidence,
+        reference=ref.model_dump(), measured=top.median)
+
+
+def _reference(s: Series, res: NcclTestsRun, inv: Inventory | None) -> stats.Reference | None:
+    if inv is not None and s.nodes:
+        band = inv.provider_of(s.nodes[0]).expect.nccl_busbw
+        if band is not None and s.scope in ("single", "multi"):
+            return stats.Reference(**band.model_dump())
+    if s.scope not in ("single", "multi", "imported") or not res.ranks:
+        return None
+    n_nodes = len(s.nodes) or 1
+    return stats.find_reference(res.ranks[0].name, len(res.ranks) // n_nodes, n_nodes)
+
+
+def _size(n: int) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"

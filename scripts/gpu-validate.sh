@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Validate gpuvet on a 2-GPU host with the local executor (inventories/h200x2-local.yaml):
+# preflight, nccl-tests single node (-g 2, up to 4 GiB, with the torch benchmark),
+# and two simulated nodes over NET/Socket with mpirun (and torch). Writes a
+# tarball of the results folder and the console outputs to $OUT.
+#
+#   OUT=/tmp/validate NCCL_TESTS_SRC=path/to/nccl-tests.tar.gz scripts/gpu-validate.sh
+set -u
+OUT=${OUT:-/tmp/gpuvet-validate}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 COLUMNS=200
+if [ -d .whl ] && ! python3 -c 'import pydantic, ruamel.yaml' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+SRC=${NCCL_TESTS_SRC:-}
+suite() {  # $1 file, $2 max bytes
+  { echo "nccl:"; echo "  max_bytes: $2"
+    [ -n "$SRC" ] && { echo "  source:"; echo "    local_path: $SRC"; }; } > "$1"
+}
+suite /tmp/suite-single.yaml 4G
+suite /tmp/suite-multi.yaml 128M
+rm -rf /tmp/gpuvet-local
+INV=inventories/h200x2-local.yaml
+R=$OUT/results
+step() { local name=$1; shift; local t0=$SECONDS
+  python3 -m orchestrator "$@" > "$OUT/$name.txt" 2>&1; local rc=$?
+  echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"; }
+nvidia-smi -L | tee "$OUT/gpus.txt"
+step preflight preflight -i $INV --results "$R" -v
+step nccl-single nccl -i $INV -p h200 --suite /tmp/suite-single.yaml --no-multi --torch -v --results "$R"
+step nccl-multi nccl -i $INV -p h200-sim --suite /tmp/suite-multi.yaml --no-single --torch -v --results "$R"
+step nccl-single-cached nccl -i $INV -p h200 --suite /tmp/suite-multi.yaml --no-multi -v --results "$R"
+tar czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$R"
+tail -n 40 "$OUT"/nccl-*.txt | cut -c1-220
+cat "$OUT/steps.txt"

@@ -1,0 +1,513 @@
+"""Every preflight check, proven on real (2x H200) and synthetic rented-fleet outputs.
+
+Documents go through judge_document, the path live and --from runs share, so
+the parsers and the checks are exercised together.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from collectdoc import (
+    H200_MPI,
+    H200_NCCL,
+    H200_ORDER,
+    H200_TOOLS,
+    NO_MPI,
+    NO_NCCL,
+    doc_from,
+    fixture,
+    h200_doc,
+    h200_text,
+    inventory,
+    path_info,
+)
+
+from orchestrator import checks
+from orchestrator import inventory as inv_mod
+from orchestrator.records import Finding
+from orchestrator.steps.preflight import judge_document
+
+REPO = Path(__file__).resolve().parents[2]
+SYN = "synthetic/"
+DGX_CSV = SYN + "query-gpu_dgx-a100-80gb_r535.csv"
+PCIE40_CSV = SYN + "query-gpu_4x-a100-pcie-40gb_r470.csv"
+A100_ORDER: dict[str, Any] = {"gpu_model": "A100-SXM4-80GB", "gpus_per_node": 8,
+                              "memory_per_gpu_gb": 80, "form_factor": "sxm",
+                              "interconnect": "nvswitch"}
+
+
+def judge(doc: dict[str, Any], expect: dict[str, Any], node: str = "node-a") -> list[Finding]:
+    inv = inventory(expect, nodes=[node])
+    return judge_document(doc, inv.node(node), inv, "run-1", None).findings
+
+
+def codes(findings: list[Finding]) -> dict[str, list[Finding]]:
+    out: dict[str, list[Finding]] = {}
+    for f in findings:
+        out.setdefault(f.code, []).append(f)
+    return out
+
+
+def one(findings: list[Finding], code: str) -> Finding:
+    got = [f for f in findings if f.code == code]
+    assert len(got) == 1, (code, [(f.code, f.severity, f.message) for f in findings])
+    return got[0]
+
+
+def messages(findings: list[Finding], code: str) -> list[str]:
+    return [f.message for f in findings if f.code == code]
+
+
+# --------------------------------------------------------------------------- the real node
+
+def test_real_h200_passes_its_own_order() -> None:
+    fs = judge(h200_doc(), H200_ORDER)
+    assert [f for f in fs if f.severity == "FAIL"] == []
+    assert [f for f in fs if f.severity == "WARN"] == []
+    for code in ("GPU_COUNT", "GPU_MODEL", "GPU_MEMORY", "FORM_FACTOR", "INTERCONNECT",
+                 "TORCH_SEES_GPUS", "BUILD_TOOLS", "CKPT_DIR"):
+        assert one(fs, code).severity == "PASS", code
+    assert one(fs, "GPU_COUNT").message == "2 GPU(s) found, 2 ordered"
+    assert one(fs, "GPU_MODEL").message == "NVIDIA H200 matches H200"
+    assert one(fs, "GPU_MEMORY").message == "every GPU has >= 141 GB"
+    assert one(fs, "INTERCONNECT").message == "every GPU pair on NVLink (NV18)"
+    assert one(fs, "TORCH_SEES_GPUS").message == "PyTorch 2.11.0+cu130 sees 2 GPU(s), CUDA 13.0"
+    # no fabric ordered: no RDMA check at all, although ibv_devinfo is not installed
+    assert not {"IB_MISSING", "IB_PORTS"} & set(codes(fs))
+
+
+def test_real_h200_against_the_shipped_a100_order() -> None:
+    inv = inv_mod.load(REPO / "inventories/example-two-providers.yaml")
+    node = inv.node("alpha-1")
+    fs = judge_document(h200_doc(), node, inv, "run-1", None).findings
+    count = one(fs, "GPU_COUNT")
+    assert (count.severity, count.message) == ("FAIL", "2 GPU(s) found, 8 ordered")
+    assert count.details == {"found": 2, "ordered": 8}
+    model = one(fs, "GPU_MODEL")
+    assert model.severity == "FAIL"
+    assert "(A100-SXM4-80GB)" in model.message
+    assert "GPU0 NVIDIA H200" in model.message and "GPU1 NVIDIA H200" in model.message
+    assert one(fs, "GPU_MEMORY").severity == "PASS"  # 141 GB >= 80 GB
+    assert one(fs, "IB_MISSING").severity == "FAIL"  # ib ordered, no HCA on this host
+    assert all(f.node == "alpha-1" and f.provider == "alpha-cloud" for f in fs)
+
+
+# --------------------------------------------------------------------------- GPUs
+
+def test_a100_40gb_sold_as_80gb() -> None:
+    doc = doc_from({"query_gpu": PCIE40_CSV})
+    fs = judge(doc, {"gpu_model": "A100 80GB", "gpus_per_node": 4, "memory_per_gpu_gb": 80})
+    mem = one(fs, "GPU_MEMORY")
+    assert mem.severity == "FAIL"
+    assert mem.message.startswith("GPU memory below the 80 GB ordered: GPU0 39.6 GiB, ")
+    assert "GPU3 39.6 GiB" in mem.message
+    assert one(fs, "GPU_MODEL").severity == "FAIL"
+    assert one(fs, "GPU_COUNT").severity == "PASS"
+
+
+def test_a100_80gb_memory_passes() -> None:
+    fs = judge(doc_from({"query_gpu": DGX_CSV}), {"memory_per_gpu_gb": 80})
+    assert one(fs, "GPU_MEMORY").severity == "PASS"
+
+
+def test_form_factor_pcie_delivered_for_sxm() -> None:
+    doc = doc_from({"query_gpu": SYN + "query-gpu_2x-a100-80gb-pcie-vm_r550.csv"})
+    ff = one(judge(doc, {"form_factor": "sxm"}), "FORM_FACTOR")
+    assert ff.severity == "FAIL"
+    assert ff.message == "NVIDIA A100 80GB PCIe is PCIE, SXM ordered"
+
+
+def _mig_csv() -> str:
+    """Four DGX A100 GPUs, MIG mode on for GPUs 0 and 1 (as in the -L listing)."""
+    lines = fixture(DGX_CSV).splitlines()[:5]
+    for i in (1, 2):
+        lines[i] = lines[i].replace(", Disabled, Default", ", Enabled, Default")
+    return "\n".join(lines) + "\n"
+
+
+def test_mig_enabled_fails_unless_allowed() -> None:
+    doc = doc_from({"nvidia_smi_L": SYN + "nvidia-smi-L_a100-sxm4-80gb-mig_r535.txt"},
+                   texts={"query_gpu": _mig_csv()})
+    mig = one(judge(doc, {}), "MIG_ENABLED")
+    assert mig.severity == "FAIL"
+    assert "GPUs [0, 1]" in mig.message and "(5 MIG device(s))" in mig.message
+    assert "slices, not whole GPUs" in mig.message
+    assert "MIG_ENABLED" not in codes(judge(doc, {"mig_allowed": True}))
+
+
+def test_no_mig_no_finding() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV})
+    assert "MIG_ENABLED" not in codes(judge(doc, {}))
+
+
+# --------------------------------------------------------------------------- topology
+
+def test_pcie_only_topology_with_nvswitch_ordered() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "topo_m": SYN + "topo-m_8x-a100-pcie_r550.txt"})
+    ic = one(judge(doc, {"interconnect": "nvswitch"}), "INTERCONNECT")
+    assert ic.severity == "FAIL"
+    assert ic.message.startswith("nvswitch ordered but 28 GPU pair(s) do not talk over NVLink: "
+                                 "GPU0-GPU1 PIX, GPU0-GPU2 NODE")
+    assert "GPU0-GPU4 SYS" in ic.message and ic.message.endswith("(+16 more)")
+    assert len(ic.details["pairs"]) == 28 and [0, 1, "PIX"] in ic.details["pairs"]
+
+
+@pytest.mark.parametrize("topo", ["topo-m_dgx-a100_r535.txt", "topo-m_dgx-a100_r470.txt"])
+def test_dgx_a100_topology_passes(topo: str) -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "topo_m": SYN + topo})
+    ic = one(judge(doc, {"interconnect": "nvswitch"}), "INTERCONNECT")
+    assert (ic.severity, ic.message) == ("PASS", "every GPU pair on NVLink (NV12)")
+
+
+def test_no_topology_matrix_is_a_warning() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV}, failed={"topo_m": (255, "topo not supported")})
+    f = one(judge(doc, {"interconnect": "nvlink"}), "TOPOLOGY_UNKNOWN")
+    assert f.severity == "WARN" and "NVLink could not be verified" in f.message
+
+
+def test_p2p_not_supported() -> None:
+    text = h200_text("topo_p2p_n").replace("\tOK\t", "\tNS\t")
+    fs = judge(h200_doc(texts={"topo_p2p_n": text}), H200_ORDER)
+    p2p = one(fs, "P2P_NOT_OK")
+    assert (p2p.severity, p2p.message) == (
+        "FAIL", "peer-to-peer not OK between 1 GPU pair(s): GPU0-GPU1 NS")
+
+
+def test_p2p_chipset_not_supported_across_sockets() -> None:
+    doc = doc_from({"query_gpu": PCIE40_CSV,
+                    "topo_p2p_n": SYN + "topo-p2p-n_4x-a100-pcie_r470.txt"})
+    p2p = one(judge(doc, {}), "P2P_NOT_OK")
+    assert "4 GPU pair(s)" in p2p.message and "GPU0-GPU2 CNS" in p2p.message
+    assert "GPU0-GPU1" not in p2p.message  # OK within a socket
+
+
+def test_p2p_all_ok_no_finding() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "topo_p2p_n": SYN + "topo-p2p-n_dgx-a100_r535.txt"})
+    assert "P2P_NOT_OK" not in codes(judge(doc, {}))
+
+
+# --------------------------------------------------------------------------- health
+
+def test_health_of_a_worn_pcie_box() -> None:
+    fs = judge(doc_from({"query_gpu": PCIE40_CSV}), {})
+    pcie = messages(fs, "PCIE_LINK_DEGRADED")
+    assert any(m.startswith("GPU1 PCIe link Gen4 x8, capable of Gen4 x16") for m in pcie)
+    assert any(m.startswith("GPU0 PCIe link Gen1 x16, capable of Gen4 x16") for m in pcie)
+    assert all(f.severity == "WARN" for f in fs if f.code == "PCIE_LINK_DEGRADED")
+    power = one(fs, "POWER_LIMIT_LOW")
+    assert power.severity == "WARN"
+    assert power.message.startswith("GPU1 power limit 200 W, the card allows 250 W")
+    held = {m.split()[0]: m for m in messages(fs, "CLOCKS_HELD_BACK")}
+    assert held["GPU1"] == ("GPU1 clocks held back: SwPowerCap, SwThermalSlowdown, "
+                            "HwPowerBrakeSlowdown")
+    assert held["GPU3"] == "GPU3 clocks held back: HwSlowdown"
+    assert "GPU0" not in held  # GpuIdle is not a slowdown
+    ecc = one(fs, "ECC_UNCORRECTABLE")
+    assert ecc.severity == "FAIL" and ecc.message.startswith("GPU3 has 4 uncorrectable ECC")
+    retired = one(fs, "RETIRED_PAGES_PENDING")
+    assert retired.severity == "FAIL" and retired.message.startswith("GPU3 has retired pages")
+
+
+def test_dgx_ecc_and_power_cap() -> None:
+    fs = judge(doc_from({"query_gpu": DGX_CSV}), {})
+    assert messages(fs, "ECC_UNCORRECTABLE")[0].startswith("GPU6 has 3 uncorrectable")
+    assert messages(fs, "CLOCKS_HELD_BACK") == ["GPU5 clocks held back: SwPowerCap"]
+    assert "RETIRED_PAGES_PENDING" not in codes(fs)  # [N/A] is unknown, not pending
+    assert "PCIE_LINK_DEGRADED" not in codes(fs)
+
+
+def test_pcie_below_order() -> None:
+    fs = judge(doc_from({"query_gpu": DGX_CSV}), {"pcie": {"min_gen": 5}})
+    below = messages(fs, "PCIE_BELOW_ORDER")
+    assert len(below) == 8 and below[0] == "GPU0 PCIe Gen4 max, Gen5 ordered"
+
+
+def test_hot_gpu() -> None:
+    csv = fixture(PCIE40_CSV).replace(", 82, 1005 MHz", ", 91, 1005 MHz")
+    temp = one(judge(doc_from(texts={"query_gpu": csv}), {}), "TEMPERATURE_HIGH")
+    assert temp.severity == "WARN" and temp.message.startswith("GPU1 at 91 C (> 85 C)")
+
+
+def test_remapped_rows_pending_on_real_xml() -> None:
+    xml = h200_text("nvidia_smi_q_xml").replace(
+        "<remapped_row_pending>No</remapped_row_pending>",
+        "<remapped_row_pending>Yes</remapped_row_pending>", 1)
+    fs = judge(h200_doc(texts={"nvidia_smi_q_xml": xml}), H200_ORDER)
+    rr = one(fs, "REMAPPED_ROWS")
+    assert (rr.severity, rr.message) == ("FAIL", "GPU0 memory: row remapping pending")
+    assert "REMAPPED_ROWS" not in codes(judge(h200_doc(), H200_ORDER))
+
+
+def test_remapping_failure_on_old_driver_xml() -> None:
+    doc = doc_from({"query_gpu": PCIE40_CSV,
+                    "nvidia_smi_q_xml": SYN + "nvidia-smi-q_a100-pcie-40gb_r470.xml"})
+    rr = one(judge(doc, {}), "REMAPPED_ROWS")
+    assert (rr.severity, rr.message) == ("FAIL", "GPU0 memory: a remapping failure")
+
+
+# --------------------------------------------------------------------------- torch
+
+def _torch_json(count: int, cuda: str | None = "12.1", available: bool = True,
+                version: str = "2.3.1+cu121") -> str:
+    devs = [{"index": i, "name": "NVIDIA A100-SXM4-80GB", "memory_bytes": 85_100_000_000,
+             "cc": [8, 0]} for i in range(count)]
+    return json.dumps({"torch": version, "cuda": cuda, "nccl": "2.18.1" if cuda else None,
+                       "available": available, "count": count, "devices": devs}) + "\n"
+
+
+def test_torch_sees_fewer_gpus_than_nvidia_smi() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV}, texts={"torch": _torch_json(4)},
+                   env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    f = one(judge(doc, {}), "TORCH_GPU_COUNT")
+    assert f.severity == "FAIL"
+    assert f.message.startswith("PyTorch sees 4 GPU(s), nvidia-smi 8. Likely causes: ")
+    assert "CUDA_VISIBLE_DEVICES=0,1,2,3 hides GPUs" in f.message
+    assert "the container mounts only some GPUs" in f.message
+    assert f.details == {"torch": 4, "nvidia_smi": 8}
+
+
+def test_torch_built_for_a_newer_cuda_than_the_driver() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "torch": SYN + "torch-info_no-cuda.txt"})
+    f = one(judge(doc, {}), "TORCH_GPU_COUNT")
+    assert "PyTorch sees 0 GPU(s), nvidia-smi 8" in f.message
+    assert "driver/runtime mismatch: PyTorch was built for CUDA 12.1" in f.message
+    assert "CUDA_VISIBLE_DEVICES" not in f.message and "CPU-only" not in f.message
+
+
+def test_cpu_only_torch() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV},
+                   texts={"torch": _torch_json(0, cuda=None, available=False,
+                                               version="2.3.1+cpu")})
+    f = one(judge(doc, {}), "TORCH_GPU_COUNT")
+    assert f.severity == "FAIL" and "this PyTorch is a CPU-only build" in f.message
+
+
+def test_torch_not_importable() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV},
+                   failed={"torch": (1, "Traceback (most recent call last):\n"
+                                        "ModuleNotFoundError: No module named 'torch'\n")})
+    f = one(judge(doc, {}), "TORCH_UNAVAILABLE")
+    assert f.severity == "WARN"
+    assert f.message == ("PyTorch could not be imported with /usr/bin/python3: "
+                         "ModuleNotFoundError: No module named 'torch'")
+
+
+# --------------------------------------------------------------------------- build tools
+
+def test_build_tools_all_missing() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV}, tools={"nvcc": None, "mpirun": None},
+                   nccl=NO_NCCL, mpi=NO_MPI)
+    f = one(judge(doc, {}), "BUILD_TOOLS")
+    assert f.severity == "WARN"
+    assert f.message.startswith("nccl-tests cannot build (multi-node) without: ")
+    assert "nvcc (install the CUDA toolkit" in f.message
+    assert "NCCL headers (libnccl-dev, or pip nvidia-nccl-cu12)" in f.message
+    assert "MPI for multi-node runs" in f.message
+
+
+def test_build_tools_only_mpi_header_missing() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV}, tools=H200_TOOLS, nccl=H200_NCCL,
+                   mpi={**H200_MPI, "mpi_h": []})
+    f = one(judge(doc, {}), "BUILD_TOOLS")
+    assert f.severity == "WARN" and "MPI" in f.message
+    assert "nvcc" not in f.message and "NCCL headers" not in f.message
+
+
+def test_build_tools_present() -> None:
+    system_header = {**NO_NCCL, "headers": [{"path": "/usr/include/nccl.h", "exists": True,
+                                             "version": "2.21.5"}]}
+    for nccl in (H200_NCCL, system_header):
+        doc = doc_from({"query_gpu": DGX_CSV}, tools=H200_TOOLS, nccl=nccl, mpi=H200_MPI)
+        f = one(judge(doc, {}), "BUILD_TOOLS")
+        assert (f.severity, f.message) == ("PASS", "nvcc, NCCL headers and MPI present")
+
+
+# --------------------------------------------------------------------------- fabric
+
+def test_ib_port_in_init() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "ibv_devinfo": SYN + "ibv_devinfo_dgx-a100.txt"})
+    fs = judge(doc, {"fabric": {"type": "ib", "nics": 10}})
+    down = one(fs, "IB_PORT_DOWN")
+    assert (down.severity, down.message) == ("FAIL", "RDMA ports not ACTIVE: mlx5_3:1 PORT_INIT")
+    count = one(fs, "IB_PORT_COUNT")
+    assert count.message == "9 active InfiniBand port(s), 10 ordered"
+
+
+def test_ib_all_active_passes() -> None:
+    text = fixture(SYN + "ibv_devinfo_dgx-a100.txt").replace("PORT_INIT (2)", "PORT_ACTIVE (4)")
+    fs = judge(doc_from({"query_gpu": DGX_CSV}, texts={"ibv_devinfo": text}),
+               {"fabric": {"type": "ib", "nics": 10}})
+    assert (one(fs, "IB_PORTS").severity, one(fs, "IB_PORTS").message) == (
+        "PASS", "10 InfiniBand port(s) ACTIVE")
+
+
+@pytest.mark.parametrize("how", ["none", "missing"])
+def test_ib_ordered_but_no_devices(how: str) -> None:
+    if how == "none":
+        doc = doc_from({"query_gpu": DGX_CSV, "ibv_devinfo": SYN + "ibv_devinfo_none.txt"})
+    else:
+        doc = doc_from({"query_gpu": DGX_CSV}, missing=["ibv_devinfo"])
+    f = one(judge(doc, {"fabric": {"type": "ib"}}), "IB_MISSING")
+    assert f.severity == "FAIL"
+    assert f.message.startswith("ib ordered but no RDMA device found")
+    assert "fall back to TCP sockets" in f.message
+
+
+def test_ib_rate_below_order() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "ibv_devinfo": SYN + "ibv_devinfo-v_hdr-roce.txt"})
+    fs = judge(doc, {"fabric": {"type": "ib", "rate_gbps": 400}})
+    rate = one(fs, "IB_RATE_LOW")
+    assert (rate.severity, rate.message) == (
+        "FAIL", "ports slower than the 400 Gb/s ordered: mlx5_0:1 200 Gb/s")
+    assert one(fs, "IB_PORT_DOWN").message == "RDMA ports not ACTIVE: mlx5_1:1 PORT_DOWN"
+    # HDR as ordered: no rate finding
+    assert "IB_RATE_LOW" not in codes(judge(doc, {"fabric": {"type": "ib", "rate_gbps": 200}}))
+
+
+def test_roce_looks_only_at_ethernet_ports() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "ibv_devinfo": SYN + "ibv_devinfo-v_hdr-roce.txt"})
+    fs = judge(doc, {"fabric": {"type": "roce", "nics": 1, "rate_gbps": 100}})
+    assert (one(fs, "IB_PORTS").severity, one(fs, "IB_PORTS").message) == (
+        "PASS", "1 Ethernet port(s) ACTIVE")
+    assert "IB_PORT_DOWN" not in codes(fs)  # the down port is InfiniBand
+
+
+# --------------------------------------------------------------------------- storage
+
+def _ckpt(info: dict[str, Any]) -> list[Finding]:
+    doc = doc_from({"query_gpu": DGX_CSV, "df": "h200x2/commands/df.txt"},
+                   paths={"work_dir": path_info("/home/ubuntu/gpuvet"), "ckpt_dir": info})
+    return [f for f in judge(doc, {}) if f.code.startswith("CKPT_DIR")]
+
+
+@pytest.mark.parametrize("info,where", [
+    (path_info("/mnt/ckpt", "tmpfs", "/mnt", source="tmpfs"), "on tmpfs (/mnt)"),
+    (path_info("/workspace/ckpt", "overlay", "/", source="overlay"), "on overlay (/)"),
+    (path_info("/tmp/ckpt", "ext4", "/"), "on ext4 (/)"),
+    (path_info("/data/ckpt", "ext4", "/", realpath="/dev/shm/ckpt"), "on ext4 (/)"),
+])
+def test_ckpt_dir_ephemeral(info: dict[str, Any], where: str) -> None:
+    (f,) = _ckpt(info)
+    assert (f.code, f.severity) == ("CKPT_DIR_EPHEMERAL", "WARN")
+    assert f.message.startswith(f"checkpoint directory {info['path']} is {where}: it vanishes")
+    assert f.evidence == []  # judged without an out_dir: no evidence files
+
+
+def test_ckpt_dir_missing_or_read_only() -> None:
+    (f,) = _ckpt(path_info("/mnt/persistent/ckpt", exists=False, writable=False))
+    assert (f.code, f.severity) == ("CKPT_DIR_UNUSABLE", "WARN")
+    assert f.message == "checkpoint directory /mnt/persistent/ckpt does not exist"
+    (f,) = _ckpt(path_info("/mnt/persistent/ckpt", writable=False))
+    assert f.message == "checkpoint directory /mnt/persistent/ckpt is not writable"
+
+
+def test_ckpt_dir_persistent() -> None:
+    (f,) = _ckpt(path_info("/mnt/persistent/ckpt", "ext4", "/mnt/persistent"))
+    assert (f.code, f.severity, f.message) == (
+        "CKPT_DIR", "PASS", "checkpoint directory /mnt/persistent/ckpt on ext4")
+
+
+# --------------------------------------------------------------------------- driver
+
+NVSMI_IDS = ["nvidia_smi", "nvidia_smi_version", "nvidia_smi_L", "nvidia_smi_q_xml",
+             "query_gpu", "topo_m", "topo_p2p_n", "nvlink_s"]
+GPU_CODES = {"GPU_COUNT", "GPU_MODEL", "GPU_MEMORY", "FORM_FACTOR", "INTERCONNECT",
+             "TOPOLOGY_UNKNOWN", "MIG_ENABLED", "TORCH_SEES_GPUS", "TORCH_GPU_COUNT",
+             "TORCH_UNAVAILABLE", "BUILD_TOOLS", "PCIE_LINK_DEGRADED", "POWER_LIMIT_LOW"}
+
+
+def test_nvidia_smi_missing() -> None:
+    fs = judge(h200_doc(missing=NVSMI_IDS), H200_ORDER)
+    f = one(fs, "NVIDIA_DRIVER_MISSING")
+    assert f.severity == "FAIL"
+    assert f.message == ("nvidia-smi is not installed or not on PATH: no NVIDIA driver on this "
+                         "node; GPU checks skipped")
+    assert not GPU_CODES & set(codes(fs))
+    assert one(fs, "CKPT_DIR").severity == "PASS"  # non-GPU checks still run
+
+
+def test_nvidia_smi_hung_or_failing() -> None:
+    hung = one(judge(h200_doc(timed_out=NVSMI_IDS), H200_ORDER), "NVIDIA_DRIVER_MISSING")
+    assert hung.message.startswith("nvidia-smi hung (timed out)")
+    msg = ("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+           "Make sure that the latest NVIDIA driver is installed and running.")
+    doc = h200_doc(failed={c: (9, "") for c in NVSMI_IDS})
+    for c in NVSMI_IDS:
+        doc["commands"][c]["stdout"] = msg + "\n"
+    f = one(judge(doc, H200_ORDER), "NVIDIA_DRIVER_MISSING")
+    assert f.message == f"nvidia-smi failed (exit 9): {msg}; GPU checks skipped"
+
+
+# --------------------------------------------------------------------------- provider
+
+def _facts(doc: dict[str, Any], name: str) -> checks.NodeFacts:
+    inv = inventory(H200_ORDER, nodes=["node-a", "node-b"])
+    return judge_document(doc, inv.node(name), inv, "run-1", None).facts
+
+
+def test_version_drift_between_nodes() -> None:
+    csv = h200_text("query_gpu").replace("580.159.04", "570.86.15")
+    a = _facts(h200_doc(), "node-a")
+    b = _facts(h200_doc(texts={"query_gpu": csv}), "node-b")
+    (f,) = checks.provider_results([a, b])
+    assert (f.code, f.severity) == ("VERSION_DRIFT", "WARN")
+    assert f.message == "nodes differ in driver: node-a=580.159.04, node-b=570.86.15"
+    assert f.details["versions"] == {"node-a": "580.159.04", "node-b": "570.86.15"}
+
+
+def test_version_drift_names_a_missing_component() -> None:
+    a = _facts(h200_doc(), "node-a")
+    b = _facts(h200_doc(missing=["nvcc_version"]), "node-b")
+    (f,) = checks.provider_results([a, b])
+    assert f.message == "nodes differ in nvcc: node-a=13.0, node-b=missing"
+
+
+def test_identical_nodes_no_drift() -> None:
+    a, b = _facts(h200_doc(), "node-a"), _facts(h200_doc(), "node-b")
+    assert checks.versions(a) == {"driver": "580.159.04", "cuda_driver": "13.0", "nvcc": "13.0",
+                                  "nccl": "2.28.9", "torch": "2.11.0+cu130"}
+    assert checks.provider_results([a, b]) == []
+    assert checks.provider_results([a]) == []
+
+
+# --------------------------------------------------------------------------- name tables
+
+@pytest.mark.parametrize("expected,actual,ok", [
+    ("A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", True),
+    ("A100-SXM4-80GB", "NVIDIA A100-SXM4-40GB", False),
+    ("A100 80GB", "NVIDIA A100 80GB PCIe", True),
+    ("A100 80GB", "NVIDIA A100-PCIE-40GB", False),
+    ("H100", "NVIDIA H100 80GB HBM3", True),
+    ("H200", "NVIDIA H200", True),
+    ("H100", "NVIDIA H200", False),
+    ("A100", "A100-SXM4-40GB", True),  # R450 names have no NVIDIA prefix
+    ("nvidia a100", "NVIDIA A100-SXM4-80GB", True),
+    ("RTX 4090", "NVIDIA GeForce RTX 4090", True),
+    ("RTX4090", "NVIDIA GeForce RTX 4090", True),
+    ("L4", "NVIDIA L40S", False),
+    ("L40S", "NVIDIA L40S", True),
+    ("A10", "NVIDIA A100-SXM4-80GB", False),
+    ("A10", "NVIDIA A10", True),
+    ("", "NVIDIA H200", False),
+])
+def test_model_matches(expected: str, actual: str, ok: bool) -> None:
+    assert checks.model_matches(expected, actual) is ok
+
+
+@pytest.mark.parametrize("name,ff", [
+    ("NVIDIA A100-SXM4-80GB", "sxm"),
+    ("A100-SXM4-40GB", "sxm"),
+    ("NVIDIA A100 80GB PCIe", "pcie"),
+    ("NVIDIA A100-PCIE-40GB", "pcie"),
+    ("NVIDIA H100 PCIe", "pcie"),
+    ("NVIDIA H100 NVL", "pcie"),
+    ("NVIDIA H100 80GB HBM3", "sxm"),
+    ("NVIDIA H200", "sxm"),
+    ("NVIDIA L40S", None),
+])
+def test_form_factor_of(name: str, ff: str | None) -> None:
+    assert checks.form_factor_of(name) == ff
