@@ -24,7 +24,7 @@ from orchestrator.suite import NcclParams
 # Environment every nccl-tests and torch run gets, on every provider alike.
 # NVLink SHARP (NVLS) stays off: it is not available on most rented nodes and
 # would make runs of the same suite incomparable across providers.
-RUN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET,GRAPH", "NCCL_NVLS_ENABLE": "0"}
+RUN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_NVLS_ENABLE": "0"}
 
 
 def cache_dir(node: Node) -> str:
@@ -51,6 +51,7 @@ def source_archive(params: NcclParams, staging: Path) -> Path | None:
                               f"--prefix=nccl-tests-{commit[:12]}/", "-o", str(out), commit],
                              capture_output=True, text=True)
         if res.returncode != 0:
+            out.unlink(missing_ok=True)  # git creates -o's file before it fails
             raise UsageError(f"git archive of {commit} in {path} failed: {res.stderr.strip()}",
                              hint="fetch that commit into the checkout (git fetch origin)")
     return out

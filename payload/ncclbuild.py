@@ -94,6 +94,26 @@ def nccl_home_for(cache: str, env: Dict[str, str], explicit: Optional[str]) -> D
     return {"home": None, "version": None, "source": None}
 
 
+def find_cuda_home(nvcc: Optional[str], env: Dict[str, str]) -> Optional[str]:
+    """The toolkit root: where include/cuda_runtime.h is (nvcc may be a wrapper script)."""
+    candidates = []
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates += [env.get("CUDA_HOME") or "", "/usr/local/cuda"]
+    for c in candidates:
+        if c and os.path.isfile(os.path.join(c, "include", "cuda_runtime.h")):
+            return c
+    return candidates[0] if nvcc else None
+
+
+def nccl_lib_dir(nccl: Dict[str, Any]) -> Optional[str]:
+    if nccl.get("lib_dir"):
+        return nccl["lib_dir"]
+    if nccl.get("home"):
+        return os.path.join(nccl["home"], "lib")
+    return None
+
+
 def mpi_home_for(explicit: Optional[str], env: Dict[str, str]) -> Optional[str]:
     if explicit:
         return explicit
@@ -109,7 +129,9 @@ def fetch_source(src: str, commit: str, url: Optional[str], archive: Optional[st
     """Populate src with the commit; return the commit actually there."""
     if os.path.isfile(os.path.join(src, ".gpuvet-commit")):
         with open(os.path.join(src, ".gpuvet-commit")) as f:
-            return f.read().strip()
+            cached = f.read().strip()
+        if cached == commit:  # a wrong source left by an earlier attempt is fetched anew
+            return cached
     tmp = src + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     if archive:
@@ -153,8 +175,7 @@ def build(args: Any) -> Dict[str, Any]:
     doc: Dict[str, Any] = {"tool": "gpuvet-nccl-build", "requested_commit": args.commit,
                            "ok": False, "cached": False, "diagnosis": None}
     nvcc = os.path.join(args.cuda_home, "bin", "nvcc") if args.cuda_home else find_nvcc(env)
-    cuda_home = args.cuda_home or (os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-                                   if nvcc else None)
+    cuda_home = args.cuda_home or find_cuda_home(nvcc, env)
     nccl = nccl_home_for(cache, env, args.nccl_home)
     mpi_home = None if args.no_mpi else mpi_home_for(args.mpi_home, env)
     gencode = args.gencode or detect_gencode(env)
@@ -173,8 +194,11 @@ def build(args: Any) -> Dict[str, Any]:
                             "$NCCL_HOME and pip's nvidia-nccl): install libnccl-dev or "
                             "pip install nvidia-nccl-cu12")
         return doc
+    # The binary finds libnccl through its RUNPATH (ld reads LD_RUN_PATH at link
+    # time): pip's NCCL is on no default library path, on the node or under mpirun.
+    rpath = nccl_lib_dir(nccl)
     key_src = json.dumps([args.commit, cuda_version, nccl.get("version"), nccl.get("home"),
-                          mpi_home, gencode], sort_keys=True)
+                          mpi_home, gencode, rpath], sort_keys=True)
     key = hashlib.sha256(key_src.encode()).hexdigest()[:12]
     out_dir = os.path.join(cache, "nccl-tests-%s-%s" % (args.commit[:12], key))
     build_dir = os.path.join(out_dir, "build")
@@ -211,7 +235,11 @@ def build(args: Any) -> Dict[str, Any]:
         make.append("NVCC_GENCODE=%s" % gencode)
     doc["make"] = make
     t0 = time.time()
-    res = run_command(make, args.timeout, cap=8 << 20, env=env)
+    make_env = dict(env)
+    if rpath:
+        make_env["LD_RUN_PATH"] = rpath
+    doc["rpath"] = rpath
+    res = run_command(make, args.timeout, cap=8 << 20, env=make_env)
     doc["build_s"] = round(time.time() - t0, 1)
     log.append("$ %s\n%s\n%s" % (" ".join(make), res["stdout"], res["stderr"]))
     _write(log_path, "\n".join(log))
@@ -261,7 +289,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--nccl-home")
     p.add_argument("--mpi-home")
     p.add_argument("--no-mpi", action="store_true", help="build without MPI")
-    p.add_argument("--gencode", help="NVCC_GENCODE (default: from the GPUs present)")
+    p.add_argument("--gencode", help="NVCC_GENCODE, written --gencode=-gencode=arch=compute_90,code=sm_90 "
+                   "(default: from the GPUs present)")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 4)
     p.add_argument("--timeout", type=float, default=1800.0)
 
