@@ -17,7 +17,7 @@ if [ -d .whl ] && ! python3 -c 'import pydantic, ruamel.yaml' 2>/dev/null; then
 fi
 SRC=${NCCL_TESTS_SRC:-}
 suite() {  # $1 file, $2 max bytes
-  { echo "nccl:"; echo "  max_bytes: $2"
+  { echo "nccl:"; echo "  max_bytes: $2"; echo "  timeout_s: 300"; echo "  build_timeout_s: 500"
     [ -n "$SRC" ] && { echo "  source:"; echo "    local_path: $SRC"; }; } > "$1"
 }
 suite /tmp/suite-single.yaml 4G
