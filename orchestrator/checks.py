@@ -34,6 +34,10 @@ class NodeFacts:
     facts: dict[str, BaseModel] = field(default_factory=dict)  # by command id
     parse_errors: dict[str, str] = field(default_factory=dict)
     evidence: dict[str, str] = field(default_factory=dict)  # command id -> run-relative path
+    # what the inventory itself sets: a deliberate CUDA_VISIBLE_DEVICES is not a fault,
+    # and storage is judged only where the inventory names a checkpoint directory
+    inventory_env: dict[str, str] = field(default_factory=dict)
+    ckpt_configured: bool = True
 
     def command(self, cid: str) -> dict[str, Any]:
         return dict(self.doc.get("commands", {}).get(cid) or {})
@@ -254,9 +258,15 @@ def check_torch(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Res
                        nf.ev("torch"))]
     if not rows:
         return []
-    if torch.count >= len(rows):
+    wanted = len(rows)
+    chosen = nf.inventory_env.get("CUDA_VISIBLE_DEVICES")
+    if chosen is not None:
+        wanted = len([d for d in chosen.split(",") if d.strip() and d.strip() != "-1"])
+    if torch.count >= wanted:
+        shown = (f" (CUDA_VISIBLE_DEVICES={chosen} from the inventory)" if chosen is not None
+                 else "")
         return [Result("TORCH_SEES_GPUS", "PASS", f"PyTorch {torch.torch} sees {torch.count} "
-                       f"GPU(s), CUDA {torch.cuda}", nf.ev("torch", "query_gpu"))]
+                       f"GPU(s){shown}, CUDA {torch.cuda}", nf.ev("torch", "query_gpu"))]
     causes = []
     visible = (nf.doc.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -330,7 +340,7 @@ def check_fabric(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Re
 def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Result]:
     paths = nf.doc.get("paths") or {}
     info = paths.get("ckpt_dir")
-    if not info:
+    if not info or not nf.ckpt_configured:
         return []
     ev = nf.ev("df")
     path = info.get("path") or "?"
@@ -339,12 +349,15 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
                        f"{'is not writable' if info.get('exists') else 'does not exist'}", ev)]
     mount = info.get("mount") or {}
     fstype = mount.get("fstype")
-    if fstype in EPHEMERAL_FSTYPES or EPHEMERAL_PATH.search(info.get("realpath") or path):
-        return [Result("CKPT_DIR_EPHEMERAL", "WARN",
-                       f"checkpoint directory {path} is on {fstype or '?'} "
-                       f"({mount.get('mount_point') or '?'}): it vanishes "
-                       "with the instance; point ckpt_dir at persistent storage", ev)]
-    return [Result("CKPT_DIR", "PASS", f"checkpoint directory {path} on {fstype}", ev)]
+    where = f"on {fstype or '?'} ({mount.get('mount_point') or '?'})"
+    if fstype in EPHEMERAL_FSTYPES:
+        why = f"is {where}"
+    elif EPHEMERAL_PATH.search(info.get("realpath") or path):
+        why = f"is under a scratch path, {where}"
+    else:
+        return [Result("CKPT_DIR", "PASS", f"checkpoint directory {path} {where}", ev)]
+    return [Result("CKPT_DIR_EPHEMERAL", "WARN", f"checkpoint directory {path} {why}: it "
+                   "vanishes with the instance; point ckpt_dir at persistent storage", ev)]
 
 
 NODE_CHECKS: list[Callable[[NodeFacts, Expectations, PreflightParams], list[Result]]] = [

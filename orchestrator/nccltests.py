@@ -134,10 +134,21 @@ def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, s
     ctxs = []
     for node, argv, ranks in contexts:
         host = "localhost" if local else (node.host or node.name)
+        extra: dict[str, str] = {}
+        if local and "CUDA_VISIBLE_DEVICES" in node.env:
+            # Simulated nodes share one hostname, so nccl-tests counts their ranks as
+            # local ranks of one host and picks GPU <local rank>, beyond what this
+            # node's CUDA_VISIBLE_DEVICES shows. NCCL_TESTS_DEVICE pins the first one.
+            if ranks != 1:
+                raise UsageError(f"simulated node {node.name} has {ranks} GPUs: multi-node "
+                                 "nccl-tests on simulated nodes needs one GPU per node",
+                                 node=node.name, hint="give each simulated node one GPU with "
+                                 "CUDA_VISIBLE_DEVICES")
+            extra["NCCL_TESTS_DEVICE"] = "0"
         # -x given before the first context reaches that context only (Open MPI MPMD):
         # every context carries the run's and its node's environment itself.
         ctx = ["-np", str(ranks), "-H", f"{host}:{ranks}", "-x", "LD_LIBRARY_PATH", "-x", "PATH"]
-        for k, v in sorted({**env, **node.env}.items()):
+        for k, v in sorted({**env, **node.env, **extra}.items()):
             ctx += ["-x", f"{k}={v}"]
         ctxs.append(" ".join(shlex.quote(p) for p in [*ctx, *argv]))
     return cmd + " " + " : ".join(ctxs)

@@ -43,7 +43,8 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
     if doc.get("tool") != "gpuvet-payload" or "commands" not in doc:
         raise UsageError("not a gpuvet collect document (no 'tool: gpuvet-payload')",
                          node=node.name, hint="produce it with `python3 -m payload collect`")
-    nf = checks.NodeFacts(node=node.name, provider=node.provider, doc=doc)
+    nf = checks.NodeFacts(node=node.name, provider=node.provider, doc=doc,
+                          inventory_env=dict(node.env), ckpt_configured=node.ckpt_dir is not None)
     for cid, rec in doc["commands"].items():
         if out_dir is not None:
             raw = out_dir / "raw" / f"{cid}.txt"

@@ -170,7 +170,7 @@ def inventory(expect: Mapping[str, Any], nodes: Iterable[str] = ("node-a",),
     """An in-memory inventory: one provider with this order and these nodes."""
     data = {"version": 1, "providers": {provider: {
         "executor": "local", "expect": dict(expect),
-        "nodes": [{"name": n} for n in nodes]}}}
+        "nodes": [{"name": n, "ckpt_dir": "/ckpt"} for n in nodes]}}}
     return Inventory(inv_mod.InventoryFile.model_validate(data), Path("<memory>"))
 
 

@@ -387,8 +387,9 @@ def _ckpt(info: dict[str, Any]) -> list[Finding]:
 @pytest.mark.parametrize("info,where", [
     (path_info("/mnt/ckpt", "tmpfs", "/mnt", source="tmpfs"), "on tmpfs (/mnt)"),
     (path_info("/workspace/ckpt", "overlay", "/", source="overlay"), "on overlay (/)"),
-    (path_info("/tmp/ckpt", "ext4", "/"), "on ext4 (/)"),
-    (path_info("/data/ckpt", "ext4", "/", realpath="/dev/shm/ckpt"), "on ext4 (/)"),
+    (path_info("/tmp/ckpt", "ext4", "/"), "under a scratch path, on ext4 (/)"),
+    (path_info("/data/ckpt", "ext4", "/", realpath="/dev/shm/ckpt"),
+     "under a scratch path, on ext4 (/)"),
 ])
 def test_ckpt_dir_ephemeral(info: dict[str, Any], where: str) -> None:
     (f,) = _ckpt(info)
@@ -408,7 +409,7 @@ def test_ckpt_dir_missing_or_read_only() -> None:
 def test_ckpt_dir_persistent() -> None:
     (f,) = _ckpt(path_info("/mnt/persistent/ckpt", "ext4", "/mnt/persistent"))
     assert (f.code, f.severity, f.message) == (
-        "CKPT_DIR", "PASS", "checkpoint directory /mnt/persistent/ckpt on ext4")
+        "CKPT_DIR", "PASS", "checkpoint directory /mnt/persistent/ckpt on ext4 (/mnt/persistent)")
 
 
 # --------------------------------------------------------------------------- driver
@@ -511,3 +512,29 @@ def test_model_matches(expected: str, actual: str, ok: bool) -> None:
 ])
 def test_form_factor_of(name: str, ff: str | None) -> None:
     assert checks.form_factor_of(name) == ff
+
+
+def test_ckpt_dir_not_in_inventory_is_not_judged() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV},
+                   paths={"ckpt_dir": path_info("/tmp/payload-cwd", "ext4", "/")})
+    inv = inventory({})
+    node = inv.nodes[0].model_copy(update={"ckpt_dir": None})
+    report = judge_document(doc, node, inv, "run-1", None)
+    assert not [f for f in report.findings if f.code.startswith("CKPT_DIR")]
+
+
+def test_cuda_visible_devices_from_the_inventory_is_deliberate() -> None:
+    doc = doc_from({"query_gpu": "h200x2/commands/query-gpu.csv"},
+                   texts={"torch": '{"torch": "2.11.0+cu130", "cuda": "13.0", "nccl": "2.28.9", '
+                          '"available": true, "count": 1, "devices": []}'},
+                   env={"CUDA_VISIBLE_DEVICES": "1"})
+    inv = inventory({})
+    sim = inv.nodes[0].model_copy(update={"env": {"CUDA_VISIBLE_DEVICES": "1"}})
+    (f,) = [f for f in judge_document(doc, sim, inv, "run-1", None).findings
+            if f.code.startswith("TORCH")]
+    assert (f.code, f.severity) == ("TORCH_SEES_GPUS", "PASS")
+    assert "CUDA_VISIBLE_DEVICES=1 from the inventory" in f.message
+    # the same count without the inventory asking for it is a fault
+    (g,) = [f for f in judge_document(doc, inv.nodes[0], inv, "run-1", None).findings
+            if f.code.startswith("TORCH")]
+    assert (g.code, g.severity) == ("TORCH_GPU_COUNT", "FAIL")

@@ -265,3 +265,18 @@ def test_source_archive_unknown_commit_raises_with_hint(
     assert err.value.hint and "git fetch" in err.value.hint
     # no half-made archive is left behind for a later call to pick up
     assert list(staging.glob("*.tar.gz")) == []
+
+
+def test_mpirun_simulated_nodes_pin_their_one_visible_gpu() -> None:
+    sims = [node("sim-a", env={"CUDA_VISIBLE_DEVICES": "0", "NCCL_HOSTID": "sim-a"}),
+            node("sim-b", env={"CUDA_VISIBLE_DEVICES": "1", "NCCL_HOSTID": "sim-b"})]
+    cmd = nccltests.mpirun_command([(n, ["bin"], 1) for n in sims], {}, local=True)
+    _, ctxs = split_contexts(shlex.split(cmd))
+    for ctx, sim in zip(ctxs, sims, strict=True):
+        assert "NCCL_TESTS_DEVICE=0" in exports(ctx)
+        assert f"NCCL_HOSTID={sim.name}" in exports(ctx)
+    # over SSH every node is its own host: nccl-tests' local-rank mapping is right there
+    cmd = nccltests.mpirun_command([(n, ["bin"], 1) for n in sims], {}, local=False)
+    assert "NCCL_TESTS_DEVICE" not in cmd
+    with pytest.raises(UsageError, match="one GPU per node"):
+        nccltests.mpirun_command([(sims[0], ["bin"], 2)], {}, local=True)
