@@ -4,7 +4,8 @@
 # and two simulated nodes over NET/Socket with mpirun (and torch). Writes a
 # tarball of the results folder and the console outputs to $OUT.
 #
-#   OUT=/tmp/validate NCCL_TESTS_SRC=path/to/nccl-tests.tar.gz scripts/gpu-validate.sh
+#   OUT=/tmp/validate NCCL_TESTS_SRC=path/to/nccl-tests.tar.gz [STEPS='preflight multi'] \
+#     scripts/gpu-validate.sh
 set -u
 OUT=${OUT:-/tmp/gpuvet-validate}
 mkdir -p "$OUT"
@@ -28,11 +29,17 @@ R=$OUT/results
 step() { local name=$1; shift; local t0=$SECONDS
   python3 -m orchestrator "$@" > "$OUT/$name.txt" 2>&1; local rc=$?
   echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"; }
+STEPS=${STEPS:-preflight single multi cached}
 nvidia-smi -L | tee "$OUT/gpus.txt"
-step preflight preflight -i $INV --results "$R" -v
-step nccl-single nccl -i $INV -p h200 --suite /tmp/suite-single.yaml --no-multi --torch -v --results "$R"
-step nccl-multi nccl -i $INV -p h200-sim --suite /tmp/suite-multi.yaml --no-single --torch -v --results "$R"
-step nccl-single-cached nccl -i $INV -p h200 --suite /tmp/suite-multi.yaml --no-multi -v --results "$R"
+for s in $STEPS; do case $s in
+  preflight) step preflight preflight -i $INV --results "$R" -v ;;
+  single) step nccl-single nccl -i $INV -p h200 --suite /tmp/suite-single.yaml --no-multi \
+            --torch -v --results "$R" ;;
+  multi) step nccl-multi nccl -i $INV -p h200-sim --suite /tmp/suite-multi.yaml --no-single \
+           --torch -v --results "$R" ;;
+  cached) step nccl-single-cached nccl -i $INV -p h200 --suite /tmp/suite-multi.yaml \
+            --no-multi -v --results "$R" ;;
+esac; done
 tar czf "$OUT/results.tar.gz" -C "$OUT" results && rm -rf "$R"
 tail -n 40 "$OUT"/nccl-*.txt | cut -c1-220
 cat "$OUT/steps.txt"
