@@ -19,7 +19,9 @@ from orchestrator import payload as payload_mod
 from orchestrator.errors import StepError, UsageError
 from orchestrator.executors.base import Executor, put_verified
 from orchestrator.inventory import Node
+from orchestrator.store import atomic_write
 from orchestrator.suite import NcclParams
+from payload.scrub import scrub_env_list
 
 # Environment every nccl-tests and torch run gets, on every provider alike.
 # NVLink SHARP (NVLS) stays off: it is not available on most rented nodes and
@@ -152,6 +154,27 @@ def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, s
             ctx += ["-x", f"{k}={v}"]
         ctxs.append(" ".join(shlex.quote(p) for p in [*ctx, *argv]))
     return cmd + " " + " : ".join(ctxs)
+
+
+# nccl-tests' -J output carries the node's whole environment, secrets included.
+# Kept: what explains a run; everything kept is scrubbed again by value.
+KEPT_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_", "PMIX_", "TORCH_", "GLOO_")
+KEPT_ENV_NAMES = {"LD_LIBRARY_PATH", "PATH"}
+
+
+def scrub_json_env(path: Path) -> None:
+    """Rewrite a fetched -J file with its `env` cut down and scrubbed."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return  # not JSON: the parser reports it; nothing to scrub
+    env = doc.get("env")
+    if isinstance(env, list):
+        kept = [e for e in env if isinstance(e, str) and (
+            e.partition("=")[0] in KEPT_ENV_NAMES or e.startswith(KEPT_ENV_PREFIXES))]
+        doc["env"] = scrub_env_list(kept)
+        doc["env_dropped"] = len(env) - len(kept)
+    atomic_write(path, json.dumps(doc, indent=1) + "\n")
 
 
 def torch_bench_args(params: NcclParams) -> list[str]:

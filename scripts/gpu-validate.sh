@@ -4,7 +4,7 @@
 # and two simulated nodes over NET/Socket with mpirun (and torch). Writes a
 # tarball of the results folder and the console outputs to $OUT.
 #
-#   OUT=/tmp/validate NCCL_TESTS_SRC=path/to/nccl-tests.tar.gz [STEPS='preflight multi'] \
+#   OUT=/tmp/validate GPUVET_NCCL_SOURCE=path/to/nccl-tests.tar.gz [STEPS='preflight multi'] \
 #     scripts/gpu-validate.sh
 set -u
 OUT=${OUT:-/tmp/gpuvet-validate}
@@ -16,7 +16,7 @@ if [ -d .whl ] && ! python3 -c 'import pydantic, ruamel.yaml' 2>/dev/null; then
     --target /tmp/site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site:$PWD
 fi
-SRC=${NCCL_TESTS_SRC:-}
+SRC=${GPUVET_NCCL_SOURCE:-}
 suite() {  # $1 file, $2 max bytes
   { echo "nccl:"; echo "  max_bytes: $2"; echo "  timeout_s: 300"; echo "  build_timeout_s: 500"
     [ -n "$SRC" ] && { echo "  source:"; echo "    local_path: $SRC"; }; } > "$1"

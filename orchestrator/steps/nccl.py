@@ -69,10 +69,14 @@ def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
         if res.stderr:
             (out_dir / f"{label}_round{r}.stderr.log").write_text(res.stderr)
         if remote_json and res.ok:
+            local_json = out_dir / f"{label}_round{r}.json"
             try:
-                ex.get(remote_json, out_dir / f"{label}_round{r}.json")
+                # fetched beside the log, then cut down: it holds the node's whole env
+                ex.get(remote_json, local_json)
+                nccltests.scrub_json_env(local_json)
+                ex.run(f"rm -f {shlex.quote(remote_json)}", timeout=60)
             except GpuvetError:
-                pass  # the text log is the primary record
+                local_json.unlink(missing_ok=True)  # the text log is the primary record
         done.append((r, log, res.timed_out))
     return done
 
