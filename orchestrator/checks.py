@@ -100,6 +100,14 @@ def driver_present(nf: NodeFacts) -> bool:
 
 def check_driver(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Result]:
     if driver_present(nf):
+        if nf.get("query_gpu") is None:
+            # nvidia-smi -L answered, the detailed query did not: say so, never pass silently
+            smi = nf.command("query_gpu")
+            why = nf.parse_errors.get("query_gpu") or (
+                (smi.get("stderr") or smi.get("stdout") or "no output").strip()[-200:])
+            return [Result("GPU_DETAILS_MISSING", "FAIL", "nvidia-smi lists GPUs but "
+                           f"--query-gpu gave nothing usable ({why}): model, memory, MIG and "
+                           "health were not checked", nf.ev("query_gpu", "nvidia_smi_L"))]
         return []
     smi = nf.command("query_gpu")
     if smi.get("missing"):

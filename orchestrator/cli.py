@@ -216,16 +216,38 @@ def parse(kind: Annotated[str | None, typer.Argument(help="Parser kind.")] = Non
         raise UsageError("parse needs KIND and FILE", hint="see `gpuvet parse --list`")
     if not file.is_file():
         raise UsageError(f"no such file: {file}")
-    facts = parsers.parse(kind, file.read_text(encoding="utf-8", errors="replace"),
-                          source=str(file))
+    text = file.read_text(encoding="utf-8", errors="replace")
+    facts = parsers.parse(kind, text, source=str(file))
     data = parsers.to_jsonable(facts)
+    transports = _transports(text, str(file)) if kind == "nccl-tests" else None
     if as_json:
+        if transports is not None:
+            data = {**data, "transports": transports}
         out.print(json.dumps(data, indent=2), markup=False)
     else:
         from orchestrator.render import render_facts
 
         render_facts(out, kind, facts)
+        if transports is not None:
+            out.print(f"transports: {', '.join(transports['used']) or 'none seen'}; NCCL "
+                      f"{transports['nccl_version'] or '?'}, {transports['n_ranks'] or '?'} "
+                      f"rank(s) on {transports['n_nodes'] or '?'} node(s)"
+                      + ("; GPUDirect RDMA" if transports["gdrdma"] else ""), markup=False)
     return 0
+
+
+def _transports(text: str, source: str) -> dict[str, Any] | None:
+    """What NCCL_DEBUG=INFO lines in an nccl-tests log say about the transports used."""
+    from orchestrator import parsers
+    from orchestrator.errors import ParseError
+
+    try:
+        dbg: Any = parsers.parse("nccl-debug", text, source=source)
+    except ParseError:
+        return None  # the log has no NCCL INFO lines
+    used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport for c in dbg.connections})
+    return {"used": used, "nccl_version": dbg.nccl_version, "n_ranks": dbg.n_ranks,
+            "n_nodes": dbg.n_nodes, "gdrdma": dbg.gdrdma, "networks": dbg.networks}
 
 
 def _register_steps() -> None:

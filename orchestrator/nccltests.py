@@ -126,10 +126,19 @@ def run_env(params: NcclParams) -> dict[str, str]:
 def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, str],
                    *, local: bool) -> str:
     """One mpirun with an application context per node: (node, argv, ranks)."""
+    # The head node reaches the others with its own ssh, non-interactively, on the
+    # port the inventory names (one port for all: mpirun's agent takes one).
+    agent = "ssh -o BatchMode=yes -o ConnectTimeout=15"
+    ports = {node.port for node, _, _ in contexts}
+    if not local and len(ports) > 1:
+        raise UsageError(f"nodes of one multi-node run listen on different SSH ports "
+                         f"({', '.join(map(str, sorted(ports)))})",
+                         hint="mpirun's ssh agent takes one port: use one port per provider")
+    if not local and ports != {22}:
+        agent += f" -p {ports.pop()}"
     # Open MPI refuses root unless told; nodes rented as root are common.
     parts = ["env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-             "mpirun", "--bind-to", "none", "--mca", "plm_rsh_agent",
-             "ssh -o BatchMode=yes -o ConnectTimeout=15"]
+             "mpirun", "--bind-to", "none", "--mca", "plm_rsh_agent", agent]
     if local:
         parts.append("--oversubscribe")
     cmd = " ".join(shlex.quote(p) for p in parts)

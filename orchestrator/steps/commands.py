@@ -124,6 +124,9 @@ def register_nccl(app: typer.Typer) -> None:
                                             "(mpirun; torch.distributed without MPI).")] = True,
         torch: Annotated[bool, typer.Option(help="Also run the torch.distributed all_reduce "
                                             "benchmark as a second opinion.")] = False,
+        ring_only: Annotated[bool, typer.Option(
+            "--ring-only", help="Run with NCCL_ALGO=Ring: the network without tree shortcuts "
+            "(changes the suite, so its hash).")] = False,
         verbose: Annotated[bool, typer.Option("--verbose", "-v",
                                               help="Show PASS and INFO findings too.")] = False,
         accept_new_host_keys: AcceptOpt = False,
@@ -137,6 +140,9 @@ def register_nccl(app: typer.Typer) -> None:
 
         inv = inv_mod.load(inventory)
         the_suite = load_suite(suite)
+        if ring_only:
+            the_suite = the_suite.model_copy(
+                update={"nccl": the_suite.nccl.model_copy(update={"ring_only": True})})
         nodes = inv.select(node, provider)
         run = Run.create(results, command="nccl", suite_hash=the_suite.hash,
                          suite=the_suite.model_dump(mode="json"), inventory_path=inventory)

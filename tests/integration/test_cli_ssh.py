@@ -154,3 +154,20 @@ def test_preflight_reports_missing_driver(cluster: Cluster, inv: Path, tmp_path:
     res2 = gpuvet("preflight", "-i", str(inv), "--results", str(results), timeout=180)
     assert res2.returncode == 1
     shutil.rmtree(results)
+
+
+def test_ssh_config_alias_is_honoured(cluster: Cluster, tmp_path: Path) -> None:
+    """A node given only as a Host of the user's ssh_config: HostName, User and key come from it."""
+    inv = tmp_path / "alias.yaml"
+    inv.write_text(f"""version: 1
+settings: {{known_hosts: {cluster.known_hosts}, ssh_config: {cluster.ssh_config}}}
+providers:
+  lab:
+    access: {{python: {cluster.node_python}}}
+    nodes:
+      - {{name: first, ssh_alias: node1, work_dir: {cluster.node('node1').work_dir}}}
+""")
+    res = gpuvet("ping", "-i", str(inv))
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = next(line for line in res.stdout.splitlines() if line.startswith("│ first"))
+    assert "node1" in row and "known" in row

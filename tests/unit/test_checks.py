@@ -538,3 +538,12 @@ def test_cuda_visible_devices_from_the_inventory_is_deliberate() -> None:
     (g,) = [f for f in judge_document(doc, inv.nodes[0], inv, "run-1", None).findings
             if f.code.startswith("TORCH")]
     assert (g.code, g.severity) == ("TORCH_GPU_COUNT", "FAIL")
+
+
+def test_listing_without_details_is_a_fail_not_a_silent_pass() -> None:
+    doc = doc_from({"nvidia_smi_L": "h200x2/commands/nvidia-smi-L.txt"},
+                   texts={"query_gpu": "garbage that is not CSV\n1,2\n"})
+    findings = judge(doc, H200_ORDER)
+    (f,) = [f for f in findings if f.code == "GPU_DETAILS_MISSING"]
+    assert f.severity == "FAIL" and "were not checked" in f.message
+    assert not [f for f in findings if f.code == "GPU_COUNT"]

@@ -82,3 +82,15 @@ def test_missing_file_or_arguments_exit_2(tmp_path: Path) -> None:
 def test_error_exit_codes() -> None:
     assert ParseError("topo-m", "x").exit_code == 2
     assert UsageError("x").exit_code == 2
+
+
+def test_parse_nccl_tests_reports_transports() -> None:
+    log = REPO / "tests/fixtures/h200x2/nccl-tests/all_reduce_mpi_np2_simulated-2node-socket.log"
+    res = subprocess.run([GPUVET, "parse", "nccl-tests", str(log), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    t = json.loads(res.stdout)["transports"]
+    assert (t["used"], t["n_nodes"], t["nccl_version"]) == (["NET/Socket"], 2, "2.28.9")
+    res = subprocess.run([GPUVET, "parse", "nccl-tests", str(log)], capture_output=True,
+                         text=True, timeout=60)
+    assert "transports: NET/Socket; NCCL 2.28.9, 2 rank(s) on 2 node(s)" in res.stdout

@@ -280,3 +280,17 @@ def test_mpirun_simulated_nodes_pin_their_one_visible_gpu() -> None:
     assert "NCCL_TESTS_DEVICE" not in cmd
     with pytest.raises(UsageError, match="one GPU per node"):
         nccltests.mpirun_command([(sims[0], ["bin"], 2)], {}, local=True)
+
+
+def test_mpirun_ssh_agent_uses_the_inventory_port() -> None:
+    a = node("a", host="10.0.0.1").model_copy(update={"port": 2222})
+    b = node("b", host="10.0.0.2").model_copy(update={"port": 2222})
+    tokens = shlex.split(nccltests.mpirun_command([(a, ["x"], 1), (b, ["x"], 1)], {},
+                                                  local=False))
+    agent = tokens[tokens.index("plm_rsh_agent") + 1]
+    assert agent.endswith(" -p 2222") and "BatchMode=yes" in agent
+    c = node("c", host="10.0.0.3")
+    with pytest.raises(UsageError, match="different SSH ports"):
+        nccltests.mpirun_command([(a, ["x"], 1), (c, ["x"], 1)], {}, local=False)
+    plain = nccltests.mpirun_command([(c, ["x"], 1)], {}, local=False)
+    assert " -p " not in plain
