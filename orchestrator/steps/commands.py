@@ -52,6 +52,27 @@ def register(app: typer.Typer) -> None:
     register_preflight(app)
     register_nccl(app)
 
+    @app.command("payload")
+    def payload_archive(
+        dest: Annotated[Path, typer.Argument(help="Where to write the archive (.tar.gz).")],
+    ) -> int:
+        """Write the payload archive, for nodes the controller cannot reach.
+
+        On the node: tar xzf ARCHIVE && python3 -m payload collect --out collected.json
+        --work-dir DIR --ckpt-dir DIR; then here: gpuvet preflight --from collected.json
+        -i INVENTORY --node NAME.
+        """
+        from orchestrator import payload as payload_mod
+        from orchestrator.store import atomic_write
+
+        digest, data = payload_mod.archive()
+        atomic_write(dest, data)
+        out.print(f"wrote {dest} (payload {digest}, {len(data)} bytes). On the node:\n"
+                  f"  tar xzf {dest.name} && python3 -m payload collect --out collected.json "
+                  "--work-dir DIR --ckpt-dir DIR\nthen here:\n"
+                  "  gpuvet preflight --from collected.json -i INVENTORY --node NAME", markup=False)
+        return 0
+
 
 def register_preflight(app: typer.Typer) -> None:
     @app.command()
@@ -60,8 +81,8 @@ def register_preflight(app: typer.Typer) -> None:
         node: NodeOpt = None,
         provider: ProviderOpt = None,
         from_: Annotated[Path | None, typer.Option(
-            "--from", help="Judge a document collected by hand (`python3 -m payload collect "
-            "--out F` on the node) instead of connecting; needs exactly one --node.")] = None,
+            "--from", help="Judge a document collected by hand on a node you cannot reach "
+            "(see `gpuvet payload`) instead of connecting; needs exactly one --node.")] = None,
         results: ResultsOpt = DEFAULT_ROOT,
         suite: SuiteOpt = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v",
@@ -167,7 +188,8 @@ def register_nccl(app: typer.Typer) -> None:
         nodes: Annotated[int, typer.Option(help="How many nodes the run spanned.")] = 1,
         results: ResultsOpt = DEFAULT_ROOT,
         suite: SuiteOpt = None,
-        verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+        verbose: Annotated[bool, typer.Option("--verbose", "-v",
+                                              help="Show PASS and INFO findings too.")] = False,
     ) -> int:
         """Import nccl-tests logs as one series of rounds; judge them like a live run."""
         from orchestrator.steps.nccl_judge import Series, judge_series

@@ -226,3 +226,29 @@ def test_cli_from_not_a_collect_document(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "not a gpuvet collect document" in r.stderr
     assert "python3 -m payload collect" in r.stderr  # the hint
+
+
+def test_payload_archive_collected_by_hand_then_judged(tmp_path: Path) -> None:
+    """The path for nodes the controller cannot reach: archive, collect there, judge here."""
+    import tarfile
+
+    archive = tmp_path / "payload.tar.gz"
+    res = subprocess.run([str(GPUVET), "payload", str(archive)], capture_output=True,
+                         text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    node_dir = tmp_path / "node"
+    with tarfile.open(archive) as tar:
+        tar.extractall(node_dir)
+    doc_path = tmp_path / "collected.json"
+    res = subprocess.run([sys.executable, "-m", "payload", "collect", "--out", str(doc_path),
+                          "--node", "far-away", "--work-dir", str(node_dir)], cwd=node_dir,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("providers:\n  p:\n    executor: local\n    nodes:\n      - name: far-away\n")
+    res = subprocess.run([str(GPUVET), "preflight", "--from", str(doc_path), "-i", str(inv),
+                          "--node", "far-away", "--results", str(tmp_path / "r")],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode in (0, 1), res.stderr  # 1 where this machine has no NVIDIA driver
+    (run,) = [p for p in (tmp_path / "r").iterdir() if p.is_dir()]
+    assert (run / "nodes" / "far-away" / "preflight" / "raw" / "uname.txt").read_text()
