@@ -118,6 +118,13 @@ class Index:
         with self._connect() as db:
             db.executemany("INSERT INTO measurements VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
 
+    def replace_findings(self, run_id: str, findings: list[Finding]) -> None:
+        rows = [(f.run_id, f.node, f.provider, f.step, f.code, f.severity, f.message,
+                 f.model_dump_json()) for f in findings]
+        with self._connect() as db:
+            db.execute("DELETE FROM findings WHERE run_id=?", (run_id,))
+            db.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?,?)", rows)
+
     def findings(self, run_id: str) -> list[Finding]:
         with self._connect() as db:
             rows = db.execute("SELECT json FROM findings WHERE run_id=?", (run_id,)).fetchall()
@@ -211,6 +218,18 @@ class Run:
             f.write("".join(line + "\n" for line in lines))
             f.flush()
             os.fsync(f.fileno())
+
+    def retract(self, keep_nodes: set[str], step: str) -> None:
+        """Before resuming a step: drop its findings except those of finished nodes.
+
+        Failures of nodes that are about to be tried again, and cross-node
+        findings that will be recomputed, must not stand beside the new ones.
+        """
+        path = self.dir / "findings.jsonl"
+        kept = [f for f in self.findings() if f.step != step or f.node in keep_nodes]
+        with self._lock:
+            atomic_write(path, "".join(f.model_dump_json() + "\n" for f in kept))
+        self.index.replace_findings(self.run_id, kept)
 
     def mark_done(self, node: str, step: str, summary: dict[str, Any]) -> None:
         write_json(self.node_dir(node, step) / "done.json", summary)

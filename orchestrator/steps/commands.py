@@ -85,6 +85,9 @@ def register_preflight(app: typer.Typer) -> None:
             "(see `gpuvet payload`) instead of connecting; needs exactly one --node.")] = None,
         results: ResultsOpt = DEFAULT_ROOT,
         suite: SuiteOpt = None,
+        resume: Annotated[str | None, typer.Option(
+            "--resume", help="Finish an interrupted or partly failed run RUN_ID: nodes it "
+            "completed are kept, the others are tried again.")] = None,
         verbose: Annotated[bool, typer.Option("--verbose", "-v",
                                               help="Show PASS findings too.")] = False,
         accept_new_host_keys: AcceptOpt = False,
@@ -107,8 +110,20 @@ def register_preflight(app: typer.Typer) -> None:
                 doc = json.loads(from_.read_text())
             except (OSError, json.JSONDecodeError) as exc:
                 raise UsageError(f"cannot read {from_}: {exc}") from None
-        run = Run.create(results, command="preflight", suite_hash=the_suite.hash,
-                         suite=the_suite.model_dump(mode="json"), inventory_path=inventory)
+        if resume is not None:
+            if from_ is not None:
+                raise UsageError("--resume and --from do not go together")
+            run = Run.open(results, resume)
+            if run.meta.get("command") != "preflight" or run.meta.get("suite_hash") != \
+                    the_suite.hash:
+                raise UsageError(f"run {resume} is not a preflight run with this suite "
+                                 f"(hash {the_suite.hash})", hint="resume with the same "
+                                 "--suite, or start a new run")
+            run.meta["status"] = "running"
+            run.save_meta()
+        else:
+            run = Run.create(results, command="preflight", suite_hash=the_suite.hash,
+                             suite=the_suite.model_dump(mode="json"), inventory_path=inventory)
         with run.guard():
             if from_ is not None and doc is not None:
                 out_dir = run.node_dir(nodes[0].name, pf.STEP)

@@ -117,10 +117,20 @@ def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                   accept_new_host_keys: bool = False,
                   progress: ProgressHook | None = None) -> tuple[GroupResult[NodeReport],
                                                                  list[Finding]]:
-    """All nodes in parallel; then the cross-node checks per provider."""
+    """All nodes in parallel; then the cross-node checks per provider.
+
+    Nodes this run already finished (a resumed run) are not contacted again: their
+    saved documents are judged from disk for the cross-node checks.
+    """
+    done = [n for n in nodes if run.is_done(n.name, STEP)]
+    todo = [n for n in nodes if n not in done]
+    run.retract(keep_nodes={n.name for n in done}, step=STEP)
     with ExecutorPool(options_for(inv, accept_new_host_keys)) as pool:
-        group = fanout(nodes, lambda n: run_node(pool, n, inv, run, suite),
+        group = fanout(todo, lambda n: run_node(pool, n, inv, run, suite),
                        concurrency=inv.settings.concurrency, progress=progress)
+    for n in done:
+        saved = json.loads((run.node_dir(n.name, STEP) / "collect.json").read_text())
+        group.results[n.name] = judge_document(saved, n, inv, run.run_id, None, suite=suite)
     extra = [unreachable(n, group.failures[n.name], run.run_id) for n in nodes
              if n.name in group.failures]
     for prov in {n.provider for n in nodes}:

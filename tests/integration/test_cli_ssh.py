@@ -171,3 +171,30 @@ providers:
     assert res.returncode == 0, res.stdout + res.stderr
     row = next(line for line in res.stdout.splitlines() if line.startswith("│ first"))
     assert "node1" in row and "known" in row
+
+
+def test_preflight_resume_retries_only_failed_nodes(cluster: Cluster, inv: Path,
+                                                    tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    cluster.stop_sshd("node2")
+    try:
+        first = gpuvet("preflight", "-i", str(inv), "--results", str(results), timeout=180)
+    finally:
+        cluster.start_sshd("node2")
+    assert first.returncode == 1
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    codes = [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
+    assert any(f["node"] == "node2" and f["code"] == "NODE_UNREACHABLE" for f in codes)
+    kept = (run / "nodes" / "node1" / "preflight" / "collect.json").stat().st_mtime_ns
+    res = gpuvet("preflight", "-i", str(inv), "--results", str(results), "--resume", run.name,
+                 timeout=180)
+    assert res.returncode == 1, res.stdout + res.stderr  # still no NVIDIA driver here
+    after = [json.loads(line) for line in (run / "findings.jsonl").read_text().splitlines()]
+    assert not [f for f in after if f["code"] == "NODE_UNREACHABLE"]
+    for name in ("node1", "node2", "node3"):
+        assert sum(f["node"] == name and f["code"] == "NVIDIA_DRIVER_MISSING" for f in after) == 1
+    assert (run / "nodes" / "node1" / "preflight" / "collect.json").stat().st_mtime_ns == kept
+    assert (run / "nodes" / "node2" / "preflight" / "done.json").is_file()
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    bad = gpuvet("preflight", "-i", str(inv), "--results", str(results), "--resume", "nope")
+    assert bad.returncode == 2 and "no run nope" in bad.stderr
