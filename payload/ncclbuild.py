@@ -21,7 +21,8 @@ import tarfile
 import time
 from typing import Any, Dict, List, Optional
 
-from payload.collect import find_mpi, find_nccl, find_nvcc, run_command
+from payload.probes import find_mpi, find_nccl, find_nvcc
+from payload.proc import run_command
 
 BINARY = "all_reduce_perf"
 
