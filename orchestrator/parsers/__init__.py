@@ -33,6 +33,7 @@ _REGISTRY: dict[str, ParserSpec] = {}
 # stays cheap and a broken parser module names itself.
 _MODULES = (
     "orchestrator.parsers.nvidia_smi",
+    "orchestrator.parsers.nvidia_smi_xml",
     "orchestrator.parsers.topology",
     "orchestrator.parsers.system",
     "orchestrator.parsers.nccl_tests",

@@ -7,12 +7,11 @@ from orchestrator.parsers import get, parse
 from orchestrator.parsers.nvidia_smi import (
     ClockEventReasons,
     NvidiaSmiLFacts,
-    NvidiaSmiXmlFacts,
     QueryGpuFacts,
     parse_nvidia_smi_l,
-    parse_nvidia_smi_xml,
     parse_query_gpu,
 )
+from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts, parse_nvidia_smi_xml
 
 
 def test_registered() -> None:
