@@ -129,11 +129,15 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
     used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport
                    for c in dbg.connections})  # type: ignore[attr-defined]
     if rnd == 1:
+        nics = sorted({f"{i.kind}:{i.name}" for i in dbg.interfaces  # type: ignore[attr-defined]
+                       if i.kind != "Bootstrap"})
         add("NCCL_TRANSPORTS", "INFO", f"NCCL {dbg.nccl_version or '?'}, "  # type: ignore[attr-defined]
             f"{dbg.n_ranks or '?'} rank(s) on {dbg.n_nodes or '?'} node(s), "  # type: ignore[attr-defined]
             f"transports: {', '.join(used) or 'none seen'}"
-            f"{', GPUDirect RDMA' if dbg.gdrdma else ''}", [rel],  # type: ignore[attr-defined]
-            transports=used, n_nodes=dbg.n_nodes)  # type: ignore[attr-defined]
+            f"{', GPUDirect RDMA' if dbg.gdrdma else ''}"  # type: ignore[attr-defined]
+            f"{'; NICs ' + ', '.join(nics) if nics else ''}", [rel],
+            transports=used, n_nodes=dbg.n_nodes, interfaces=nics,  # type: ignore[attr-defined]
+            networks=dbg.networks)  # type: ignore[attr-defined]
     if s.scope != "multi" or inv is None or not s.nodes:
         return
     fabric = inv.provider_of(s.nodes[0]).expect.fabric.type
