@@ -43,9 +43,14 @@ NVIDIA_SMI_IDS = [c.id for c in COMMANDS if c.argv[0] == "nvidia-smi"]
 
 
 def _python38() -> str | None:
-    pinned = "/root/.pyenv/versions/3.8.18/bin/python3"
-    if os.access(pinned, os.X_OK):
-        return pinned
+    """A Python 3.8 (the oldest the payload supports): $GPUVET_PYTHON38, pyenv's, or on PATH."""
+    import glob
+
+    candidates = [os.environ.get("GPUVET_PYTHON38", "")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3")))
+    for pinned in candidates:
+        if pinned and os.access(pinned, os.X_OK):
+            return pinned
     found = shutil.which("python3.8")
     if found:
         try:
