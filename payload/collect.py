@@ -40,7 +40,7 @@ from payload.probes import (  # noqa: F401  (re-exported)
     parse_mounts,
     path_info,
 )
-from payload.proc import OUTPUT_CAP_BYTES, run_command, which  # noqa: F401
+from payload.proc import OUTPUT_CAP_BYTES, empty_record, run_command, which  # noqa: F401
 from payload.scrub import scrub_env
 
 SCHEMA = 1
@@ -115,19 +115,7 @@ def _run_one(cmd: Command, values: Mapping[str, str], cap: int) -> Dict[str, Any
             return _run_query_gpu(argv, cmd, cap)
         return run_command(argv, cmd.timeout_s, cap)
     except Exception as exc:  # a bug here must not lose the other commands
-        return {
-            "argv": list(cmd.argv),
-            "path": None,
-            "rc": None,
-            "stdout": "",
-            "stderr": "",
-            "duration_s": 0.0,
-            "missing": False,
-            "timed_out": False,
-            "truncated": False,
-            "error": "%s: %s" % (type(exc).__name__, exc),
-            "fallback": False,
-        }
+        return empty_record(cmd.argv, "%s: %s" % (type(exc).__name__, exc))
 
 
 

@@ -85,6 +85,23 @@ def _kill_group(proc: "subprocess.Popen[bytes]") -> None:
             proc.kill()
 
 
+def empty_record(argv: Sequence[str], error: Optional[str] = None) -> Dict[str, Any]:
+    """The record of a command before (or instead of) running it."""
+    return {
+        "argv": list(argv),
+        "path": None,
+        "rc": None,
+        "stdout": "",
+        "stderr": "",
+        "duration_s": 0.0,
+        "missing": False,
+        "timed_out": False,
+        "truncated": False,
+        "error": error,
+        "fallback": False,
+    }
+
+
 def run_command(
     argv: Sequence[str],
     timeout_s: float,
@@ -98,19 +115,7 @@ def run_command(
     rc is None when the command is missing or was killed after its timeout;
     a negative rc means the command died of that signal on its own.
     """
-    rec: Dict[str, Any] = {
-        "argv": list(argv),
-        "path": None,
-        "rc": None,
-        "stdout": "",
-        "stderr": "",
-        "duration_s": 0.0,
-        "missing": False,
-        "timed_out": False,
-        "truncated": False,
-        "error": None,
-        "fallback": False,
-    }
+    rec = empty_record(argv)
     run_env = dict(os.environ if env is None else env)
     # stable, parseable output regardless of the login locale
     run_env["LC_ALL"] = "C"

@@ -97,10 +97,15 @@ def test_redact_value_token_shapes_in_innocent_names() -> None:
         assert value not in redact_value("SOME_VAR", "x " + value + " y")  # type: ignore[operator]
 
 
+# Fake PEM blocks, assembled here so no file of the project looks like a key.
+OPENSSH_KEY = "OPENSSH " + "PRIVATE KEY"
+RSA_KEY = "RSA " + "PRIVATE KEY"
+
+
 def test_redact_value_pem_block() -> None:
     pem = (
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
-        "-----END OPENSSH PRIVATE KEY-----"
+        f"-----BEGIN {OPENSSH_KEY}-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+        f"-----END {OPENSSH_KEY}-----"
     )
     assert redact_value("SOMETHING", pem) == REDACTED
     # a certificate is redacted too in an env value (conservative)
@@ -192,7 +197,7 @@ def test_scrub_text() -> None:
         "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345\n"
         "key id " + AKIA + " and " + GHP + "\n"
         "NCCL_IB_PKEY=0x8001 NCCL_DEBUG=INFO\n"
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+        f"-----BEGIN {RSA_KEY}-----\nMIIEowIBAAKCAQEA\n-----END {RSA_KEY}-----\n"
         "tail\n"
     )
     out = scrub_text(text)
