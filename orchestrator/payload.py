@@ -78,13 +78,6 @@ def push(ex: Executor, staging: Path) -> None:
            timeout=120).raise_for_status("unpacking the payload")
 
 
-def ensure(ex: Executor, staging: Path) -> None:
-    """Push the payload unless the node has this exact version (one round trip when it has)."""
-    d = shlex.quote(remote_dir(ex.node.work_dir))
-    if ex.run(f"test -f {d}/.complete", timeout=60).rc != 0:
-        _locked_push(ex, staging)
-
-
 def _locked_push(ex: Executor, staging: Path) -> None:
     with _push_guard:
         lock = _push_locks.setdefault(ex.node.name, threading.Lock())

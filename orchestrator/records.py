@@ -1,7 +1,9 @@
-"""The typed records every step emits: evidence, findings, measurements.
+"""The typed records every step emits: findings and measurements.
 
-Records carry the run id and the suite hash, so anything compared later can
-prove it was measured under identical parameters.
+A finding names its evidence: the raw output files (relative to the run
+directory) it was judged from. Measurements carry the run id and the suite
+hash, so anything compared later can prove it was measured under identical
+parameters.
 """
 
 from __future__ import annotations
@@ -16,16 +18,6 @@ SEVERITY_ORDER = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class Evidence(_Record):
-    """A raw output kept in the run directory (path relative to it)."""
-
-    node: str
-    path: str
-    command: str | None = None
-    rc: int | None = None
-    sha256: str | None = None
 
 
 class Finding(_Record):

@@ -227,15 +227,6 @@ def fanout(nodes: list[Node], fn: Callable[[Node], T], *, concurrency: int = 32,
     return group
 
 
-class Timer:
-    def __init__(self) -> None:
-        self.start = time.monotonic()
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-
 def probe(ex: Executor) -> ConnectionInfo:
     """Connect, then measure what `gpuvet ping` shows: hostname, latency, python."""
     py = shlex.quote(ex.node.python)

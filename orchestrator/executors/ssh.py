@@ -177,9 +177,16 @@ class SshExecutor:
             else:
                 kw.update(hide=True)
             res = conn.run(wrapped, **kw)
+            elapsed = time.monotonic() - start
+            if timeout is not None and res.exited == -1 and elapsed >= timeout * 0.95:
+                # invoke closed the channel at the timeout but returned instead of
+                # raising (a race seen under load): the remote group may still run
+                self._kill(pidfile)
+                return CommandResult(node=self.node.name, command=command, rc=None,
+                                     stdout=res.stdout, stderr=res.stderr,
+                                     duration_s=elapsed, timed_out=True)
             return CommandResult(node=self.node.name, command=command, rc=res.exited,
-                                 stdout=res.stdout, stderr=res.stderr,
-                                 duration_s=time.monotonic() - start)
+                                 stdout=res.stdout, stderr=res.stderr, duration_s=elapsed)
         except CommandTimedOut as exc:
             self._kill(pidfile)
             partial = exc.result

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import nccltests, parsers
+from orchestrator import nccltests
 from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout, options_for
@@ -273,7 +273,3 @@ def _judge(outcome: NcclOutcome, run: Run, inv: Inventory, suite: Suite, s: Seri
     fs, ms = judge_series(s, run, inv, suite)
     outcome.findings += fs
     outcome.measurements += ms
-
-
-def parse_log(path: Path) -> Any:
-    return parsers.parse("nccl-tests", path.read_text(errors="replace"), source=str(path))
