@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from orchestrator.inventory import Expectations
 from orchestrator.records import Severity
 from orchestrator.suite import PreflightParams
+from payload.probes import count_visible
 
 EPHEMERAL_FSTYPES = {"tmpfs", "ramfs", "overlay", "overlayfs", "devtmpfs", "squashfs"}
 EPHEMERAL_PATH = re.compile(r"^/(tmp|dev/shm|run)(/|$)|^/(mnt/)?(ephemeral\d*|local_disk\d*|"
@@ -269,7 +270,7 @@ def check_torch(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Res
     wanted = len(rows)
     chosen = nf.inventory_env.get("CUDA_VISIBLE_DEVICES")
     if chosen is not None:
-        wanted = len([d for d in chosen.split(",") if d.strip() and d.strip() != "-1"])
+        wanted = count_visible(chosen)
     if torch.count >= wanted:
         shown = (f" (CUDA_VISIBLE_DEVICES={chosen} from the inventory)" if chosen is not None
                  else "")

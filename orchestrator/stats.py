@@ -17,6 +17,10 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.checks import model_matches
+from payload.allreduce import parse_size
+
+__all__ = ["Reference", "SizeStats", "find_reference", "parse_size", "shipped_references",
+           "stability"]
 
 
 @dataclass(frozen=True)
@@ -72,18 +76,6 @@ class Reference(BaseModel):
         if measured > self.upper:
             return "above"
         return "within"
-
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-
-
-def parse_size(text: str | int) -> int:
-    s = str(text).strip().upper().removesuffix("B")
-    unit = s[-1] if s and s[-1] in _UNITS else ""
-    number = s[: -1] if unit else s
-    if not number.isdigit():
-        raise ValueError(f"bad size {text!r}: use e.g. 8, 64K, 128M, 1G")
-    return int(number) * _UNITS[unit]
 
 
 @lru_cache(maxsize=1)

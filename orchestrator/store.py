@@ -36,15 +36,19 @@ SCHEMA_VERSION = 1
 DEFAULT_ROOT = Path("results")
 
 
-def atomic_write(path: Path, data: str | bytes) -> None:
+def atomic_write(path: Path, data: str | bytes, *, durable: bool = True) -> None:
+    """Temp file and rename: readers never see half a file. `durable=False` skips the
+    fsync, for files derived from one already on disk (raw outputs cut out of a
+    payload document): a crash loses nothing that cannot be made again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

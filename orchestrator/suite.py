@@ -10,9 +10,10 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from orchestrator.errors import UsageError
+from payload.allreduce import parse_size
 
 NCCL_TESTS_URL = "https://github.com/NVIDIA/nccl-tests.git"
 NCCL_TESTS_COMMIT = "a0b82b2260cf5152b9f8c061bbf7eaf0ba096432"  # v2.19.6
@@ -50,6 +51,12 @@ class NcclParams(_M):
     timeout_s: float = Field(default=900.0, gt=0)
     build_timeout_s: float = Field(default=1800.0, gt=0)
     drop_tolerance: float = Field(default=0.10, ge=0, le=1)
+
+    @field_validator("min_bytes", "max_bytes")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        parse_size(v)  # a typo is caught here, not by nccl-tests on every node
+        return v
 
 
 class Suite(_M):

@@ -18,15 +18,16 @@ import re
 import socket
 import sys
 import time
-from typing import Any, List
+from typing import Any, List, Union
 
-UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"(\d+)([KMG]?)B?", text.strip().upper())
+def parse_size(text: Union[str, int]) -> int:
+    """nccl-tests' size notation (8, 64K, 128M, 4G); the controller uses it too."""
+    m = re.fullmatch(r"(\d+)([KMGT]?)B?", str(text).strip().upper())
     if not m:
-        raise ValueError("bad size %r (use e.g. 8, 64K, 128M, 1G)" % text)
+        raise ValueError("bad size %r (use e.g. 8, 64K, 128M, 1G)" % (text,))
     return int(m.group(1)) * UNITS[m.group(2)]
 
 

@@ -21,7 +21,7 @@ import tarfile
 import time
 from typing import Any, Dict, List, Optional
 
-from payload.probes import find_mpi, find_nccl, find_nvcc
+from payload.probes import count_visible, find_mpi, find_nccl, find_nvcc
 from payload.proc import run_command
 
 BINARY = "all_reduce_perf"
@@ -266,7 +266,7 @@ def visible_gpus(env: Dict[str, str]) -> Optional[int]:
     """GPUs this node's processes see: CUDA_VISIBLE_DEVICES wins over nvidia-smi's count."""
     vis = env.get("CUDA_VISIBLE_DEVICES")
     if vis is not None:
-        return len([d for d in vis.split(",") if d.strip() and d.strip() != "-1"])
+        return count_visible(vis)
     res = run_command(["nvidia-smi", "-L"], 30.0, env=env)
     if res["rc"] != 0:
         return None

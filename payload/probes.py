@@ -33,6 +33,11 @@ TOOL_NAMES = (
 
 
 
+def count_visible(devices: str) -> int:
+    """How many GPUs a CUDA_VISIBLE_DEVICES value leaves visible ("" and "-1": none)."""
+    return len([d for d in devices.split(",") if d.strip() and d.strip() != "-1"])
+
+
 def find_nvcc(env: Optional[Mapping[str, str]] = None) -> Optional[str]:
     """nvcc on PATH, else $CUDA_HOME/bin/nvcc, $CUDA_PATH/bin/nvcc, /usr/local/cuda/bin/nvcc.
 

@@ -48,9 +48,11 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
     for cid, rec in doc["commands"].items():
         if out_dir is not None:
             raw = out_dir / "raw" / f"{cid}.txt"
-            atomic_write(raw, rec.get("stdout") or "")
+            # cut out of collect.json, which is already on disk: no fsync per file
+            atomic_write(raw, rec.get("stdout") or "", durable=False)
             if rec.get("stderr"):
-                atomic_write(out_dir / "raw" / f"{cid}.stderr.txt", scrub_text(rec["stderr"]))
+                atomic_write(out_dir / "raw" / f"{cid}.stderr.txt", scrub_text(rec["stderr"]),
+                             durable=False)
             nf.evidence[cid] = rel(raw) if rel else str(raw)
         spec = COMMANDS_BY_ID.get(cid)
         if spec is None or spec.parser is None or rec.get("missing") or rec.get("timed_out"):

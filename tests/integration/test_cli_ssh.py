@@ -151,8 +151,13 @@ def test_preflight_reports_missing_driver(cluster: Cluster, inv: Path, tmp_path:
         assert (run / "nodes" / name / "preflight" / "raw" / "uname.txt").read_text().startswith(
             "Linux")
     # the payload was pushed once per node and reused by a second run
+    from orchestrator import payload
+
+    marks = {n.name: Path(payload.remote_dir(n.work_dir)) / ".complete" for n in cluster.nodes}
+    stamps = {name: m.stat().st_mtime_ns for name, m in marks.items()}
     res2 = gpuvet("preflight", "-i", str(inv), "--results", str(results), timeout=180)
     assert res2.returncode == 1
+    assert {name: m.stat().st_mtime_ns for name, m in marks.items()} == stamps
     shutil.rmtree(results)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -88,4 +87,3 @@ def test_nccl_step_reports_build_diagnosis(cluster: Cluster, inv: inventory.Inve
 
 def test_shell_join_survives_hostile_values() -> None:
     assert shell_join(["echo", "a b", "$(x)"]) == "echo 'a b' '$(x)'"
-    assert sys.executable

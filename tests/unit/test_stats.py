@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from orchestrator import stats
@@ -110,3 +112,16 @@ def test_reference_rejects_unknown_keys_and_nonpositive_value() -> None:
     with pytest.raises(ValueError):
         Reference.model_validate({"value": 1, "lower": 0, "upper": 2, "typo": 1})
     assert stats.Reference(value=1, lower=0, upper=2).gpu is None
+
+
+def test_suite_refuses_a_bad_size_before_any_node_runs(tmp_path: Path) -> None:
+    from orchestrator.errors import UsageError
+    from orchestrator.suite import load_suite
+
+    bad = tmp_path / "suite.yaml"
+    bad.write_text("nccl:\n  max_bytes: 128X\n")
+    with pytest.raises(UsageError, match="bad size"):
+        load_suite(bad)
+    good = tmp_path / "good.yaml"
+    good.write_text("nccl:\n  max_bytes: 4G\n")
+    assert parse_size(load_suite(good).nccl.max_bytes) == 4 << 30
