@@ -6,6 +6,11 @@ next. The CLI maps these to exit codes; the library never exits.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the executors import this module: no import at run time
+    from orchestrator.executors.base import CommandResult
+
 
 class GpuvetError(Exception):
     """Base of every error gpuvet raises on purpose."""
@@ -91,9 +96,41 @@ class HostKeyError(ConnectionFailed):
     """A host key is unknown or, worse, changed."""
 
 
-class CommandTimeout(GpuvetError):
-    """A command outlived its timeout and was killed."""
+class NodeUnreachable(ConnectionFailed):
+    """One hop on the way to a node (a jump host or the node itself) failed.
+
+    `hop` names it as the inventory does and `cause` says why in a word
+    ("refused", "timed out", "dns", "auth", ...), so callers can sort failures
+    by type instead of reading messages.
+    """
+
+    def __init__(self, what: str, *, hop: str, cause: str, node: str | None = None,
+                 command: str | None = None, hint: str | None = None) -> None:
+        self.hop = hop
+        self.cause = cause
+        super().__init__(what, node=node, command=command, hint=hint)
 
 
 class StepError(GpuvetError):
     """A step (preflight, nccl, train) could not do its work on a node."""
+
+
+class CommandTimeout(StepError):
+    """A command outlived its timeout and was killed.
+
+    `result` holds what it printed before that, like invoke's `Failure.result`.
+    """
+
+    def __init__(self, what: str, *, node: str | None = None, command: str | None = None,
+                 hint: str | None = None, result: CommandResult | None = None) -> None:
+        self.result = result
+        super().__init__(what, node=node, command=command, hint=hint)
+
+
+class CommandFailed(StepError):
+    """A command exited with a non-zero status; `result` holds its output and exit code."""
+
+    def __init__(self, what: str, *, result: CommandResult, node: str | None = None,
+                 command: str | None = None, hint: str | None = None) -> None:
+        self.result = result
+        super().__init__(what, node=node, command=command, hint=hint)

@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
-from orchestrator.errors import GpuvetError, StepError, UsageError
+from orchestrator.errors import (
+    CommandFailed,
+    CommandTimeout,
+    ConnectionFailed,
+    GpuvetError,
+    StepError,
+    UsageError,
+)
 from orchestrator.inventory import Inventory, Node
 
 
@@ -37,14 +44,15 @@ class CommandResult:
         return self.rc == 0 and not self.timed_out
 
     def raise_for_status(self, what: str) -> CommandResult:
+        """Raise CommandTimeout or CommandFailed, both carrying this result, unless it is ok."""
         if self.timed_out:
-            raise StepError(f"{what} timed out after {self.duration_s:.0f} s and was killed",
-                            node=self.node, command=self.command,
-                            hint="raise the timeout or look at the node's load")
+            raise CommandTimeout(f"{what} timed out after {self.duration_s:.0f} s and was killed",
+                                 node=self.node, command=self.command, result=self,
+                                 hint="raise the timeout or look at the node's load")
         if self.rc != 0:
             tail = (self.stderr or self.stdout).strip().splitlines()[-5:]
-            raise StepError(f"{what} failed with exit code {self.rc}: " + " | ".join(tail),
-                            node=self.node, command=self.command)
+            raise CommandFailed(f"{what} failed with exit code {self.rc}: " + " | ".join(tail),
+                                node=self.node, command=self.command, result=self)
         return self
 
 
@@ -109,6 +117,23 @@ def options_for(inv: Inventory, accept_new_host_keys: bool = False) -> ExecutorO
         nodes={n.name: n for n in inv.nodes},
         ray_address=ray,
     )
+
+
+def is_unreachable(exc: BaseException) -> bool:
+    """Whether exc, or an error it was raised from, says the node could not be reached.
+
+    Decided by type (ConnectionFailed and its subclasses: host keys, hops), never by
+    the words of a message. Only explicit causes (`raise ... from exc`) are followed:
+    an unrelated error raised while handling a lost connection is not a lost node.
+    """
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, ConnectionFailed):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__
+    return False
 
 
 def shell_join(argv: Iterable[str]) -> str:

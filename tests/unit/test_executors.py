@@ -4,9 +4,24 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import GpuvetError, StepError, UsageError
+from orchestrator.errors import (
+    CommandFailed,
+    CommandTimeout,
+    ConnectionFailed,
+    GpuvetError,
+    HostKeyError,
+    NodeUnreachable,
+    StepError,
+    UsageError,
+)
 from orchestrator.executors import ExecutorOptions, ExecutorPool, fanout, make_executor, probe
-from orchestrator.executors.base import env_prefix, get_verified, put_verified
+from orchestrator.executors.base import (
+    CommandResult,
+    env_prefix,
+    get_verified,
+    is_unreachable,
+    put_verified,
+)
 from orchestrator.executors.local import LocalExecutor
 from orchestrator.inventory import Node
 
@@ -108,3 +123,54 @@ def test_env_prefix_quotes_and_checks_names() -> None:
     assert env_prefix({"A": "x; rm -rf /"}) == "env 'A=x; rm -rf /' "
     with pytest.raises(UsageError):
         env_prefix({"A;B": "1"})
+
+
+# --- errors that carry their result ----------------------------------------------
+
+def test_failed_command_error_holds_its_result(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path))
+    res = ex.run("echo partial; echo why >&2; exit 7")
+    with pytest.raises(CommandFailed) as info:
+        res.raise_for_status("demo")
+    exc = info.value
+    assert isinstance(exc, StepError)  # existing `except StepError` keeps working
+    assert exc.result is res and exc.result.rc == 7 and exc.result.stdout == "partial\n"
+    assert exc.node == "n1" and exc.command == res.command
+    assert "exit code 7: why" in str(exc)
+    assert res.ok is False and ex.run("true").raise_for_status("fine").ok
+
+
+def test_timed_out_command_error_holds_its_partial_result(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path))
+    res = ex.run("echo started; sleep 30", timeout=0.5)
+    with pytest.raises(CommandTimeout) as info:
+        res.raise_for_status("slow thing")
+    assert isinstance(info.value, StepError) and not isinstance(info.value, CommandFailed)
+    assert info.value.result is res and info.value.result.stdout == "started\n"
+    assert "slow thing timed out" in str(info.value)
+
+
+def test_unreachable_is_decided_by_type_not_by_words() -> None:
+    assert is_unreachable(ConnectionFailed("x"))
+    assert is_unreachable(HostKeyError("host key of h CHANGED"))
+    assert is_unreachable(NodeUnreachable("refused", hop="bastion", cause="refused"))
+    # a message that merely mentions connecting is not an unreachable node
+    assert not is_unreachable(StepError("cannot connect the dots in collect.json"))
+    assert not is_unreachable(CommandFailed("connect failed", result=CommandResult(
+        node="n", command="c", rc=1, stdout="", stderr="", duration_s=0)))
+    # a step error raised from a lost connection is one
+    try:
+        try:
+            raise NodeUnreachable("gone", hop="n1", cause="timed out")
+        except ConnectionFailed as exc:
+            raise StepError("collect failed") from exc
+    except StepError as wrapped:
+        assert is_unreachable(wrapped)
+    # an unrelated error raised while handling one (implicit context only) is not
+    try:
+        try:
+            raise ConnectionFailed("gone")
+        except ConnectionFailed:
+            raise StepError("a bug in the handler") from None
+    except StepError as unrelated:
+        assert not is_unreachable(unrelated)
