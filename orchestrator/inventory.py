@@ -18,6 +18,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
+from orchestrator.bands import Band
 from orchestrator.errors import InventoryError
 
 ExecutorName = Literal["ssh", "local", "ray"]
@@ -55,16 +56,6 @@ class PcieExpectation(_Model):
     min_width: int | None = Field(default=None, ge=1, le=32)
 
 
-class BandSpec(_Model):
-    """A reference band in GB/s for all_reduce busbw at the run's largest size."""
-
-    value: float = Field(gt=0)
-    lower: float = Field(ge=0)
-    upper: float = Field(gt=0)
-    min_size: str = "128M"
-    note: str | None = None
-
-
 class Expectations(_Model):
     """What was ordered. Every field is optional: unset means 'not checked'."""
 
@@ -76,7 +67,8 @@ class Expectations(_Model):
     mig_allowed: bool = False
     fabric: Fabric = Fabric()
     pcie: PcieExpectation = PcieExpectation()
-    nccl_busbw: BandSpec | None = None  # overrides the shipped reference bands
+    # overrides the shipped reference bands: one band or a list, each for one message size
+    nccl_busbw: Band | list[Band] | None = None
 
 
 class Pricing(_Model):

@@ -1,4 +1,4 @@
-"""Stability over rounds, and reference bands.
+"""Stability over rounds.
 
 Three rounds with identical parameters are the acceptance recipe: a fabric
 that gives 280 GB/s once and 150 the next is not ready for a long job, even
@@ -11,16 +11,10 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from orchestrator.checks import model_matches
 from payload.allreduce import parse_size
 
-__all__ = ["Reference", "SizeStats", "find_reference", "parse_size", "shipped_references",
-           "stability"]
+__all__ = ["SizeStats", "parse_size", "stability"]
 
 
 @dataclass(frozen=True)
@@ -51,44 +45,3 @@ def stability(rounds: list[dict[int, float]]) -> list[SizeStats]:
         cv = statistics.stdev(vals) / mean if len(vals) > 1 and mean > 0 else 0.0
         out.append(SizeStats(size, vals, statistics.median(vals), min(vals), max(vals), cv))
     return out
-
-
-class Reference(BaseModel):
-    """A (value, lower, upper) band in GB/s, as ReFrame keeps reference values."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    value: float = Field(gt=0)
-    lower: float = Field(ge=0)
-    upper: float = Field(gt=0)
-    gpu: str | None = None
-    gpus: int | None = None
-    nodes: int | None = None
-    min_size: str = "128M"
-    note: str | None = None
-
-    @property
-    def min_size_bytes(self) -> int:
-        return parse_size(self.min_size)
-
-    def verdict(self, measured: float) -> str:
-        if measured < self.lower:
-            return "below"
-        if measured > self.upper:
-            return "above"
-        return "within"
-
-
-@lru_cache(maxsize=1)
-def shipped_references() -> tuple[Reference, ...]:
-    from ruamel.yaml import YAML
-
-    text = resources.files("orchestrator").joinpath("data/references.yaml").read_text()
-    return tuple(Reference.model_validate(r) for r in YAML(typ="safe").load(text))
-
-
-def find_reference(gpu_name: str, gpus: int, nodes: int) -> Reference | None:
-    for ref in shipped_references():
-        if (ref.gpu and model_matches(ref.gpu, gpu_name) and ref.gpus == gpus
-                and ref.nodes == nodes):
-            return ref
-    return None

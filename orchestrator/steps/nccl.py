@@ -18,11 +18,21 @@ from typing import Any
 
 from orchestrator import nccltests
 from orchestrator import payload as payload_mod
-from orchestrator.errors import GpuvetError, StepError
-from orchestrator.executors import ExecutorPool, fanout, options_for
+from orchestrator.errors import GpuvetError
+from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.inventory import Inventory, Node
-from orchestrator.records import Finding, Measurement
+from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
+from orchestrator.steps.driver import (
+    Driven,
+    StageTracker,
+    UnitFailed,
+    UnitResult,
+    drive,
+    node_unit,
+    provider_unit,
+    step_pool,
+)
 from orchestrator.steps.nccl_judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
@@ -36,21 +46,30 @@ class NcclOutcome:
     measurements: list[Measurement] = field(default_factory=list)
 
 
-def _f(run: Run, node: str, provider: str, code: str, sev: str, msg: str,
+def _f(run: Run, node: str | None, provider: str, code: str, sev: Severity, msg: str,
        evidence: list[str] | None = None, **details: Any) -> Finding:
-    return Finding(run_id=run.run_id, node=node, provider=provider, step=STEP, code=code,
-                   severity=sev, message=msg, evidence=evidence or [], details=details)  # type: ignore[arg-type]
+    return finding(run.run_id, STEP, provider=provider, node=node, code=code, severity=sev,
+                   message=msg, evidence=evidence or [], **details)
 
 
 def _build_node(ex: Executor, run: Run, suite: Suite, archive: Path | None) -> dict[str, Any]:
     out_dir = run.node_dir(ex.node.name, STEP)
-    doc = nccltests.build(ex, suite.nccl, archive, run.dir / ".staging", out_dir)
+    try:
+        doc = nccltests.build(ex, suite.nccl, archive, run.dir / ".staging", out_dir)
+    except GpuvetError as exc:
+        raise UnitFailed(exc.what, "NCCL_BUILD_FAILED", _evidence(run, out_dir, "build.json",
+                                                                 "build.stderr.log"),
+                         node=ex.node.name, hint=exc.hint) from exc
     if not doc.get("ok"):
-        raise StepError(f"nccl-tests build failed: {doc.get('diagnosis') or 'unknown cause'}",
-                        node=ex.node.name,
-                        hint=f"see {run.rel(out_dir / 'build.log')}" if doc.get("log_local")
-                        else None)
+        raise UnitFailed(f"nccl-tests build failed: {doc.get('diagnosis') or 'unknown cause'}",
+                         "NCCL_BUILD_FAILED", _evidence(run, out_dir, "build.json", "build.log"),
+                         node=ex.node.name, hint=f"see {run.rel(out_dir / 'build.log')}"
+                         if (out_dir / "build.log").is_file() else None)
     return doc
+
+
+def _evidence(run: Run, out_dir: Path, *names: str) -> list[str]:
+    return [run.rel(out_dir / n) for n in names if (out_dir / n).is_file()]
 
 
 def _gpus(node: Node, inv: Inventory, build: dict[str, Any]) -> int:
@@ -101,8 +120,7 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
            builds: dict[str, dict[str, Any]]) -> list[tuple[int, Path, bool]]:
     head = pool(nodes[0])
     local = nodes[0].executor == "local"
-    out_dir = run.dir / "providers" / nodes[0].provider / STEP
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = run.provider_dir(nodes[0].provider, STEP)
 
     def cmd(r: int) -> tuple[str, str | None]:
         contexts = []
@@ -153,84 +171,100 @@ def _free_port() -> int:
 
 def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
              single: bool = True, multi: bool = True, torch: bool = False,
-             accept_new_host_keys: bool = False,
-             progress: ProgressHook | None = None) -> NcclOutcome:
-    outcome = NcclOutcome()
-    params = suite.nccl
-    archive = nccltests.source_archive(params, run.dir / ".staging")
-    with ExecutorPool(options_for(inv, accept_new_host_keys)) as pool:
-        builds = fanout(nodes, lambda n: _build_node(pool(n), run, suite, archive),
-                        concurrency=inv.settings.concurrency, progress=progress)
-        for name, exc in builds.failures.items():
-            n = inv.node(name)
-            ev = [run.rel(p) for p in [run.node_dir(name, STEP) / "build.log"] if p.is_file()]
-            outcome.findings.append(_f(run, name, n.provider, "NCCL_BUILD_FAILED", "FAIL",
-                                       exc.what, ev))
-        ok = [n for n in nodes if n.name in builds.results]
-        for n in ok:
-            b = builds.results[n.name]
-            how = "cached" if b.get("cached") else f"built in {b.get('build_s')} s"
-            outcome.findings.append(_f(
-                run, n.name, n.provider, "NCCL_TESTS_BUILT", "PASS",
-                f"nccl-tests {b['built_commit'][:12]} ({how}), CUDA {b.get('cuda_version')}, NCCL "
-                f"{(b.get('nccl') or {}).get('version')}, MPI {'yes' if b.get('mpi') else 'no'}",
-                [run.rel(run.node_dir(n.name, STEP) / "build.json")], build=b))
+             pool: ExecutorPool | None = None, accept_new_host_keys: bool = False,
+             progress: ProgressHook | None = None) -> Driven:
+    """Per node: build, then single-node rounds; per provider: the multi-node rounds.
+
+    Each is a unit of the step driver: a resumed run keeps the units it finished
+    and does the others again.
+    """
+    archive = nccltests.source_archive(suite.nccl, run.dir / ".staging")
+    builds: dict[str, dict[str, Any]] = {}
+
+    def node_work(pool: ExecutorPool, n: Node, stage: StageTracker) -> UnitResult:
+        outcome = NcclOutcome()
+        with stage("prepare"):
+            b = _build_node(pool(n), run, suite, archive)
+        builds[n.name] = b
+        how = "cached" if b.get("cached") else f"built in {b.get('build_s')} s"
+        outcome.findings.append(_f(
+            run, n.name, n.provider, "NCCL_TESTS_BUILT", "PASS",
+            f"nccl-tests {b['built_commit'][:12]} ({how}), CUDA {b.get('cuda_version')}, NCCL "
+            f"{(b.get('nccl') or {}).get('version')}, MPI {'yes' if b.get('mpi') else 'no'}",
+            [run.rel(run.node_dir(n.name, STEP) / "build.json")], build=b))
         if single:
-            res = fanout(ok, lambda n: _single(pool(n), run, suite, inv, builds.results[n.name]),
-                         concurrency=inv.settings.concurrency, progress=progress)
-            for n in ok:
-                if n.name in res.failures:
-                    outcome.findings.append(_f(run, n.name, n.provider, "NCCL_RUN_FAILED", "FAIL",
-                                               res.failures[n.name].what))
-                    continue
-                b = builds.results[n.name]
-                _judge(outcome, run, inv, suite, Series("single", [n], res.results[n.name], b))
-                if torch:
-                    _torch_series(outcome, pool, [n], run, suite, inv, builds.results,
-                                  run.node_dir(n.name, STEP), "torch_single")
-                    _compare_engines(outcome, run, [n], "single", "torch_single")
+            with stage("execute"):
+                try:
+                    logs = _single(pool(n), run, suite, inv, b)
+                except GpuvetError as exc:
+                    raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [], node=n.name,
+                                     hint=exc.hint) from exc
+            with stage("judge"):
+                _judge(outcome, run, inv, suite, Series("single", [n], logs, b))
+            if torch:
+                _torch_series(outcome, pool, [n], run, suite, inv, builds,
+                              run.node_dir(n.name, STEP), "single")
+                _compare_engines(outcome, run, [n], "single")
+        return UnitResult(outcome.findings, outcome.measurements, {"build": b})
+
+    def multi_work(pool: ExecutorPool, members: list[Node], stage: StageTracker) -> UnitResult:
+        outcome = NcclOutcome()
+        prov = members[0].provider
+        mpi = all(builds[n.name].get("mpi") for n in members)
+        out_dir = run.provider_dir(prov, STEP)
+        if mpi:
+            with stage("execute"):
+                try:
+                    logs = _multi(pool, members, run, suite, inv, builds)
+                except GpuvetError as exc:
+                    raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [], hint=exc.hint) from exc
+            with stage("judge"):
+                _judge(outcome, run, inv, suite,
+                       Series("multi", members, logs, builds[members[0].name]))
+        else:
+            outcome.findings.append(_f(
+                run, None, prov, "NCCL_MULTI_NO_MPI", "WARN",
+                "nccl-tests was built without MPI: multi-node measured with the "
+                "torch.distributed benchmark instead"))
+        if torch or not mpi:
+            _torch_series(outcome, pool, members, run, suite, inv, builds, out_dir, "multi")
+            if mpi:
+                _compare_engines(outcome, run, members, "multi")
+        return UnitResult(outcome.findings, outcome.measurements)
+
+    with step_pool(inv, pool, accept_new_host_keys) as p:
+        units = [node_unit(n, lambda st, n=n: node_work(p, n, st))  # type: ignore[misc]
+                 for n in nodes]
+        done = {u.key for u in units if run.is_done(u.key, STEP)}
+        for n in nodes:
+            if f"node:{n.name}" in done:
+                builds[n.name] = run.done_summary(f"node:{n.name}", STEP).get("build") or {}
+        provs = list(dict.fromkeys(n.provider for n in nodes))
+        done |= {f"provider:{p}/multi" for p in provs if run.is_done(f"provider:{p}/multi", STEP)}
+        run.retract(keep_units=done, step=STEP)
+        driven = drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
         if multi:
-            for prov in dict.fromkeys(n.provider for n in ok):
-                members = [n for n in ok if n.provider == prov]
-                if len(members) < 2:
-                    continue
-                mpi = all(builds.results[n.name].get("mpi") for n in members)
-                out_dir = run.dir / "providers" / prov / STEP
-                if mpi:
-                    try:
-                        logs = _multi(pool, members, run, suite, inv, builds.results)
-                        _judge(outcome, run, inv, suite,
-                               Series("multi", members, logs, builds.results[members[0].name]))
-                    except GpuvetError as exc:
-                        outcome.findings.append(_f(run, f"provider:{prov}", prov,
-                                                   "NCCL_RUN_FAILED", "FAIL", exc.what))
-                else:
-                    outcome.findings.append(_f(
-                        run, f"provider:{prov}", prov, "NCCL_MULTI_NO_MPI", "WARN",
-                        "nccl-tests was built without MPI: multi-node measured with the "
-                        "torch.distributed benchmark instead"))
-                if torch or not mpi:
-                    out_dir.mkdir(parents=True, exist_ok=True)
-                    _torch_series(outcome, pool, members, run, suite, inv, builds.results,
-                                  out_dir, "torch_multi")
-                    if mpi:
-                        _compare_engines(outcome, run, members, "multi", "torch_multi")
-    run.add_findings(outcome.findings)
-    run.add_measurements(outcome.measurements)
-    return outcome
+            groups = {p: [n for n in nodes if n.provider == p and n.name in builds] for p in provs}
+            punits = [provider_unit(prov, "multi", lambda st, m=m: multi_work(p, m, st))  # type: ignore[misc]
+                      for prov, m in groups.items() if len(m) >= 2]
+            more = drive(run, STEP, punits, concurrency=inv.settings.concurrency)
+            driven.done.update(more.done)
+            driven.failed.update(more.failed)
+            driven.skipped += more.skipped
+    return driven
 
 
 def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], run: Run,
                   suite: Suite, inv: Inventory, builds: dict[str, dict[str, Any]],
-                  out_dir: Path, label: str) -> None:
-    where = nodes[0].name if len(nodes) == 1 else f"provider:{nodes[0].provider}"
+                  out_dir: Path, scope: MeasureScope) -> None:
+    where = nodes[0].name if scope == "single" else None
     try:
-        log = _torch(pool, nodes, run, suite, inv, builds, label, out_dir)
+        log = _torch(pool, nodes, run, suite, inv, builds, f"torch_{scope}", out_dir)
     except GpuvetError as exc:
         outcome.findings.append(_f(run, where, nodes[0].provider, "TORCH_BENCH_FAILED", "FAIL",
                                    exc.what))
         return
-    series = Series(label, nodes, [(1, log, False)], builds.get(nodes[0].name, {}),
+    series = Series(scope, nodes, [(1, log, False)], builds.get(nodes[0].name, {}),
                     engine="torch")
     _judge(outcome, run, inv, suite, series)
 
@@ -239,22 +273,22 @@ AGREE_MIN_SIZE = 256 << 20
 AGREE_TOLERANCE = 0.05
 
 
-def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node], ref_scope: str,
-                     other_scope: str) -> None:
+def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node],
+                     scope: MeasureScope) -> None:
     """torch.distributed should land within 5% of nccl-tests at 256 MiB and above."""
     names = [n.name for n in nodes]
 
-    def medians(scope: str) -> dict[int, float]:
+    def medians(engine: str) -> dict[int, float]:
         by_size: dict[int, list[float]] = {}
         for m in outcome.measurements:
-            if (m.metric == "busbw" and m.nodes == names and m.tags.get("scope") == scope
-                    and not m.tags.get("inplace")):
-                by_size.setdefault(int(m.tags["size"]), []).append(m.value)
+            if (m.metric == "busbw" and m.nodes == names and m.scope == scope
+                    and m.engine == engine and not m.inplace and m.size is not None):
+                by_size.setdefault(m.size, []).append(m.value)
         return {k: statistics.median(v) for k, v in by_size.items()}
 
-    ref, other = medians(ref_scope), medians(other_scope)
+    ref, other = medians("nccl-tests"), medians("torch")
     sizes = sorted(k for k in set(ref) & set(other) if k >= AGREE_MIN_SIZE and ref[k] > 0)
-    where = names[0] if len(names) == 1 else f"provider:{nodes[0].provider}"
+    where = names[0] if scope == "single" else None
     if not sizes:
         return
     devs = {k: (other[k] - ref[k]) / ref[k] for k in sizes}
@@ -264,7 +298,7 @@ def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node], ref_scop
     ok = abs(worst) <= AGREE_TOLERANCE
     outcome.findings.append(_f(
         run, where, nodes[0].provider, "TORCH_VS_NCCL_TESTS", "PASS" if ok else "WARN",
-        f"[{other_scope}] torch.distributed vs nccl-tests busbw: {shown}"
+        f"[torch {scope}] torch.distributed vs nccl-tests busbw: {shown}"
         + ("" if ok else f"; differs by more than {AGREE_TOLERANCE:.0%}"),
         deviations={str(k): v for k, v in devs.items()}))
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import parsers, stats
+from orchestrator import bands, parsers, stats
 from orchestrator.errors import ParseError
 from orchestrator.inventory import Inventory, Node
 from orchestrator.parsers._nccl_common import NcclTestsRun
-from orchestrator.records import Finding, Measurement, Severity
+from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 
@@ -26,36 +26,51 @@ SMALLEST_JUDGED = 16 << 20
 
 @dataclass
 class Series:
-    """One scope's rounds: (round, log path, timed out)."""
+    """One scope's rounds: (round, log path, timed out).
 
-    scope: str  # single | multi | torch_single | torch_multi | imported
+    `nodes` are the inventory nodes the series ran on; an imported series has
+    none (it names `provider` and how many nodes it spanned in `n_nodes`).
+    """
+
+    scope: MeasureScope  # single | multi
     nodes: list[Node]
     logs: list[tuple[int, Path, bool]]
     build: dict[str, Any] = field(default_factory=dict)
-    engine: str = "nccl-tests"
+    engine: str = "nccl-tests"  # nccl-tests | torch
     provider: str | None = None
+    n_nodes: int | None = None
+    imported: bool = False
 
     @property
-    def where(self) -> str:
-        if len(self.nodes) == 1 and self.scope != "imported":
+    def node(self) -> str | None:
+        """The node a single-node live series is about; None for provider-wide ones."""
+        if self.scope == "single" and len(self.nodes) == 1 and not self.imported:
             return self.nodes[0].name
-        return f"provider:{self.prov}"
+        return None
 
     @property
     def prov(self) -> str:
         return self.provider or self.nodes[0].provider
 
+    @property
+    def label(self) -> str:
+        return self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
 
-def judge_series(s: Series, run: Run, inv: Inventory | None,
-                 suite: Suite) -> tuple[list[Finding], list[Measurement]]:
+    @property
+    def node_count(self) -> int:
+        return self.n_nodes or len(self.nodes) or 1
+
+
+def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
+                 suite_hash: str | None = None) -> tuple[list[Finding], list[Measurement]]:
     findings: list[Finding] = []
     ms: list[Measurement] = []
 
     def add(code: str, sev: Severity, msg: str, ev: list[str] | None = None,
             **details: Any) -> None:
-        findings.append(Finding(run_id=run.run_id, node=s.where, provider=s.prov, step=STEP,
-                                code=code, severity=sev, message=f"[{s.scope}] {msg}",
-                                evidence=ev or [], details=details))
+        findings.append(finding(run.run_id, STEP, provider=s.prov, node=s.node, code=code,
+                                severity=sev, message=f"[{s.label}] {msg}", evidence=ev or [],
+                                scope=s.scope, engine=s.engine, **details))
 
     parsed: list[tuple[int, NcclTestsRun, str]] = []
     for rnd, path, timed_out in s.logs:
@@ -83,7 +98,7 @@ def judge_series(s: Series, run: Run, inv: Inventory | None,
             add("NCCL_AVG_MISMATCH", "WARN", f"round {rnd}: reported average bus bandwidth "
                 f"{res.avg_busbw_reported} differs from the rows' mean "
                 f"{res.avg_busbw_recomputed:.3f}", [rel])
-        ms += _measurements(s, run, suite, rnd, res)
+        ms += _measurements(s, run, suite_hash or suite.hash, rnd, res)
         if s.engine == "nccl-tests":
             _transports(s, text, rnd, rel, inv, add)
     if parsed:
@@ -98,25 +113,26 @@ def _rel(run: Run, path: Path) -> str:
         return str(path)
 
 
-def _measurements(s: Series, run: Run, suite: Suite, rnd: int,
+def _measurements(s: Series, run: Run, suite_hash: str, rnd: int,
                   res: NcclTestsRun) -> list[Measurement]:
     out = []
-    tags_base = {"scope": s.scope, "engine": s.engine, "op": res.op,
-                 "nccl_version": res.nccl_version,
+    tags_base = {"op": res.op, "nccl_version": res.nccl_version,
                  "nccl_tests_commit": s.build.get("built_commit"),
                  "nccl_tests_version": res.tests_version,
-                 "gpus": len(res.ranks) or None}
+                 "gpus": len(res.ranks) or None, "n_nodes": s.node_count}
+    if s.imported:
+        tags_base["imported"] = True
+    nodes = [n.name for n in s.nodes]
     for row in res.rows:
         for inplace, r in ((False, row.out_of_place), (True, row.in_place)):
             for metric, value, unit in (("busbw", r.busbw_gbs, "GB/s"),
                                         ("algbw", r.algbw_gbs, "GB/s"),
                                         ("time", r.time_us, "us")):
                 out.append(Measurement(
-                    run_id=run.run_id, provider=s.prov, nodes=[n.name for n in s.nodes],
-                    step=STEP, metric=metric, value=value, unit=unit,
-                    suite_hash=suite.hash, round=rnd,
-                    tags={**tags_base, "size": row.size_bytes, "type": row.type,
-                          "inplace": inplace, "wrong": r.wrong}))
+                    run_id=run.run_id, provider=s.prov, nodes=nodes, step=STEP,
+                    metric=metric, value=value, unit=unit, suite_hash=suite_hash,
+                    scope=s.scope, engine=s.engine, size=row.size_bytes, inplace=inplace,
+                    round=rnd, tags={**tags_base, "type": row.type, "wrong": r.wrong}))
     return out
 
 
@@ -174,26 +190,47 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
     add("NCCL_BUSBW", "INFO", f"busbw at {_size(top.size_bytes)}: median {top.median:.1f} GB/s "
         f"over {len(top.values)} round(s) (min {top.min:.1f}, max {top.max:.1f}, "
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
-    ref = _reference(s, parsed[0][1], inv)
-    if ref is None or top.size_bytes < ref.min_size_bytes:
+    if s.engine != "nccl-tests":
         return
-    verdict = ref.verdict(top.median)
-    sev: Severity = "WARN" if verdict == "below" else "PASS"
-    add("NCCL_REFERENCE", sev, f"busbw {top.median:.1f} GB/s at {_size(top.size_bytes)} is "
-        f"{verdict} the reference band {ref.lower:g}-{ref.upper:g} GB/s "
-        f"(expected about {ref.value:g}{'; ' + ref.note if ref.note else ''})", evidence,
-        reference=ref.model_dump(), measured=top.median)
+    source, candidates = _bands(s, parsed[0][1], inv)
+    by_size = {st.size_bytes: st for st in table}
+    judged = bands.applicable(candidates, list(by_size))
+    if not judged:
+        sizes = ", ".join(b.size for b in candidates)
+        add("NCCL_REFERENCE_NONE", "INFO",
+            "no reference band applies to this run: " + (
+                f"the {source} bands are for {sizes}, which this run did not measure"
+                if candidates else "none is shipped for this GPU, count and node count, and "
+                "the inventory sets no expect.nccl_busbw"), evidence)
+        return
+    for band in judged:
+        st = by_size[band.size_bytes]
+        j = band.judge(st.median)
+        sev: Severity = "WARN" if j.result == "below" else "PASS" if j.result == "within" \
+            else "INFO"
+        what = {"below": "below the reference band",
+                "within": "within the reference band",
+                "above": "above the reference band (faster than the band expects: check "
+                         "that the band describes this machine)"}[j.result]
+        add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {_size(st.size_bytes)} is "
+            f"{what} {band.lower:g}-{band.upper:g} GB/s (expected about {band.value:g}, "
+            f"{source}{'; ' + band.note if band.note else ''})", evidence,
+            size=st.size_bytes, judged=j.model_dump(), source=source)
 
 
-def _reference(s: Series, res: NcclTestsRun, inv: Inventory | None) -> stats.Reference | None:
+def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, list[bands.Band]]:
+    """The inventory's bands for this provider win over the shipped ones."""
     if inv is not None and s.nodes:
-        band = inv.provider_of(s.nodes[0]).expect.nccl_busbw
-        if band is not None and s.scope in ("single", "multi"):
-            return stats.Reference(**band.model_dump())
-    if s.scope not in ("single", "multi", "imported") or not res.ranks:
-        return None
-    n_nodes = len(s.nodes) or 1
-    return stats.find_reference(res.ranks[0].name, len(res.ranks) // n_nodes, n_nodes)
+        own = inv.provider_of(s.nodes[0]).expect.nccl_busbw
+        if own is not None:
+            return "inventory", list(own) if isinstance(own, (list, tuple)) else [own]
+    if not res.ranks:
+        return "shipped", []
+    n_nodes = s.node_count
+    ref = bands.find_shipped(res.ranks[0].name, len(res.ranks) // n_nodes, n_nodes)
+    if ref is None:
+        return "shipped", []
+    return "shipped", [b if b.note else b.model_copy(update={"note": ref.note}) for b in ref.bands]
 
 
 def _size(n: int) -> str:

@@ -18,10 +18,11 @@ from typing import Any
 from orchestrator import checks, parsers
 from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError, ParseError, StepError, UsageError
-from orchestrator.executors import ExecutorPool, GroupResult, fanout, options_for
+from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
-from orchestrator.records import Finding
+from orchestrator.records import Finding, finding
+from orchestrator.steps.driver import Driven, StageTracker, UnitResult, drive, node_unit, step_pool
 from orchestrator.store import Run, atomic_write, write_json
 from orchestrator.suite import Suite
 from payload.commands import COMMANDS_BY_ID
@@ -74,10 +75,9 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
     return NodeReport(nf, findings)
 
 
-def _finding(r: checks.Result, run_id: str, node: str, provider: str) -> Finding:
-    return Finding(run_id=run_id, node=node, provider=provider, step=STEP, code=r.code,
-                   severity=r.severity, message=r.message, evidence=r.evidence,
-                   details=r.details)
+def _finding(r: checks.Result, run_id: str, node: str | None, provider: str) -> Finding:
+    return finding(run_id, STEP, provider=provider, node=node, code=r.code,
+                   severity=r.severity, message=r.message, evidence=r.evidence, **r.details)
 
 
 def collect_args(node: Node, suite: Suite) -> list[str]:
@@ -88,56 +88,65 @@ def collect_args(node: Node, suite: Suite) -> list[str]:
     return args
 
 
-def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Suite) -> NodeReport:
+def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Suite,
+             stage: StageTracker, reports: dict[str, NodeReport] | None = None) -> UnitResult:
     out_dir = run.node_dir(node.name, STEP)
     ex = pool(node)
-    res = payload_mod.run(ex, collect_args(node, suite), staging=run.dir / ".staging",
-                          timeout=suite.preflight.timeout_s, stdout_path=out_dir / "collect.json")
-    if not res.ok:
-        atomic_write(out_dir / "collect.stderr.txt", scrub_text(res.stderr))
-        res.raise_for_status("payload collect")
-    try:
-        doc = json.loads(res.stdout)
-    except json.JSONDecodeError as exc:
-        raise StepError(f"payload printed invalid JSON ({exc})", node=node.name,
-                        command=shlex.join(collect_args(node, suite)),
-                        hint=f"see {out_dir / 'collect.json'}") from None
-    report = judge_document(doc, node, inv, run.run_id, out_dir, run.rel, suite)
-    run.add_findings(report.findings)
-    run.mark_done(node.name, STEP, {"findings": len(report.findings)})
-    return report
-
-
-def unreachable(node: Node, exc: GpuvetError, run_id: str) -> Finding:
-    return Finding(run_id=run_id, node=node.name, provider=node.provider, step=STEP,
-                   code="NODE_UNREACHABLE" if "connect" in exc.what or "host key" in exc.what
-                   else "PREFLIGHT_FAILED", severity="FAIL", message=exc.what,
-                   details={"hint": exc.hint} if exc.hint else {})
+    with stage("execute"):
+        res = payload_mod.run(ex, collect_args(node, suite), staging=run.dir / ".staging",
+                              timeout=suite.preflight.timeout_s,
+                              stdout_path=out_dir / "collect.json")
+        if not res.ok:
+            atomic_write(out_dir / "collect.stderr.txt", scrub_text(res.stderr))
+            res.raise_for_status("payload collect")
+    with stage("judge"):
+        try:
+            doc = json.loads(res.stdout)
+        except json.JSONDecodeError as exc:
+            raise StepError(f"payload printed invalid JSON ({exc})", node=node.name,
+                            command=shlex.join(collect_args(node, suite)),
+                            hint=f"see {out_dir / 'collect.json'}") from None
+        report = judge_document(doc, node, inv, run.run_id, out_dir, run.rel, suite)
+    if reports is not None:
+        reports[node.name] = report
+    return UnitResult(findings=report.findings, summary={"findings": len(report.findings)})
 
 
 def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
-                  accept_new_host_keys: bool = False,
-                  progress: ProgressHook | None = None) -> tuple[GroupResult[NodeReport],
-                                                                 list[Finding]]:
+                  pool: ExecutorPool | None = None, accept_new_host_keys: bool = False,
+                  progress: ProgressHook | None = None) -> Driven:
     """All nodes in parallel; then the cross-node checks per provider.
 
     Nodes this run already finished (a resumed run) are not contacted again: their
-    saved documents are judged from disk for the cross-node checks.
+    saved documents are judged from disk for the cross-node checks, which are always
+    computed anew.
     """
-    done = [n for n in nodes if run.is_done(n.name, STEP)]
-    todo = [n for n in nodes if n not in done]
-    run.retract(keep_nodes={n.name for n in done}, step=STEP)
-    with ExecutorPool(options_for(inv, accept_new_host_keys)) as pool:
-        group = fanout(todo, lambda n: run_node(pool, n, inv, run, suite),
-                       concurrency=inv.settings.concurrency, progress=progress)
-    for n in done:
-        saved = json.loads((run.node_dir(n.name, STEP) / "collect.json").read_text())
-        group.results[n.name] = judge_document(saved, n, inv, run.run_id, None, suite=suite)
-    extra = [unreachable(n, group.failures[n.name], run.run_id) for n in nodes
-             if n.name in group.failures]
-    for prov in {n.provider for n in nodes}:
-        facts = [r.facts for name, r in group.results.items() if r.facts.provider == prov]
-        extra += [_finding(r, run.run_id, f"provider:{prov}", prov)
-                  for r in checks.provider_results(facts)]
-    run.add_findings(extra)
-    return group, extra
+    reports: dict[str, NodeReport] = {}
+    with step_pool(inv, pool, accept_new_host_keys) as p:
+        units = [node_unit(n, lambda st, n=n: run_node(p, n, inv, run, suite, st, reports))  # type: ignore[misc]
+                 for n in nodes]
+        run.retract(keep_units={u.key for u in units if run.is_done(u.key, STEP)}, step=STEP)
+        driven = drive(run, STEP, units, concurrency=inv.settings.concurrency,
+                       progress=progress)
+    facts: dict[str, list[checks.NodeFacts]] = {}
+    for n in nodes:
+        path = run.node_dir(n.name, STEP) / "collect.json"
+        if n.name in reports:
+            facts.setdefault(n.provider, []).append(reports[n.name].facts)
+            continue
+        if f"node:{n.name}" in driven.failed or not path.is_file():
+            continue
+        try:
+            saved = json.loads(path.read_text())
+            report = judge_document(saved, n, inv, run.run_id, None, suite=suite)
+        except (json.JSONDecodeError, GpuvetError):
+            continue
+        facts.setdefault(n.provider, []).append(report.facts)
+    cross = []
+    for prov in dict.fromkeys(n.provider for n in nodes):
+        for r in checks.provider_results(facts.get(prov, [])):
+            f = _finding(r, run.run_id, None, prov)
+            f.unit_key = f"provider:{prov}/cross"
+            cross.append(f)
+    run.add_findings(cross)
+    return driven

@@ -202,4 +202,4 @@ def test_preflight_resume_retries_only_failed_nodes(cluster: Cluster, inv: Path,
     assert (run / "nodes" / "node2" / "preflight" / "done.json").is_file()
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
     bad = gpuvet("preflight", "-i", str(inv), "--results", str(results), "--resume", "nope")
-    assert bad.returncode == 2 and "no run nope" in bad.stderr
+    assert bad.returncode == 2 and "'nope' is not a run id" in bad.stderr

@@ -57,10 +57,10 @@ def test_torch_allreduce_benchmark_gloo_across_nodes(cluster: Cluster,
         log = nccl_step._torch(pool, inv.nodes, run, suite, inv, {}, "torch_multi", out_dir)
     text = log.read_text()
     assert "backend gloo" in text, text
-    findings, ms = judge_series(Series("torch_multi", inv.nodes, [(1, log, False)],
+    findings, ms = judge_series(Series("multi", inv.nodes, [(1, log, False)],
                                        engine="torch"), run, inv, suite)
     assert not [f for f in findings if f.severity == "FAIL"], findings
-    sizes = sorted({m.tags["size"] for m in ms if m.metric == "busbw"})
+    sizes = sorted({m.size for m in ms if m.metric == "busbw" and m.size is not None})
     assert sizes == [1024, 4096, 16384, 65536, 262144]
     assert all(m.tags["wrong"] == 0 for m in ms)
     # both ranks reported, one per node, under each node's own hostname
@@ -73,12 +73,15 @@ def test_nccl_step_reports_build_diagnosis(cluster: Cluster, inv: inventory.Inve
     suite = Suite()
     run = Run.create(tmp_path / "results", command="nccl", suite_hash=suite.hash,
                      suite=suite.model_dump(mode="json"), inventory_path=inv.path)
-    outcome = nccl_step.run_nccl(inv, inv.nodes, run, suite)
-    fails = {f.node: f for f in outcome.findings if f.code == "NCCL_BUILD_FAILED"}
+    driven = nccl_step.run_nccl(inv, inv.nodes, run, suite)
+    fails = {f.node: f for f in run.findings() if f.code == "NCCL_BUILD_FAILED"}
     assert set(fails) == {"node1", "node2"}
+    assert set(driven.failed) == {"node:node1", "node:node2"}
     for f in fails.values():
         assert "nvcc not found" in f.message or "NCCL not found" in f.message, f.message
-    assert not outcome.measurements
+        assert f.stage == "prepare"
+        assert f"nodes/{f.node}/nccl/build.json" in f.evidence, f.evidence
+    assert not run.measurements()
     assert (run.dir / "findings.jsonl").read_text().count("NCCL_BUILD_FAILED") == 2
     # the payload printed its build document; it is kept as evidence
     doc = (run.dir / "nodes" / "node1" / "nccl" / "build.json").read_text()

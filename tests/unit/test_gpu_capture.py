@@ -57,8 +57,8 @@ def test_single_node_rounds_are_the_raw_numbers(tmp_path: Path) -> None:
     logs = [(r, CAP / f"single_4G_g2_round{r}.log", False) for r in (1, 2, 3)]
     inv = inventory({"gpu_model": "H200", "gpus_per_node": 2})
     findings, ms = judge_series(Series("single", inv.nodes, logs), run_in(tmp_path), inv, Suite())
-    top = [m.value for m in ms if m.metric == "busbw" and m.tags["size"] == 4 << 30
-           and not m.tags["inplace"]]
+    top = [m.value for m in ms if m.metric == "busbw" and m.size == 4 << 30
+           and not m.inplace]
     raw = [float(line.split()[7]) for r in (1, 2, 3)
            for line in (CAP / f"single_4G_g2_round{r}.log").read_text().splitlines()
            if line.strip().startswith("4294967296 ")]

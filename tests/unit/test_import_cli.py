@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
+
+import pytest
+
+from tests.unit.clirun import gpuvet
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROUNDS = [FIXTURES / "h200x2" / "nccl-tests" / f"all_reduce_8B-128M_g2_round{r}.log"
           for r in (1, 2, 3)]
 CRASH = FIXTURES / "nccl-tests" / "all_reduce_2node-h100_crash-truncated.log"
-GPUVET = Path(sys.executable).with_name("gpuvet")
-
-
-def gpuvet(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1", "TERM": "dumb"}
-    return subprocess.run([str(GPUVET), *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=60)
 
 
 def the_run(results: Path) -> Path:
@@ -27,9 +21,9 @@ def the_run(results: Path) -> Path:
     return runs[0]
 
 
-def test_import_three_rounds(tmp_path: Path) -> None:
+def test_import_three_rounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "results"
-    proc = gpuvet("import", "nccl-tests", *ROUNDS, "-p", "lab", "--results", results)
+    proc = gpuvet(capsys, "import", "nccl-tests", *ROUNDS, "-p", "lab", "--results", results)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "busbw at 128 MiB: median 285.3 GB/s over 3 round(s)" in proc.stdout
     assert "450 measurements" in proc.stdout
@@ -47,24 +41,80 @@ def test_import_three_rounds(tmp_path: Path) -> None:
     assert copies == [f"round{i}_{p.name}" for i, p in enumerate(ROUNDS, 1)]
     findings = [json.loads(ln) for ln in (run_dir / "findings.jsonl").read_text().splitlines()]
     assert {f["code"] for f in findings} >= {"NCCL_BUSBW", "NCCL_REFERENCE"}
-    assert all(f["node"] == "provider:lab" for f in findings)
+    assert all(f["scope"] == "provider" and f["provider"] == "lab" for f in findings)
     assert not [f for f in findings if f["severity"] == "FAIL"]
 
 
-def test_import_crash_exits_1(tmp_path: Path) -> None:
+def test_import_crash_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "results"
-    proc = gpuvet("import", "nccl-tests", CRASH, "-p", "lab", "--results", results)
+    proc = gpuvet(capsys, "import", "nccl-tests", CRASH, "-p", "lab", "--results", results)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "NCCL_TRUNCATED" in proc.stdout
     meta = json.loads((the_run(results) / "run.json").read_text())
     assert meta["status"] == "failed"
 
 
-def test_import_missing_file_exits_2(tmp_path: Path) -> None:
+def test_import_missing_file_exits_2(tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
     results = tmp_path / "results"
     missing = tmp_path / "nope.log"
-    proc = gpuvet("import", "nccl-tests", ROUNDS[0], missing, "-p", "lab", "--results", results)
+    proc = gpuvet(capsys, "import", "nccl-tests", ROUNDS[0], missing, "-p", "lab", "--results", results)
     assert proc.returncode == 2
     assert "no such file" in proc.stdout + proc.stderr
     assert str(missing) in proc.stdout + proc.stderr
+    assert not results.exists() or not [d for d in results.iterdir() if d.is_dir()]
+
+
+def test_import_derives_the_suite_hash_from_the_logs(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Different experiments never share a hash; the same one always does."""
+    results = tmp_path / "results"
+    assert gpuvet(capsys, "import", "nccl-tests", ROUNDS[0], "-p", "a", "--results",
+                  results).returncode == 0
+    other = tmp_path / "iters50.log"
+    other.write_text(ROUNDS[1].read_text().replace("iters: 20 ", "iters: 50 "))
+    assert gpuvet(capsys, "import", "nccl-tests", other, "-p", "b", "--results",
+                  results).returncode == 0
+    same = tmp_path / "copy3.log"
+    same.write_text(ROUNDS[2].read_text())
+    assert gpuvet(capsys, "import", "nccl-tests", same, "-p", "c", "--results",
+                  results).returncode == 0
+    metas = {json.loads((d / "run.json").read_text())["providers"][0]:
+             json.loads((d / "run.json").read_text()) for d in results.iterdir() if d.is_dir()}
+    assert metas["a"]["suite_hash"] != metas["b"]["suite_hash"]
+    assert metas["a"]["suite_hash"] == metas["c"]["suite_hash"]
+    assert metas["b"]["suite"]["imported"]["params"]["iters"] == 50
+
+
+def test_import_refuses_mixed_experiments(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results"
+    other = tmp_path / "g4.log"
+    other.write_text(ROUNDS[1].read_text().replace("nGpus 2 ", "nGpus 4 "))
+    proc = gpuvet(capsys, "import", "nccl-tests", ROUNDS[0], other, "-p", "lab", "--results",
+                  results)
+    assert proc.returncode == 2
+    assert "another experiment" in proc.output and "n_gpus" in proc.output
+    assert not results.exists() or not [d for d in results.iterdir() if d.is_dir()]
+
+
+def test_import_twice_is_recognised(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results"
+    first = gpuvet(capsys, "import", "nccl-tests", *ROUNDS, "-p", "lab", "--results", results)
+    assert first.returncode == 0
+    again = gpuvet(capsys, "import", "nccl-tests", ROUNDS[1], "-p", "lab", "--results", results)
+    assert again.returncode == 2
+    assert "already imported" in again.output
+    assert len([d for d in results.iterdir() if d.is_dir()]) == 1
+
+
+@pytest.mark.parametrize("content", ["hello world\n", "\x00\x01\x02garbage", "{\"version\": 1}"])
+def test_import_of_something_else_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               content: str) -> None:
+    results = tmp_path / "results"
+    bad = tmp_path / "notalog.txt"
+    bad.write_text(content)
+    proc = gpuvet(capsys, "import", "nccl-tests", bad, "-p", "lab", "--results", results)
+    assert proc.returncode == 2, proc.output
+    assert str(bad) in proc.output
     assert not results.exists() or not [d for d in results.iterdir() if d.is_dir()]

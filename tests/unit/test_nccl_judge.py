@@ -89,7 +89,7 @@ def test_real_rounds_measurements_equal_the_printed_numbers(run: Run) -> None:
     assert {m.suite_hash for m in ms} == {SUITE.hash}
     assert {m.metric for m in ms} == {"busbw", "algbw", "time"}
     assert {m.round for m in ms} == {1, 2, 3}
-    got = {(m.round, m.tags["size"], m.tags["inplace"], m.metric): m.value for m in ms}
+    got = {(m.round, m.size, m.inplace, m.metric): m.value for m in ms}
     assert len(got) == 450
     columns = {(False, "time"): 5, (False, "algbw"): 6, (False, "busbw"): 7,
                (True, "time"): 9, (True, "algbw"): 10, (True, "busbw"): 11}
@@ -121,7 +121,8 @@ def test_real_rounds_findings(run: Run) -> None:
     ref = one(findings, "NCCL_REFERENCE")
     assert ref.severity == "PASS"
     assert "within" in ref.message
-    assert ref.details["reference"]["value"] == 285
+    assert ref.details["judged"]["reference"] == 285
+    assert ref.details["judged"]["result"] == "within" and ref.details["source"] == "shipped"
     assert all(f.node == "n1" and f.step == "nccl" and f.run_id == run.run_id for f in findings)
 
 
@@ -144,7 +145,7 @@ def test_crash_truncated_sample_fails_with_line_numbers(run: Run) -> None:
     mpirun_line = next(i for i, ln in enumerate(lines, 1) if ln.startswith("mpirun detected"))
     assert by_line[mpirun_line] == "mpi-abort"
     # rows printed before the crash are still measured
-    assert {m.tags["size"] for m in ms} == {1 << k for k in range(20, 28)}
+    assert {m.size for m in ms} == {1 << k for k in range(20, 28)}
 
 
 def test_wrong_and_out_of_bounds_sample_fails(run: Run) -> None:
@@ -173,7 +174,7 @@ def test_round_with_halved_busbw_is_a_drop(run: Run, tmp_path: Path) -> None:
     assert drop.details["values"][1] == float(half)
     assert not codes(findings, "FAIL")
     assert next(m.value for m in ms if m.round == 2 and m.metric == "busbw"
-                and m.tags["size"] == SIZE_128M and not m.tags["inplace"]) == float(half)
+                and m.size == SIZE_128M and not m.inplace) == float(half)
 
 
 def test_timed_out_round_fails(run: Run, tmp_path: Path) -> None:
@@ -217,7 +218,7 @@ def test_socket_fallback_fails_when_ib_was_ordered(run: Run, tmp_path: Path) -> 
     findings, _ = judge(run, "multi", [SOCKET_LOG], inv, inv.select(provider="lab"))
     fb = one(findings, "NCCL_SOCKET_FALLBACK")
     assert fb.severity == "FAIL"
-    assert fb.node == "provider:lab"
+    assert fb.scope == "provider" and fb.node is None and fb.subject == "provider:lab"
     lines = SOCKET_LOG.read_text().splitlines()
     assert fb.details["lines"]
     for n in fb.details["lines"]:
@@ -257,12 +258,15 @@ def test_inventory_band_above_measurement_warns_below(run: Run, tmp_path: Path) 
     ref = one(findings, "NCCL_REFERENCE")
     assert ref.severity == "WARN"
     assert "below" in ref.message and "380-450" in ref.message
-    assert ref.details["reference"]["value"] == 400
-    assert 285 <= ref.details["measured"] < 286
+    assert ref.details["judged"]["reference"] == 400
+    assert ref.details["source"] == "inventory"
+    assert 285 <= ref.details["judged"]["value"] < 286
 
 
 def test_inventory_band_overrides_shipped_reference_upwards(run: Run, tmp_path: Path) -> None:
     inv = make_inv(tmp_path, band="      nccl_busbw: {value: 100, lower: 50, upper: 150}")
     findings, _ = judge(run, "single", list(ROUNDS), inv, inv.select(provider="lab"))
     ref = one(findings, "NCCL_REFERENCE")
-    assert ref.severity == "PASS" and "above" in ref.message
+    # faster than the band is said, not hidden, and is no fault of the node
+    assert ref.severity == "INFO" and "above the reference band" in ref.message
+    assert ref.details["judged"]["result"] == "above"

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import stats
-from orchestrator.stats import Reference, find_reference, parse_size, shipped_references, stability
+from orchestrator.stats import parse_size, stability
 
 
 def test_stability_per_size_on_hand_computed_rounds() -> None:
@@ -64,54 +63,6 @@ def test_parse_size(text: str | int, expected: int) -> None:
 def test_parse_size_rejects(bad: str) -> None:
     with pytest.raises(ValueError, match="bad size"):
         parse_size(bad)
-
-
-def test_shipped_references_load() -> None:
-    refs = shipped_references()
-    assert len(refs) >= 5
-    for r in refs:
-        assert isinstance(r, Reference)
-        assert r.lower <= r.value <= r.upper
-        assert r.gpu and r.gpus and r.nodes
-        assert r.min_size_bytes == parse_size(r.min_size)
-
-
-def test_find_reference_matches_gpu_count_and_nodes() -> None:
-    a100 = find_reference("NVIDIA A100-SXM4-80GB", 8, 1)
-    assert a100 is not None
-    assert (a100.value, a100.lower, a100.upper) == (230, 185, 265)
-    h200 = find_reference("NVIDIA H200", 2, 1)
-    assert h200 is not None and h200.value == 285
-    assert find_reference("NVIDIA H200", 8, 1).value == 450  # type: ignore[union-attr]
-
-
-@pytest.mark.parametrize(("gpu", "gpus", "nodes"), [
-    ("NVIDIA A100-SXM4-80GB", 4, 1),  # unknown GPU count
-    ("NVIDIA A100-SXM4-80GB", 8, 2),  # unknown node count
-    ("NVIDIA H200", 1, 2),
-    ("Tesla V100-SXM2-32GB", 8, 1),  # unknown GPU
-    ("NVIDIA H100 PCIe", 8, 1),  # H100 band is for HBM3 (SXM5) only
-])
-def test_find_reference_no_match(gpu: str, gpus: int, nodes: int) -> None:
-    assert find_reference(gpu, gpus, nodes) is None
-
-
-def test_reference_verdict_and_bounds() -> None:
-    ref = Reference(value=285, lower=250, upper=360)
-    assert ref.verdict(249.9) == "below"
-    assert ref.verdict(250) == "within"
-    assert ref.verdict(285.3) == "within"
-    assert ref.verdict(360) == "within"
-    assert ref.verdict(360.1) == "above"
-    assert ref.min_size_bytes == 128 << 20
-
-
-def test_reference_rejects_unknown_keys_and_nonpositive_value() -> None:
-    with pytest.raises(ValueError):
-        Reference(value=0, lower=0, upper=1)
-    with pytest.raises(ValueError):
-        Reference.model_validate({"value": 1, "lower": 0, "upper": 2, "typo": 1})
-    assert stats.Reference(value=1, lower=0, upper=2).gpu is None
 
 
 def test_suite_refuses_a_bad_size_before_any_node_runs(tmp_path: Path) -> None:

@@ -1,0 +1,67 @@
+"""What the step commands (preflight, nccl, train, pipeline) share: open or resume a run,
+finish it, show its verdicts."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from orchestrator.cli._common import emit_json, out, render
+from orchestrator.errors import UsageError
+from orchestrator.records import Finding
+from orchestrator.store import Run, file_sha256
+from orchestrator.suite import Suite
+from orchestrator.verdicts import findings_table, run_status, verdict_table, verdicts
+
+
+@contextlib.contextmanager
+def open_run(results: Path, command: str, suite: Suite, inventory: Path | None,
+             nodes: Sequence[Any], resume: str | None = None) -> Iterator[Run]:
+    """A new run, or the run to resume: same command, suite and inventory, locked."""
+    if resume is None:
+        run = Run.create(results, command=command, suite_hash=suite.hash,
+                         suite=suite.model_dump(mode="json"), inventory_path=inventory,
+                         providers=[n.provider for n in nodes], nodes=[n.name for n in nodes])
+        with run.locked(), run.guard():
+            yield run
+        return
+    run = Run.open(results, resume)
+    if run.meta.command != command:
+        raise UsageError(f"run {resume} is a {run.meta.command!r} run, not {command!r}",
+                         hint=f"resume it with `gpuvet {run.meta.command} --resume {resume}`")
+    if run.meta.suite_hash != suite.hash:
+        raise UsageError(f"run {resume} used suite {run.meta.suite_hash}, this one is "
+                         f"{suite.hash}", hint="resume with the run's own --suite, or start a "
+                         "new run")
+    if inventory is not None and run.meta.inventory_sha256 not in (None,
+                                                                   file_sha256(inventory)):
+        raise UsageError(f"{inventory} is not the inventory run {resume} was started with "
+                         "(its content differs)", hint="resume with the run's own inventory, "
+                         "or start a new run")
+    with run.locked():
+        run.meta.status = "running"
+        run.meta.finished = None
+        run.save_meta()
+        with run.guard():
+            yield run
+
+
+def show_outcome(run: Run, findings: list[Finding], node_names: Sequence[str], *, verbose: bool,
+                 as_json: bool, n_measurements: int | None = None, title: str = "findings"
+                 ) -> int:
+    """Finish the run, then show it: a closed stdout cannot leave a run "running"."""
+    status = run_status(findings)
+    run.finish(status)  # type: ignore[arg-type]
+    if as_json:
+        emit_json({"run_id": run.run_id, "status": status, "results": str(run.dir),
+                   "verdicts": verdicts(findings, node_names),
+                   "findings": [f.model_dump(mode="json") for f in findings],
+                   "measurements": n_measurements})
+    else:
+        render(findings_table(findings, f"{title} — run {run.run_id}", verbose))
+        render(verdict_table(findings, node_names))
+        tail = f"{n_measurements} measurements; " if n_measurements is not None else ""
+        out.print(f"{tail}results: {run.dir}")
+    return 1 if status == "failed" else 0

@@ -1,0 +1,51 @@
+"""`gpuvet inventory check`: validate an inventory and show it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.cli._common import Group, emit_json, json_option, render
+from orchestrator.verdicts import Table
+
+
+def inventory_table(path: Path) -> Table:
+    from orchestrator import inventory as inv_mod
+
+    inv = inv_mod.load(path)
+    rows = []
+    for node in inv.nodes:
+        prov = inv.provider_of(node)
+        e = prov.expect
+        ordered = " ".join(str(x) for x in (
+            f"{e.gpus_per_node}x" if e.gpus_per_node else None, e.gpu_model,
+            f"{e.memory_per_gpu_gb:g}GB" if e.memory_per_gpu_gb else None, e.form_factor,
+            e.interconnect, e.fabric.type if e.fabric.type != "none" else None) if x)
+        price = (f"{prov.pricing.gpu_hour:g} {prov.pricing.currency}" if prov.pricing else "-")
+        target = node.target if node.executor == "ssh" else node.executor
+        if node.proxy_jump:
+            target += f" via {node.proxy_jump}"
+        rows.append((node.provider, node.name, node.executor, target, node.python,
+                     node.work_dir, ordered or "-", price))
+    return Table(f"{path} — {len(inv.providers)} provider(s), {len(inv.nodes)} node(s)",
+                 ("provider", "node", "executor", "target", "python", "work dir", "ordered",
+                  "price/GPU-h"), rows)
+
+
+def register(root: click.Group) -> None:
+    @root.group("inventory", cls=Group)
+    def inventory() -> None:
+        """Inventory files: check and show."""
+
+    @inventory.command("check")
+    @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+    @json_option
+    def check(file: Path, as_json: bool) -> int:
+        """Validate an inventory and print it as a table (or every problem, with line numbers)."""
+        table = inventory_table(file)
+        if as_json:
+            emit_json(table.as_json())
+        else:
+            render(table)
+        return 0

@@ -1,0 +1,104 @@
+"""`gpuvet parse` (one parser on a saved output) and `gpuvet import` (earlier manual runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from orchestrator.cli._common import (
+    Group,
+    emit_json,
+    json_option,
+    out,
+    results_option,
+    verbose_option,
+)
+from orchestrator.errors import UsageError
+
+
+def transports(text: str, source: str) -> dict[str, Any] | None:
+    """What NCCL_DEBUG=INFO lines in an nccl-tests log say about the transports used."""
+    from orchestrator.errors import ParseError
+    from orchestrator.parsers.nccl_debug import parse_nccl_debug
+
+    try:
+        dbg = parse_nccl_debug(text, source=source)
+    except ParseError:
+        return None  # the log has no NCCL INFO lines
+    used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport for c in dbg.connections})
+    return {"used": used, "nccl_version": dbg.nccl_version, "n_ranks": dbg.n_ranks,
+            "n_nodes": dbg.n_nodes, "gdrdma": dbg.gdrdma, "networks": dbg.networks}
+
+
+def _read(path: Path) -> str:
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def register(root: click.Group) -> None:
+    @root.command()
+    @click.argument("kind", required=False)
+    @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
+    @click.option("--list", "list_", is_flag=True, help="List parser kinds.")
+    @json_option
+    def parse(kind: str | None, file: Path | None, list_: bool, as_json: bool) -> int:
+        """Run one parser on a saved command output and print the facts it finds."""
+        from orchestrator import parsers
+
+        if list_:
+            for spec in parsers.kinds():
+                out.print(f"{spec.kind:24} {spec.description}")
+            return 0
+        if kind is None or file is None:
+            raise UsageError("parse needs KIND and FILE", hint="see `gpuvet parse --list`")
+        spec = parsers.get(kind)
+        text = _read(file)
+        facts = spec.func(text, source=str(file))
+        data = parsers.to_jsonable(facts)
+        tr = transports(text, str(file)) if kind == "nccl-tests" else None
+        if as_json:
+            emit_json({**data, "transports": tr} if tr is not None else data)
+        else:
+            from orchestrator.render import render_facts
+
+            render_facts(out, kind, facts)
+            if tr is not None:
+                out.print(f"transports: {', '.join(tr['used']) or 'none seen'}; NCCL "
+                          f"{tr['nccl_version'] or '?'}, {tr['n_ranks'] or '?'} rank(s) on "
+                          f"{tr['n_nodes'] or '?'} node(s)"
+                          + ("; GPUDirect RDMA" if tr["gdrdma"] else ""))
+        return 0
+
+    @root.group("import", cls=Group)
+    def import_() -> None:
+        """Bring results of earlier manual runs into the results store."""
+
+    @import_.command("nccl-tests")
+    @click.argument("logs", nargs=-1, required=True,
+                    type=click.Path(path_type=Path, dir_okay=False))
+    @click.option("-p", "--provider", required=True, help="Provider name to file them under.")
+    @click.option("--nodes", "n_nodes", type=click.IntRange(min=1), default=1, show_default=True,
+                  help="How many nodes the run spanned.")
+    @results_option
+    @verbose_option
+    @json_option
+    def import_nccl_tests(logs: tuple[Path, ...], provider: str, n_nodes: int, results: Path,
+                          verbose: bool, as_json: bool) -> int:
+        """Import nccl-tests text logs as one series of rounds; judge them like a live run.
+
+        The suite hash comes from the parameters the logs print (sizes, GPUs, iterations,
+        check, datatype, op), so imports of different experiments never share one.
+        """
+        from orchestrator.cli._steps import show_outcome
+        from orchestrator.steps.nccl_import import import_logs
+
+        run, findings, ms = import_logs(list(logs), provider, n_nodes, results)
+        return show_outcome(run, findings, [], verbose=verbose, as_json=as_json,
+                            n_measurements=len(ms))
+

@@ -1,0 +1,145 @@
+"""The step driver: units of work, fanned out, each recorded and marked done alone.
+
+Every step (preflight, nccl, train) is a list of units: one per node, and
+some per provider (a multi-node run). A unit goes through prepare → execute →
+judge; the driver runs units in parallel, writes each unit's records the
+moment it finishes, marks it done only after they are on disk, and turns a
+failure into a finding that names the stage that failed and when. On
+`--resume` units already done are skipped and the records of the others are
+retracted, so every step gets resume for free (as ReFrame's task wrapper
+records the stage a test failed in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from orchestrator.errors import ConnectionFailed, GpuvetError, StepError
+from orchestrator.executors import ExecutorPool, fanout, options_for
+from orchestrator.executors.base import ProgressHook
+from orchestrator.inventory import Inventory, Node
+from orchestrator.records import Finding, Measurement, Stage, finding
+from orchestrator.store import Run, StoreError
+
+
+@dataclass
+class UnitResult:
+    findings: list[Finding] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)  # kept in done.json for later units
+
+
+class StageTracker:
+    """Which stage a unit is in: a failure is reported with it."""
+
+    def __init__(self) -> None:
+        self.stage: Stage = "prepare"
+        self.started = time.time()
+
+    @contextmanager
+    def __call__(self, stage: Stage) -> Iterator[None]:
+        self.stage = stage
+        yield
+
+
+@dataclass
+class Unit:
+    """One piece of a step: `key` is "node:NAME" or "provider:NAME/WHAT"."""
+
+    key: str
+    provider: str
+    node: str | None
+    work: Callable[[StageTracker], UnitResult]
+
+    @property
+    def name(self) -> str:  # fanout keys its results by name
+        return self.key
+
+
+def node_unit(node: Node, work: Callable[[StageTracker], UnitResult]) -> Unit:
+    return Unit(f"node:{node.name}", node.provider, node.name, work)
+
+
+def provider_unit(provider: str, what: str, work: Callable[[StageTracker], UnitResult]) -> Unit:
+    return Unit(f"provider:{provider}/{what}", provider, None, work)
+
+
+class UnitFailed(StepError):
+    """A unit's failure with its own finding code and the files that show it."""
+
+    def __init__(self, what: str, code: str, evidence: list[str], *, node: str | None = None,
+                 hint: str | None = None) -> None:
+        self.code = code
+        self.evidence = evidence
+        super().__init__(what, node=node, hint=hint)
+
+
+@dataclass
+class Driven:
+    done: dict[str, UnitResult] = field(default_factory=dict)  # this invocation's units
+    skipped: list[str] = field(default_factory=list)  # done by an earlier invocation
+    failed: dict[str, Finding] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def step_pool(inv: Inventory, pool: ExecutorPool | None,
+          accept_new_host_keys: bool) -> Iterator[ExecutorPool]:
+    """The caller's pool (the CLI's fleet), or one for this step alone."""
+    if pool is not None:
+        yield pool
+        return
+    with ExecutorPool(options_for(inv, accept_new_host_keys)) as own:
+        yield own
+
+
+def failure_code(step: str, exc: GpuvetError) -> str:
+    if isinstance(exc, UnitFailed):
+        return exc.code
+    if isinstance(exc, ConnectionFailed) or isinstance(exc.__cause__, ConnectionFailed):
+        return "NODE_UNREACHABLE"
+    return f"{step.upper()}_FAILED"
+
+
+def drive(run: Run, step: str, units: Sequence[Unit], *, concurrency: int,
+          progress: ProgressHook | None = None) -> Driven:
+    """Run the units not yet done; record each as it finishes."""
+    out = Driven()
+    out.skipped = [u.key for u in units if run.is_done(u.key, step)]
+    todo = [u for u in units if u.key not in out.skipped]
+    trackers: dict[str, StageTracker] = {}
+
+    def one(u: Unit) -> UnitResult:
+        tracker = trackers.setdefault(u.key, StageTracker())
+        res = u.work(tracker)
+        for f in res.findings:
+            f.unit_key = u.key
+        for m in res.measurements:
+            m.unit_key = u.key
+        run.add_findings(res.findings)
+        run.add_measurements(res.measurements)
+        run.mark_done(u.key, step, res.summary)
+        return res
+
+    group = fanout(cast(list[Node], todo), cast(Callable[[Node], UnitResult], one),
+                   concurrency=concurrency, progress=progress)
+    for u in todo:
+        if u.key in group.results:
+            out.done[u.key] = group.results[u.key]
+            continue
+        exc = group.failures[u.key]
+        if isinstance(exc, StoreError):
+            raise exc  # the controller's own disk, not the node: stop, say so
+        tracker = trackers.get(u.key) or StageTracker()
+        f = finding(run.run_id, step, provider=u.provider, node=u.node,
+                    code=failure_code(step, exc), severity="FAIL", message=exc.what,
+                    evidence=getattr(exc, "evidence", ()), stage=tracker.stage, unit_key=u.key,
+                    failed_after_s=round(time.time() - tracker.started, 1),
+                    **({"hint": exc.hint} if exc.hint else {}))
+        run.add_findings([f])
+        out.failed[u.key] = f
+    return out

@@ -1,0 +1,78 @@
+"""Verdicts and table rows: data first, rendering last.
+
+The terminal, `--json`, and the HTML/Markdown report all read these rows
+(as ReFrame's reporting returns header + rows for a printer, and pytest's
+terminal and junitxml read one report stream); the exit code is computed
+from the same verdicts. Nothing here prints.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.records import SEVERITY_ORDER, Finding, Severity, worst
+
+# Shown in the default findings table whatever their severity: the results a
+# person ran the step for, not only what went wrong.
+HEADLINE_CODES = frozenset({
+    "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE",
+    "TORCH_VS_NCCL_TESTS", "TRAIN_SUMMARY", "TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH",
+    "CKPT_NOT_PERSISTENT",
+})
+
+
+@dataclass(frozen=True)
+class Table:
+    """A titled table of plain values; `severity` and `verdict` columns get colour."""
+
+    title: str
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def as_dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"title": self.title, "columns": list(self.columns), "rows": self.as_dicts()}
+
+
+def shown(findings: Iterable[Finding], verbose: bool) -> list[Finding]:
+    return [f for f in findings
+            if verbose or f.severity in ("WARN", "FAIL") or f.code in HEADLINE_CODES]
+
+
+def findings_table(findings: Iterable[Finding], title: str, verbose: bool = False) -> Table:
+    fs = sorted(shown(findings, verbose),
+                key=lambda f: (f.subject, -SEVERITY_ORDER[f.severity], f.code))
+    return Table(title, ("node", "severity", "code", "message"),
+                 [(f.subject, f.severity, f.code, f.message) for f in fs])
+
+
+def subjects(findings: Iterable[Finding], nodes: Sequence[str] = ()) -> list[str]:
+    """The nodes asked for, in order, then every other subject the findings name."""
+    out = list(dict.fromkeys(nodes))
+    out += sorted({f.subject for f in findings} - set(out))
+    return out
+
+
+def verdicts(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> dict[str, Severity]:
+    return {s: worst(f for f in findings if f.subject == s) for s in subjects(findings, nodes)}
+
+
+def verdict_table(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> Table:
+    rows = []
+    for s, v in verdicts(findings, nodes).items():
+        fs = [f for f in findings if f.subject == s]
+        rows.append((s, v, *(sum(f.severity == sev for f in fs) for sev in ("FAIL", "WARN",
+                                                                           "PASS"))))
+    return Table("verdict per node", ("node", "verdict", "FAIL", "WARN", "PASS"), rows)
+
+
+def failed(findings: Iterable[Finding]) -> bool:
+    return any(f.severity == "FAIL" for f in findings)
+
+
+def run_status(findings: Iterable[Finding]) -> str:
+    return "failed" if failed(findings) else "passed"
