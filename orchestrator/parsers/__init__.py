@@ -34,10 +34,14 @@ _REGISTRY: dict[str, ParserSpec] = {}
 _MODULES = (
     "orchestrator.parsers.nvidia_smi",
     "orchestrator.parsers.nvidia_smi_xml",
+    "orchestrator.parsers.nvidia_smi_table",
+    "orchestrator.parsers.nvidia_smi_q",
     "orchestrator.parsers.topology",
     "orchestrator.parsers.system",
     "orchestrator.parsers.nccl_tests",
     "orchestrator.parsers.nccl_debug",
+    "orchestrator.parsers.ibstat",
+    "orchestrator.parsers.dmon",
 )
 _loaded = False
 

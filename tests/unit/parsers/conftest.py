@@ -22,3 +22,9 @@ def real() -> Callable[[str], str]:
 @pytest.fixture
 def synth() -> Callable[[str], str]:
     return lambda name: (FIXTURES / "synthetic" / name).read_text()
+
+
+@pytest.fixture
+def public() -> Callable[[str], str]:
+    """Text of an output published by someone else (tests/fixtures/public/README.md)."""
+    return lambda name: (FIXTURES / "public" / name).read_text()
