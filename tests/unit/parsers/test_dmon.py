@@ -1,0 +1,89 @@
+"""nvidia-smi dmon: every -s selection and -o form seen on the H200 host and in other fleets."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.errors import ParseError
+from orchestrator.parsers import get, parse
+from orchestrator.parsers.dmon import DmonFacts, parse_dmon
+
+
+def test_registered() -> None:
+    assert get("dmon").func is parse_dmon
+
+
+def test_real_h200_pucvmet(real) -> None:
+    facts = parse("dmon", real("dmon.txt"))
+    assert isinstance(facts, DmonFacts)
+    assert [c.name for c in facts.columns][:4] == ["pwr", "gtemp", "mtemp", "sm"]
+    assert len(facts.columns) == 21 and facts.headers == 1
+    units = {c.name: c.unit for c in facts.columns}
+    assert (units["pwr"], units["tviol"], units["rxpci"], units["sbecc"]) == (
+        "W", "bool", "MB/s", "errs")
+    assert facts.gpus == [0, 1] and len(facts.samples) == 8
+    s = facts.samples[1]
+    assert (s.line_no, s.gpu, s.timestamp) == (4, 1, None)
+    assert (s.values["pwr"], s.values["pci"], s.values["mclk"]) == (80, 2, 3201)
+    assert facts.series(0, "txpci") == [0, 1, 1, 1]
+
+
+def test_dashes_are_unknown_not_zero(public) -> None:
+    facts = parse_dmon(public("dmon_h200-mig-load_r590.txt"))
+    assert facts.series(0, "sm") == [None] * 5  # MIG mode: no whole-GPU utilisation
+    assert facts.series(0, "pwr") == [295, 295, 295, 295, 294]
+    l40s = parse_dmon(public("dmon_l40s-load_r595.txt"))
+    assert l40s.series(0, "mtemp") == [None] * 5 and l40s.series(0, "enc")[0] == 67
+
+
+def test_date_time_columns_and_blank_lines(public) -> None:
+    facts = parse_dmon(public("dmon_s-mutc_o-TD.txt"))
+    assert [c.name for c in facts.columns] == ["fb", "bar1", "ccpm", "sm", "mem", "enc", "dec",
+                                               "jpg", "ofa", "rxpci", "txpci", "mclk", "pclk"]
+    assert len(facts.samples) == 6
+    s = facts.samples[1]
+    assert (s.date, s.time, s.timestamp, s.line_no) == ("20240104", "13:54:36",
+                                                        "20240104 13:54:36", 5)
+    assert s.values["rxpci"] == 217 and s.values["txpci"] == 677
+
+
+def test_memory_only_eight_gpus(public) -> None:
+    facts = parse_dmon(public("dmon_s-m_8gpu.txt"))
+    assert facts.gpus == list(range(8)) and len(facts.samples) == 16
+    assert {c.unit for c in facts.columns} == {"MB"}
+
+
+def test_repeated_header_and_time_only(real) -> None:
+    head = real("dmon.txt").splitlines()[:2]
+    rows = real("dmon.txt").splitlines()[2:]
+    text = "\n".join(["#Time " + head[0][1:], "#HH:MM:SS" + head[1][1:]]
+                     + [f"12:00:0{k} " + r for k, r in enumerate(rows[:2])]
+                     + ["#Time " + head[0][1:], "#HH:MM:SS" + head[1][1:]]
+                     + [f"12:00:0{k + 2} " + r for k, r in enumerate(rows[2:4])]) + "\n"
+    facts = parse_dmon(text)
+    assert facts.headers == 2 and len(facts.samples) == 4
+    assert [s.time for s in facts.samples] == ["12:00:00", "12:00:01", "12:00:02", "12:00:03"]
+
+
+def test_nvidia_smi_messages_are_kept() -> None:
+    facts = parse_dmon("Not supported on the device(s)\nFailed to process command line\n")
+    assert facts.samples == [] and facts.messages == [
+        "Not supported on the device(s)", "Failed to process command line"]
+
+
+@pytest.mark.parametrize("mutate,line_no", [
+    (lambda t: t.replace("    0     80     34", "    0     80     hot", 1), 3),
+    (lambda t: t.replace("   3201    345      0      0      0      1", "   3201", 1), 3),
+    (lambda t: "    0    80\n" + t, 1),
+])
+def test_malformed_rows_name_their_line(real, mutate, line_no: int) -> None:
+    with pytest.raises(ParseError) as exc:
+        parse_dmon(mutate(real("dmon.txt")))
+    assert exc.value.line_no == line_no
+
+
+def test_empty_and_headerless() -> None:
+    with pytest.raises(ParseError):
+        parse_dmon("")
+    with pytest.raises(ParseError):
+        parse_dmon("# pwr temp\n")
