@@ -6,24 +6,36 @@ STAMP   := $(VENV)/.installed
 # torch 2.13.0 is the CPU build for development machines; GPU nodes bring their own.
 TORCH   ?= torch==2.13.0
 
-.PHONY: setup demo test unit integration lint typecheck bench clean
+RUNSTAMP := $(VENV)/.installed-run
 
-setup: $(STAMP)
+.PHONY: setup setup-run demo test unit integration lint typecheck bench mutation clean
 
-$(STAMP): pyproject.toml
+# What `gpuvet` itself needs (and torch for the demo's local training nodes).
+setup-run: $(RUNSTAMP)
+
+$(RUNSTAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)" -e '.[dev,ray]'
+	$(BIN)/python -m pip install -q "$(TORCH)" -e .
+	touch $(RUNSTAMP)
+
+# Development: the above plus test, lint and type-check tools and the Ray backend.
+setup: $(STAMP)
+
+$(STAMP): $(RUNSTAMP)
+	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
 # The main job on the built-in local inventory. Exit code 1 from preflight/nccl
 # means "a check FAILed" (on a machine without GPUs: no NVIDIA driver), which
 # is a result, not an error; 2 and 3 still stop the demo.
-demo: setup
+demo: setup-run
 	$(BIN)/gpuvet inventory check inventories/local.yaml
 	$(BIN)/gpuvet ping -i inventories/local.yaml
 	$(BIN)/gpuvet preflight -i inventories/local.yaml || test $$? -eq 1
 	$(BIN)/gpuvet nccl -i inventories/local.yaml || test $$? -eq 1
+	@echo "--- importing nccl-tests logs captured on a real 2 x H200 host (tests/fixtures/h200x2):"
+	@echo "--- they show what a healthy GPU node's results look like next to this machine's"
 	$(BIN)/gpuvet import nccl-tests -p h200-capture \
 	  tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round1.log \
 	  tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round2.log \

@@ -96,9 +96,14 @@ def register(root: click.Group) -> None:
         check, datatype, op), so imports of different experiments never share one.
         """
         from orchestrator.cli._steps import show_outcome
-        from orchestrator.steps.nccl_import import import_logs
+        from orchestrator.steps.nccl_import import AlreadyImported, import_logs
 
-        run, findings, ms = import_logs(list(logs), provider, n_nodes, results)
+        try:
+            run, findings, ms = import_logs(list(logs), provider, n_nodes, results)
+        except AlreadyImported as exc:
+            out.print(f"these logs were already imported, as run {exc.run_id}: nothing new "
+                      f"recorded (see gpuvet show {exc.run_id})")
+            return 0
         return show_outcome(run, findings, [], verbose=verbose, as_json=as_json,
                             n_measurements=len(ms))
 

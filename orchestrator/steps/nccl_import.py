@@ -65,8 +65,17 @@ def _already_imported(root: Path, digests: list[str]) -> str | None:
     return None
 
 
+class AlreadyImported(Exception):
+    """These logs are in the store already: nothing new to record."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(run_id)
+
+
 def import_logs(logs: list[Path], provider: str, n_nodes: int,
                 results: Path) -> tuple[Run, list[Finding], list[Measurement]]:
+    """Judge and store the logs as one series; AlreadyImported when they are stored."""
     parsed = [_check_log(p) for p in logs]
     exps = [experiment(r, n_nodes) for _, r in parsed]
     for p, e in zip(logs[1:], exps[1:], strict=True):
@@ -81,8 +90,7 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
                          hint="give each round's log once")
     earlier = _already_imported(results, digests)
     if earlier is not None:
-        raise UsageError(f"these logs were already imported, as run {earlier}",
-                         hint=f"see `gpuvet show {earlier}`")
+        raise AlreadyImported(earlier)
     suite = Suite()
     exp_hash = experiment_hash(exps[0])
     run = Run.create(results, command="import nccl-tests", suite_hash=exp_hash,

@@ -1,0 +1,50 @@
+"""`pip install .` into a fresh venv, without extras, gives a working gpuvet.
+
+This is how the missing `click` was found: it only ever arrived through ray.
+The wheel is built from the working tree and installed with its declared
+dependencies alone; nothing from the development venv leaks in.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.integration
+
+
+def _run(argv: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env,
+                          **kw)  # type: ignore[call-overload]
+
+
+def test_wheel_in_a_fresh_venv_runs(tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                  "-q", "-w", str(wheels), str(ROOT)])
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = wheels.glob("gpuvet-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    inst = _run([str(py), "-m", "pip", "install", "-q", str(wheel)])
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    gpuvet = env_dir / "bin" / "gpuvet"
+    # nothing the CLI imports may come from an undeclared package
+    for argv, expect in ((["--help"], "preflight"),
+                         (["inventory", "check", str(ROOT / "inventories" / "local.yaml")],
+                          "sim-a"),
+                         (["parse", "--list"], "nccl-tests"),
+                         (["--version"], "gpuvet")):
+        res = _run([str(gpuvet), *argv], cwd=tmp_path)
+        assert res.returncode == 0, (argv, res.stdout, res.stderr)
+        assert expect in res.stdout, (argv, res.stdout)
+    bad = _run([str(gpuvet), "prefligt"], cwd=tmp_path)
+    assert bad.returncode == 2 and "did you mean 'preflight'" in bad.stderr
