@@ -1,0 +1,1 @@
+"""Analysis of the results store: pandas frames, comparisons, cost, baselines, regressions."""

@@ -1,0 +1,100 @@
+"""The one loader: the results store as pandas DataFrames.
+
+Every command that reads history (runs, show, export, compare, report,
+baseline, regress) goes through here. It reads the SQLite index's typed
+columns, so a filter by provider, suite hash, metric, scope, engine or size is
+a query, not a scan of JSON. Tidy frames: one row per observation.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from orchestrator.errors import UsageError
+from orchestrator.store import Index
+
+RUN_COLUMNS = ["run_id", "started", "finished", "command", "suite_hash", "status", "path",
+               "providers", "nodes"]
+FINDING_COLUMNS = ["run_id", "scope", "node", "provider", "step", "code", "severity",
+                   "message", "unit_key"]
+MEASUREMENT_COLUMNS = ["run_id", "provider", "nodes", "step", "scope", "engine", "metric",
+                       "size", "inplace", "round", "value", "unit", "suite_hash", "unit_key"]
+
+
+@dataclass
+class Frames:
+    runs: pd.DataFrame
+    findings: pd.DataFrame
+    measurements: pd.DataFrame
+
+
+def _where(column: str, values: Sequence[str] | None, args: list[str]) -> str:
+    if not values:
+        return ""
+    args.extend(values)
+    return f" AND {column} IN ({','.join('?' * len(values))})"
+
+
+def _connect(root: Path) -> sqlite3.Connection:
+    if not (root / "index.sqlite").is_file():
+        raise UsageError(f"no results under {root} (no index.sqlite)",
+                         hint="run a step first, or point --results at a results folder; "
+                              "`gpuvet index rebuild` recreates a lost index")
+    Index(root)  # refuses an index of another schema with its own message
+    return sqlite3.connect(f"file:{root / 'index.sqlite'}?mode=ro", uri=True)
+
+
+def runs(root: Path, *, run_ids: Sequence[str] | None = None,
+         providers: Sequence[str] | None = None, since: str | None = None) -> pd.DataFrame:
+    """One row per run, oldest first; `providers` keeps runs that touched any of them."""
+    args: list[str] = []
+    q = f"SELECT {', '.join(RUN_COLUMNS)} FROM runs WHERE 1=1" + _where("run_id", run_ids, args)
+    if since:
+        q += " AND started >= ?"
+        args.append(since)
+    q += " ORDER BY started, run_id"
+    with _connect(root) as db:
+        df = pd.read_sql_query(q, db, params=args)
+    df["providers"] = df["providers"].fillna("").map(lambda s: [p for p in s.split(",") if p])
+    df["nodes"] = df["nodes"].fillna("").map(lambda s: [p for p in s.split(",") if p])
+    if providers:
+        want = set(providers)
+        df = df[df["providers"].map(lambda ps: bool(want & set(ps)))]
+    return df.reset_index(drop=True)
+
+
+def findings(root: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    args: list[str] = []
+    q = (f"SELECT {', '.join(FINDING_COLUMNS)} FROM findings WHERE 1=1"
+         + _where("run_id", run_ids, args))
+    with _connect(root) as db:
+        return pd.read_sql_query(q, db, params=args)
+
+
+def measurements(root: Path, run_ids: Sequence[str] | None = None, *,
+                 providers: Sequence[str] | None = None,
+                 metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    args: list[str] = []
+    q = (f"SELECT {', '.join(MEASUREMENT_COLUMNS)} FROM measurements WHERE 1=1"
+         + _where("run_id", run_ids, args) + _where("provider", providers, args)
+         + _where("metric", metrics, args))
+    with _connect(root) as db:
+        df = pd.read_sql_query(q, db, params=args)
+    df["inplace"] = df["inplace"].map(lambda v: None if pd.isna(v) else bool(v))
+    return df
+
+
+def load(root: Path, run_ids: Sequence[str] | None = None, *,
+         providers: Sequence[str] | None = None, since: str | None = None) -> Frames:
+    r = runs(root, run_ids=run_ids, providers=providers, since=since)
+    ids = list(r["run_id"])
+    if not ids:
+        empty = Frames(r, pd.DataFrame(columns=FINDING_COLUMNS),
+                       pd.DataFrame(columns=MEASUREMENT_COLUMNS))
+        return empty
+    return Frames(r, findings(root, ids), measurements(root, ids))
