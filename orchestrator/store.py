@@ -347,15 +347,40 @@ def file_sha256(path: Path) -> str:
 
 
 def _inventory_copy(path: Path) -> str:
-    """The inventory with every environment value and secret-looking text scrubbed."""
-    from orchestrator import inventory as inv_mod
+    """The inventory as it was, with every `env` value scrubbed the way collect.json is.
 
-    scrub = getattr(inv_mod, "scrubbed_copy", None)
-    if scrub is not None:
-        return str(scrub(path))
-    from payload.scrub import scrub_text
+    The values (tokens, passwords, PEM keys handed to nodes) are replaced in place, so
+    the copy keeps the file's layout, comments and line numbers."""
+    import io
 
-    return scrub_text(path.read_text(encoding="utf-8", errors="replace"))
+    from ruamel.yaml import YAML
+
+    from payload.scrub import redact_value, scrub_text
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    yaml = YAML()  # round trip: comments and layout stay
+    try:
+        doc = yaml.load(text)
+    except Exception:  # the inventory loaded before; this is only belt and braces
+        return scrub_text(text)
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "env" and isinstance(value, dict):
+                    for name in list(value):
+                        value[name] = redact_value(str(name), None if value[name] is None
+                                                   else str(value[name]))
+                else:
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(doc)
+    buf = io.StringIO()
+    yaml.dump(doc, buf)
+    return scrub_text(buf.getvalue())
 
 
 class Run:
