@@ -17,7 +17,7 @@ from typing import Any
 
 from orchestrator import payload as payload_mod
 from orchestrator.errors import StepError, UsageError
-from orchestrator.executors.base import Executor, put_verified
+from orchestrator.executors.base import EnvCommand, Executor, check_env_names, put_verified
 from orchestrator.inventory import Node
 from orchestrator.store import atomic_write
 from orchestrator.suite import NcclParams
@@ -123,9 +123,37 @@ def run_env(params: NcclParams) -> dict[str, str]:
     return env
 
 
+# Prefix of the per-context copies of a name whose value differs between contexts.
+CTX_ALIAS = "GPUVET_CTX{index}_{name}"
+
+
+def _context_wrapper(index: int, names: list[str], aliases: list[str]) -> list[str]:
+    """argv prefix that sets NAME from its per-context copy, then execs the real argv.
+
+    `-x NAME` forwards one value for all contexts; names whose values differ between
+    nodes travel under per-context names instead. `${X?...}` stops the rank loudly
+    when mpirun was started without the command's `env`. Every copy is unset: ranks
+    on mpirun's own host inherit all of them.
+    """
+    lines = []
+    for name in names:
+        alias = CTX_ALIAS.format(index=index, name=name)
+        lines.append(f': "${{{alias}?not set: start mpirun through a gpuvet executor}}"; '
+                     f'{name}="${alias}"; export {name}')
+    lines.append("unset " + " ".join(aliases))
+    return ["sh", "-c", "; ".join(lines) + '; exec "$@"', f"gpuvet-ctx{index}"]
+
+
 def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, str],
-                   *, local: bool) -> str:
-    """One mpirun with an application context per node: (node, argv, ranks)."""
+                   *, local: bool) -> EnvCommand:
+    """One mpirun with an application context per node: (node, argv, ranks).
+
+    No value is on the command line (any user of a node reads those with `ps`):
+    the values travel as the command's `env`, which the executor puts into the
+    mpirun process's environment, and each context forwards names only
+    (`-x NAME`: Open MPI sends mpirun's current value). Run it on the first
+    context's node.
+    """
     # The head node reaches the others with its own ssh, non-interactively, on the
     # port the inventory names (one port for all: mpirun's agent takes one).
     agent = "ssh -o BatchMode=yes -o ConnectTimeout=15"
@@ -142,9 +170,8 @@ def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, s
     if local:
         parts.append("--oversubscribe")
     cmd = " ".join(shlex.quote(p) for p in parts)
-    ctxs = []
-    for node, argv, ranks in contexts:
-        host = "localhost" if local else (node.host or node.name)
+    wanted: list[dict[str, str]] = []
+    for node, _argv, ranks in contexts:
         extra: dict[str, str] = {}
         if local and "CUDA_VISIBLE_DEVICES" in node.env:
             # Simulated nodes share one hostname, so nccl-tests counts their ranks as
@@ -156,13 +183,32 @@ def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, s
                                  node=node.name, hint="give each simulated node one GPU with "
                                  "CUDA_VISIBLE_DEVICES")
             extra["NCCL_TESTS_DEVICE"] = "0"
+        want = {**env, **node.env, **extra}
+        check_env_names(want)
+        wanted.append(want)
+    values: dict[str, set[str]] = {}
+    for want in wanted:
+        for k, v in want.items():
+            values.setdefault(k, set()).add(v)
+    differing = {k for k, vs in values.items() if len(vs) > 1}
+    mpirun_env = {k: next(iter(vs)) for k, vs in values.items() if k not in differing}
+    aliases = sorted(CTX_ALIAS.format(index=i, name=k)
+                     for i, want in enumerate(wanted) for k in want if k in differing)
+    ctxs = []
+    for i, ((node, argv, ranks), want) in enumerate(zip(contexts, wanted, strict=True)):
+        host = "localhost" if local else (node.host or node.name)
         # -x given before the first context reaches that context only (Open MPI MPMD):
-        # every context carries the run's and its node's environment itself.
+        # every context names every variable it needs itself.
         ctx = ["-np", str(ranks), "-H", f"{host}:{ranks}", "-x", "LD_LIBRARY_PATH", "-x", "PATH"]
-        for k, v in sorted({**env, **node.env, **extra}.items()):
-            ctx += ["-x", f"{k}={v}"]
-        ctxs.append(" ".join(shlex.quote(p) for p in [*ctx, *argv]))
-    return cmd + " " + " : ".join(ctxs)
+        own = sorted(k for k in want if k in differing)
+        for k in sorted(want):
+            name = CTX_ALIAS.format(index=i, name=k) if k in differing else k
+            if k in differing:
+                mpirun_env[name] = want[k]
+            ctx += ["-x", name]
+        prefix = _context_wrapper(i, own, aliases) if aliases else []
+        ctxs.append(" ".join(shlex.quote(p) for p in [*ctx, *prefix, *argv]))
+    return EnvCommand(cmd + " " + " : ".join(ctxs), mpirun_env)
 
 
 # nccl-tests' -J output carries the node's whole environment, secrets included.

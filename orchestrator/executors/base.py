@@ -39,6 +39,9 @@ class CommandResult:
     duration_s: float
     timed_out: bool = False
 
+    def __post_init__(self) -> None:
+        self.command = str(self.command)  # the text only, never an EnvCommand's values
+
     @property
     def ok(self) -> bool:
         return self.rc == 0 and not self.timed_out
@@ -140,15 +143,51 @@ def shell_join(argv: Iterable[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def env_prefix(env: Mapping[str, str] | None) -> str:
-    """`env K=V ...` with every part quoted; names are checked, not trusted."""
-    if not env:
-        return ""
+class EnvCommand(str):
+    """A command that carries the environment it needs, as `env`.
+
+    Every executor puts `env` into the command's environment (over the node's and
+    the caller's), so a command built from values that must stay off its command
+    line (mpirun's per-node environment) runs correctly wherever it is handed,
+    without each caller threading the values through.
+    """
+
+    env: dict[str, str]
+
+    def __new__(cls, command: str, env: Mapping[str, str]) -> EnvCommand:
+        obj = super().__new__(cls, command)
+        obj.env = dict(env)
+        return obj
+
+
+def command_env(node: Node, command: str, env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment a command runs with: the node's, the caller's, the command's own."""
+    own = command.env if isinstance(command, EnvCommand) else {}
+    return {**node.env, **(env or {}), **own}
+
+
+def check_env_names(env: Mapping[str, str]) -> None:
+    """Names reach a shell unquoted (`export NAME=...`, mpirun's `-x NAME`): check them."""
     for k in env:
-        if not k.replace("_", "a").isalnum() or k[0].isdigit():
+        if not k or not k.replace("_", "a").isalnum() or not k.isascii() or k[0].isdigit():
             raise UsageError(f"invalid environment variable name {k!r}",
                              hint="names may hold letters, digits and '_' only")
-    return "env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()) + " "
+
+
+def env_script(env: Mapping[str, str]) -> str:
+    """Shell lines exporting env, every value quoted, for a remote shell to read from stdin.
+
+    Values never go on a command line: on a shared node any user can read those
+    with `ps`. The SSH executor sends this text through the command's own channel
+    instead (see `ENV_FROM_STDIN`).
+    """
+    check_env_names(env)
+    return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+
+
+# Read the lines of `env_script` from stdin (they exist only in this shell's memory,
+# never in a file or an argv), then give the command an empty stdin as before.
+ENV_FROM_STDIN = 'eval "$(cat)"; exec </dev/null; '
 
 
 def sha256_file(path: Path) -> str:

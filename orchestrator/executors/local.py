@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from orchestrator.errors import StepError
-from orchestrator.executors.base import CommandResult, ExecutorOptions
+from orchestrator.executors.base import CommandResult, ExecutorOptions, command_env
 from orchestrator.inventory import Node
 
 KILL_GRACE_S = 2.0
@@ -46,8 +46,8 @@ class LocalExecutor:
     def __init__(self, node: Node, options: ExecutorOptions | None = None) -> None:
         self.node = node
 
-    def _env(self, env: Mapping[str, str] | None) -> dict[str, str]:
-        return {**os.environ, **self.node.env, **(env or {})}
+    def _env(self, command: str, env: Mapping[str, str] | None) -> dict[str, str]:
+        return {**os.environ, **command_env(self.node, command, env)}
 
     def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:
@@ -57,7 +57,7 @@ class LocalExecutor:
         out_f = stdout_path.open("wb") if stdout_path else None
         try:
             proc = subprocess.Popen(
-                ["/bin/sh", "-c", command], cwd=workdir, env=self._env(env),
+                ["/bin/sh", "-c", str(command)], cwd=workdir, env=self._env(command, env),
                 stdin=subprocess.DEVNULL, stdout=out_f or subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
             )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConnectionFailed, StepError, UsageError
-from orchestrator.executors.base import CommandResult, ExecutorOptions
+from orchestrator.executors.base import CommandResult, ExecutorOptions, command_env
 from orchestrator.inventory import Node
 
 _init_lock = threading.Lock()
@@ -160,7 +160,7 @@ class RayExecutor:
 
     def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:
-        out = self._call(_run_on_node, command, {**self.node.env, **(env or {})},
+        out = self._call(_run_on_node, str(command), command_env(self.node, command, env),
                          cwd or self.node.work_dir, timeout, timeout=timeout, command=command)
         if stdout_path:
             stdout_path.write_text(out["stdout"], encoding="utf-8")

@@ -13,6 +13,7 @@ process group: nothing is left running on the node.
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import threading
@@ -28,7 +29,13 @@ from invoke.exceptions import CommandTimedOut
 from paramiko.ssh_exception import NoValidConnectionsError
 
 from orchestrator.errors import ConnectionFailed, HostKeyError, StepError
-from orchestrator.executors.base import CommandResult, ExecutorOptions, env_prefix
+from orchestrator.executors.base import (
+    ENV_FROM_STDIN,
+    CommandResult,
+    ExecutorOptions,
+    command_env,
+    env_script,
+)
 from orchestrator.inventory import JumpHost, Node
 
 KEEPALIVE_S = 30
@@ -155,23 +162,31 @@ class SshExecutor:
 
     # --- commands -------------------------------------------------------------
     def _wrap(self, command: str, env: Mapping[str, str] | None, cwd: str | None,
-              pidfile: str) -> str:
-        merged = {**self.node.env, **(env or {})}
+              pidfile: str) -> tuple[str, str | None]:
+        """The command line to send, and the text to feed its stdin (the environment).
+
+        Environment values travel on stdin, never on the command line: any user of
+        a shared node reads command lines with `ps`.
+        """
+        merged = command_env(self.node, command, env)
+        stdin = env_script(merged) if merged else None
+        load = ENV_FROM_STDIN if stdin is not None else ""
         cd = f"mkdir -p {shlex.quote(cwd)} && cd {shlex.quote(cwd)} && " if cwd else ""
-        inner = (f"echo $$ > {shlex.quote(pidfile)}; {cd}{env_prefix(merged)}"
-                 f"sh -c {shlex.quote(command)}")
-        return (f"setsid -w sh -c {shlex.quote(inner)} < /dev/null; rc=$?; "
-                f"rm -f {shlex.quote(pidfile)}; exit $rc")
+        inner = f"echo $$ > {shlex.quote(pidfile)}; {load}{cd}sh -c {shlex.quote(str(command))}"
+        redirect = "" if stdin is not None else " < /dev/null"
+        return (f"setsid -w sh -c {shlex.quote(inner)}{redirect}; rc=$?; "
+                f"rm -f {shlex.quote(pidfile)}; exit $rc"), stdin
 
     def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:
         conn = self.connection()
         pidfile = f"/tmp/.gpuvet-{uuid.uuid4().hex}.pid"
-        wrapped = self._wrap(command, env, cwd, pidfile)
+        wrapped, stdin = self._wrap(command, env, cwd, pidfile)
         start = time.monotonic()
         out_f = stdout_path.open("w", encoding="utf-8") if stdout_path else None
         try:
-            kw: dict[str, Any] = {"warn": True, "in_stream": False, "timeout": timeout}
+            kw: dict[str, Any] = {"warn": True, "timeout": timeout,
+                                  "in_stream": io.StringIO(stdin) if stdin is not None else False}
             if out_f:
                 kw.update(hide="stderr", out_stream=out_f)
             else:

@@ -1,4 +1,5 @@
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from orchestrator.errors import (
 from orchestrator.executors import ExecutorOptions, ExecutorPool, fanout, make_executor, probe
 from orchestrator.executors.base import (
     CommandResult,
-    env_prefix,
+    EnvCommand,
+    env_script,
     get_verified,
     is_unreachable,
     put_verified,
@@ -119,10 +121,48 @@ def test_registry_and_pool(tmp_path: Path) -> None:
         make_executor(bad, ExecutorOptions())
 
 
-def test_env_prefix_quotes_and_checks_names() -> None:
-    assert env_prefix({"A": "x; rm -rf /"}) == "env 'A=x; rm -rf /' "
-    with pytest.raises(UsageError):
-        env_prefix({"A;B": "1"})
+def test_env_script_quotes_values_and_checks_names() -> None:
+    assert env_script({"A": "x; rm -rf /"}) == "export A='x; rm -rf /'\n"
+    for bad in ("A;B", "1A", "", "A B", "Ä"):
+        with pytest.raises(UsageError, match="invalid environment variable name"):
+            env_script({bad: "1"})
+
+
+def test_a_command_carries_its_own_env_over_the_callers(tmp_path: Path) -> None:
+    ex = LocalExecutor(node(tmp_path, A="node", B="node", C="node"))
+    cmd = EnvCommand('echo "$A $B $C"', {"C": "command"})
+    res = ex.run(cmd, env={"B": "caller", "C": "caller"})
+    assert res.stdout == "node caller command\n"
+    assert type(res.command) is str and res.command == 'echo "$A $B $C"'
+
+
+def ssh_node(tmp_path: Path, **env: str) -> Node:
+    return node(tmp_path, **env).model_copy(update={"executor": "ssh", "host": "192.0.2.1"})
+
+
+def test_ssh_wrapper_sends_values_on_stdin_not_on_the_command_line(tmp_path: Path) -> None:
+    """The wrapped command is run here by a real sh, stdin fed as the SSH channel would."""
+    from orchestrator.executors.ssh import SshExecutor
+
+    secret = "s3cret value; $(touch pwned) 'q'"
+    ex = SshExecutor(ssh_node(tmp_path, NODE_TOKEN=secret), ExecutorOptions())
+    pidfile = str(tmp_path / "cmd.pid")
+    line, stdin = ex._wrap(EnvCommand('printf "%s|%s|%s\\n" "$NODE_TOKEN" "$RUN" "$X"; '
+                                      "cat; pwd", {"X": "x y"}),
+                           {"RUN": "r"}, str(tmp_path / "cwd"), pidfile)
+    assert stdin is not None and secret not in line and "x y" not in line
+    res = subprocess.run(["sh", "-c", line], input=stdin, capture_output=True, text=True,
+                         timeout=60, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    # the command saw every value, read nothing more from stdin, ran in its cwd
+    assert res.stdout == f"{secret}|r|x y\n{tmp_path / 'cwd'}\n"
+    assert not (tmp_path / "pwned").exists() and not Path(pidfile).exists()
+    # no environment: no stdin to send, the command's stdin is /dev/null as before
+    plain = SshExecutor(ssh_node(tmp_path), ExecutorOptions())
+    line, stdin = plain._wrap("cat; echo done", None, None, pidfile)
+    assert stdin is None
+    res = subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=60)
+    assert res.stdout == "done\n"
 
 
 # --- errors that carry their result ----------------------------------------------

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -102,6 +104,21 @@ def exports(ctx: list[str]) -> list[str]:
     return [ctx[i + 1] for i, t in enumerate(ctx) if t == "-x"]
 
 
+def context_env(cmd: nccltests.EnvCommand, index: int, ctx: list[str]) -> dict[str, str]:
+    """What a context's ranks get: each `-x NAME` resolved through the command's env,
+    per-context copies (GPUVET_CTX<i>_NAME) under their real names."""
+    alias = f"GPUVET_CTX{index}_"
+    got = {}
+    for name in exports(ctx):
+        if name in ("LD_LIBRARY_PATH", "PATH"):
+            continue
+        assert "=" not in name, f"a value on the command line: {name}"
+        real = name[len(alias):] if name.startswith(alias) else name
+        assert name.startswith(alias) or not name.startswith("GPUVET_CTX"), name
+        got[real] = cmd.env[name]
+    return got
+
+
 def test_mpirun_one_context_per_node_with_its_own_host_and_env() -> None:
     a = node("sim-a", host="10.0.0.1", env={"CUDA_VISIBLE_DEVICES": "0", "NCCL_HOSTID": EVIL})
     b = node("sim-b", host="10.0.0.2", env={"CUDA_VISIBLE_DEVICES": "1", "NCCL_HOSTID": "sim-b",
@@ -123,35 +140,70 @@ def test_mpirun_one_context_per_node_with_its_own_host_and_env() -> None:
     assert head[head.index("plm_rsh_agent") + 1] == "ssh -o BatchMode=yes -o ConnectTimeout=15"
 
     assert len(ctxs) == 3
-    for ctx, (n, argv, ranks, host) in zip(ctxs, [(a, argv_a, 4, "10.0.0.1"),
-                                                  (b, argv_b, 2, "10.0.0.2"),
-                                                  (c, ["/c/all_reduce_perf"], 8, "gpu-c")],
-                                           strict=True):
+    for i, (ctx, (n, argv, ranks, host)) in enumerate(zip(ctxs, [
+            (a, argv_a, 4, "10.0.0.1"), (b, argv_b, 2, "10.0.0.2"),
+            (c, ["/c/all_reduce_perf"], 8, "gpu-c")], strict=True)):
         assert ctx[:4] == ["-np", str(ranks), "-H", f"{host}:{ranks}"]
         assert ctx[-len(argv):] == argv
         xs = exports(ctx)
         assert "LD_LIBRARY_PATH" in xs and "PATH" in xs
         want = {**run_env, **n.env}  # the node's own value wins over the run's
-        assert {x.split("=", 1)[0]: x.split("=", 1)[1] for x in xs if "=" in x} == want
+        assert context_env(cmd, i, ctx) == want
         assert len(xs) == len(want) + 2  # each variable exactly once
-    assert f"NCCL_HOSTID={EVIL}" in exports(ctxs[0])
-    assert "CUDA_VISIBLE_DEVICES=1" in exports(ctxs[1])
-    assert "NCCL_DEBUG=WARN" in exports(ctxs[1]) and "NCCL_DEBUG=INFO" not in exports(ctxs[1])
-    assert "NCCL_DEBUG=INFO" in exports(ctxs[0]) and "NCCL_ALGO=Ring" in exports(ctxs[2])
+    # names whose value differs between nodes travel per context and are set by a
+    # wrapper that execs the real binary; common ones are forwarded by name
+    assert cmd.env["GPUVET_CTX0_NCCL_HOSTID"] == EVIL
+    assert cmd.env["GPUVET_CTX1_NCCL_DEBUG"] == "WARN"
+    assert cmd.env["GPUVET_CTX2_NCCL_DEBUG"] == "INFO"
+    assert cmd.env["NCCL_ALGO"] == "Ring" and "NCCL_ALGO" in exports(ctxs[2])
+    assert "NCCL_DEBUG" not in cmd.env and "NCCL_DEBUG" not in exports(tokens)
+    assert ctxs[0][-len(argv_a) - 4:-len(argv_a)][:2] == ["sh", "-c"]
     assert not any(x.startswith(("CUDA_VISIBLE_DEVICES", "NCCL_HOSTID")) for x in exports(ctxs[2]))
+
+
+def test_mpirun_keeps_every_value_off_the_command_line() -> None:
+    secret = "hunter2-" + "x" * 8
+    a = node("a", host="10.0.0.1", env={"HF_TOKEN": secret, "SHARED": "same-" + secret})
+    b = node("b", host="10.0.0.2", env={"HF_TOKEN": secret + "-b", "SHARED": "same-" + secret})
+    cmd = nccltests.mpirun_command([(a, ["bin"], 1), (b, ["bin"], 1)], {"E": "v w"},
+                                   local=False)
+    assert secret not in cmd and "v w" not in cmd
+    assert cmd.env["SHARED"] == "same-" + secret and cmd.env["E"] == "v w"
+    assert cmd.env["GPUVET_CTX0_HF_TOKEN"] == secret
+    assert cmd.env["GPUVET_CTX1_HF_TOKEN"] == secret + "-b"
+    with pytest.raises(UsageError, match="invalid environment variable name"):
+        nccltests.mpirun_command([(node("c", env={"A;B": "1"}), ["bin"], 1)], {}, local=False)
 
 
 def test_mpirun_quotes_hostile_inventory_values() -> None:
     n = node("n1", host="h;touch /tmp/pwned", env={"X": EVIL, "Y": "$(id)", "Z": "`id` 'q'"})
     cmd = nccltests.mpirun_command([(n, ["bin"], 1)], {"E": "v w"}, local=False)
     tokens = shlex.split(cmd)
-    assert f"X={EVIL}" in tokens
-    assert "Y=$(id)" in tokens
-    assert "Z=`id` 'q'" in tokens
+    assert cmd.env == {"X": EVIL, "Y": "$(id)", "Z": "`id` 'q'", "E": "v w"}
+    assert {"X", "Y", "Z", "E"} <= set(exports(tokens))
     assert "h;touch /tmp/pwned:1" in tokens
-    assert "E=v w" in tokens
-    # nothing of a value leaked into a token of its own
-    assert "rm" not in tokens and "-rf" not in tokens and "/" not in tokens
+    # nothing of a value reached the command line
+    assert "rm" not in cmd and "$(id)" not in cmd and "`id`" not in cmd
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="needs Open MPI's mpirun")
+def test_mpirun_contexts_get_their_own_values_at_run_time(tmp_path: Path) -> None:
+    """Real mpirun on this machine: per-node values reach their ranks, names only on argv."""
+    from orchestrator.executors.local import LocalExecutor
+
+    sims = [node("sim-a", env={"CUDA_VISIBLE_DEVICES": "0", "TOKEN": "t-a; $(x)"}),
+            node("sim-b", env={"CUDA_VISIBLE_DEVICES": "1", "TOKEN": "t-b"})]
+    probe = [sys.executable, "-c", "import os; print('R', os.environ['OMPI_COMM_WORLD_RANK'], "
+             "os.environ['CUDA_VISIBLE_DEVICES'], os.environ['TOKEN'], "
+             "os.environ['NCCL_DEBUG'], os.environ.get('GPUVET_CTX0_TOKEN', '-'))"]
+    cmd = nccltests.mpirun_command([(n, probe, 1) for n in sims], nccltests.RUN_ENV, local=True)
+    head = sims[0].model_copy(update={"executor": "local", "work_dir": str(tmp_path),
+                                      "env": {}})
+    res = LocalExecutor(head).run(cmd, timeout=120)
+    assert res.ok, res.stdout + res.stderr
+    rows = sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()
+                  if line.startswith("R "))
+    assert rows == ["0 0 t-a; $(x) INFO -", "1 1 t-b INFO -"], res.stdout + res.stderr
 
 
 def test_mpirun_local_uses_localhost_and_oversubscribe() -> None:
@@ -272,9 +324,9 @@ def test_mpirun_simulated_nodes_pin_their_one_visible_gpu() -> None:
             node("sim-b", env={"CUDA_VISIBLE_DEVICES": "1", "NCCL_HOSTID": "sim-b"})]
     cmd = nccltests.mpirun_command([(n, ["bin"], 1) for n in sims], {}, local=True)
     _, ctxs = split_contexts(shlex.split(cmd))
-    for ctx, sim in zip(ctxs, sims, strict=True):
-        assert "NCCL_TESTS_DEVICE=0" in exports(ctx)
-        assert f"NCCL_HOSTID={sim.name}" in exports(ctx)
+    for i, (ctx, sim) in enumerate(zip(ctxs, sims, strict=True)):
+        assert context_env(cmd, i, ctx)["NCCL_TESTS_DEVICE"] == "0"
+        assert context_env(cmd, i, ctx)["NCCL_HOSTID"] == sim.name
     # over SSH every node is its own host: nccl-tests' local-rank mapping is right there
     cmd = nccltests.mpirun_command([(n, ["bin"], 1) for n in sims], {}, local=False)
     assert "NCCL_TESTS_DEVICE" not in cmd
