@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import checks, parsers
+from orchestrator import checks, collectdoc, parsers
 from orchestrator import payload as payload_mod
-from orchestrator.errors import GpuvetError, ParseError, StepError, UsageError
+from orchestrator.errors import GpuvetError, ParseError, StepError
 from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
@@ -41,9 +41,7 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
                    out_dir: Path | None, rel: Callable[[Path], str] | None = None,
                    suite: Suite | None = None) -> NodeReport:
     """Parse a collect document and check it: the same path for live and --from runs."""
-    if doc.get("tool") != "gpuvet-payload" or "commands" not in doc:
-        raise UsageError("not a gpuvet collect document (no 'tool: gpuvet-payload')",
-                         node=node.name, hint="produce it with `python3 -m payload collect`")
+    doc = collectdoc.validate(doc, node=node.name)
     nf = checks.NodeFacts(node=node.name, provider=node.provider, doc=doc,
                           inventory_env=dict(node.env), ckpt_configured=node.ckpt_dir is not None)
     for cid, rec in doc["commands"].items():
