@@ -26,6 +26,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -470,6 +471,8 @@ class Run:
                 write_json(self.dir / "run.json", self.meta.model_dump(mode="json"))
 
     def finish(self, status: Status) -> None:
+        # archives pushed to nodes are staged in the run while it works; none stays behind
+        shutil.rmtree(self.dir / ".staging", ignore_errors=True)
         self.meta.finished = _now()
         self.meta.status = status
         self.save_meta()

@@ -205,3 +205,12 @@ def test_guard_records_why_a_run_died(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), run2.guard():
         raise RuntimeError("bug")
     assert Run.open(tmp_path, run2.run_id).meta.status == "error"
+
+
+def test_a_finished_run_keeps_no_staged_archives(tmp_path: Path) -> None:
+    run = new_run(tmp_path)
+    (run.dir / ".staging").mkdir()
+    (run.dir / ".staging" / "payload-abc.tar.gz").write_bytes(b"x")
+    run.finish("passed")
+    assert not (run.dir / ".staging").exists()
+    assert oct((run.dir / "run.json").stat().st_mode & 0o777) == "0o644"
