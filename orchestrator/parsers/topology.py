@@ -94,6 +94,68 @@ def _split_header(line: str) -> list[str]:
     return [c.strip() for c in re.split(r"\t| {2,}", line) if c.strip()]
 
 
+# What a value of each affinity column looks like, to place a row whose other
+# affinity cells are empty (a GPU on a CPU-less NUMA node, a VM that hides NUMA).
+_AFF_PATTERN = {
+    "CPU Affinity": re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*|N/A"),
+    "NUMA Affinity": re.compile(r"\d+(?:[-,]\d+)*|N/A"),
+    "GPU NUMA ID": re.compile(r"\d+|N/A"),
+}
+
+
+def _rest_columns(line: str, n_devices: int) -> list[int]:
+    """Start columns (tabs expanded) of the tokens after the device cells."""
+    wide = line.expandtabs(8)
+    starts = [m.start() for m in re.finditer(r"\S+", wide)]
+    return starts[1 + n_devices:]
+
+
+def _place_affinity(line: str, rest: list[str], aff_cols: list[str], n_devices: int,
+                    template: list[int] | None) -> dict[str, str | None] | None:
+    """Affinity cells by column, read by meaning; None when they cannot be told apart.
+
+    A full row is read in order. A row with empty cells is placed by where its
+    values start compared with a full row of the same output (nvidia-smi pads
+    with tabs, so counting cells is not enough, and a paste may have turned the
+    tabs into spaces), and failing that by what each value looks like, accepted
+    only when exactly one placement fits.
+    """
+    if len(rest) == len(aff_cols):
+        return dict(zip(aff_cols, rest, strict=True))
+    if len(rest) > len(aff_cols):
+        return None
+    if template is not None:
+        cols = _rest_columns(line, n_devices)
+        if all(c in template for c in cols):
+            placed: dict[str, str | None] = dict.fromkeys(aff_cols)
+            for c, v in zip(cols, rest, strict=True):
+                placed[aff_cols[template.index(c)]] = v
+            return placed
+    fits: list[dict[str, str | None]] = []
+    for chosen in _combinations(aff_cols, len(rest)):
+        if all(_AFF_PATTERN.get(c, re.compile(r"\S+")).fullmatch(v) for c, v in
+               zip(chosen, rest, strict=True)):
+            fit: dict[str, str | None] = dict.fromkeys(aff_cols)
+            fit.update(zip(chosen, rest, strict=True))
+            fits.append(fit)
+    return fits[0] if len(fits) == 1 else None
+
+
+def _combinations(items: list[str], k: int) -> list[list[str]]:
+    if k == 0:
+        return [[]]
+    if len(items) < k:
+        return []
+    head, tail = items[0], items[1:]
+    return [[head, *rest] for rest in _combinations(tail, k - 1)] + _combinations(tail, k)
+
+
+def _template(line: str, aff_cols: list[str], n_devices: int) -> list[int] | None:
+    """Where the affinity values of a full row start."""
+    cols = _rest_columns(line, n_devices)
+    return cols if len(cols) == len(aff_cols) else None
+
+
 @register("topo-m", "nvidia-smi topo -m: GPU/NIC connection matrix and affinities")
 def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
     kind = "topo-m"
@@ -108,35 +170,52 @@ def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
             header[: len(devices)] != devices:
         raise ParseError(kind, "header does not start with GPU columns", line_no=start + 1,
                          line=lines[start], source=source)
-    gpus: list[TopoGpu] = []
-    matrix: dict[str, dict[str, str]] = {}
+    rows: list[tuple[int, str, list[str], list[str]]] = []
     n = start + 1
     while n < len(lines) and lines[n].strip() and lines[n].strip() != "Legend:":
         line = lines[n]
         cells = line.split()
         label, values, rest = cells[0], cells[1 : 1 + len(devices)], cells[1 + len(devices) :]
-        is_gpu = bool(re.fullmatch(r"GPU\d+", label))
-        if label not in devices or len(values) < len(devices) or \
-                len(rest) not in ((len(aff_cols),) if is_gpu else (0, len(aff_cols))):
+        if label not in devices or len(values) < len(devices) or len(rest) > len(aff_cols):
             raise ParseError(kind, f"row does not match the header ({len(devices)} devices, "
                              f"{len(aff_cols)} affinity columns)", line_no=n + 1, line=line,
+                             source=source)
+        if label in (r[1] for r in rows):
+            raise ParseError(kind, f"a second row for {label}", line_no=n + 1, line=line,
                              source=source)
         bad = [v for v in values if not _cell_ok(v)]
         if bad or values[devices.index(label)] != "X":
             what = f"unknown value {bad[0]!r}" if bad else "diagonal is not X"
             raise ParseError(kind, what, line_no=n + 1, line=line, source=source)
-        matrix[label] = dict(zip(devices, values, strict=True))
-        if is_gpu:
-            aff = dict(zip(aff_cols, (None if is_na(v) else v for v in rest), strict=True))
-            gpus.append(TopoGpu(name=label, index=int(label[3:]),
-                                cpu_affinity=aff.get("CPU Affinity"),
-                                numa_affinity=aff.get("NUMA Affinity"),
-                                gpu_numa_id=aff.get("GPU NUMA ID")))
+        rows.append((n, label, values, rest))
         n += 1
-    missing = [d for d in devices if d not in matrix]
+    missing = [d for d in devices if d not in {r[1] for r in rows}]
     if missing:
-        raise ParseError(kind, f"no row for {', '.join(missing)}", line_no=n + 1,
+        # a matrix without a row for a device in its header is a damaged output, not
+        # a smaller machine: the GPU is there (the header names it) but unread
+        raise ParseError(kind, f"no row for {', '.join(missing)}: the header names "
+                         f"{len(devices)} devices", line_no=n + 1,
                          line=lines[n] if n < len(lines) else None, source=source)
+    template = next((t for ln, label, _v, rest in rows
+                     if len(rest) == len(aff_cols) and re.fullmatch(r"GPU\d+", label)
+                     and (t := _template(lines[ln], aff_cols, len(devices))) is not None), None)
+    gpus: list[TopoGpu] = []
+    matrix: dict[str, dict[str, str]] = {}
+    for n, label, values, rest in rows:
+        matrix[label] = dict(zip(devices, values, strict=True))
+        if not re.fullmatch(r"GPU\d+", label):
+            continue  # a NIC row's affinity cells are empty on most drivers
+        aff = _place_affinity(lines[n], rest, aff_cols, len(devices), template)
+        if aff is None:
+            raise ParseError(kind, f"cannot tell which of the {len(aff_cols)} affinity columns "
+                             f"the {len(rest)} value(s) of {label} belong to", line_no=n + 1,
+                             line=lines[n], source=source)
+        aff = {k: (None if v is None or is_na(v) else v) for k, v in aff.items()}
+        gpus.append(TopoGpu(name=label, index=int(label[3:]),
+                            cpu_affinity=aff.get("CPU Affinity"),
+                            numa_affinity=aff.get("NUMA Affinity"),
+                            gpu_numa_id=aff.get("GPU NUMA ID")))
+    n = rows[-1][0] + 1
     legend: dict[str, str] = {}
     in_nic_legend = False
     for m_no in range(n, len(lines)):
@@ -221,8 +300,15 @@ class NvlinkGpu(BaseModel):
     model_config = ConfigDict(extra="forbid")
     index: int
     name: str
-    uuid: str
+    uuid: str | None  # drivers before ~418 print no UUID
     links: list[NvLink]
+    # What nvidia-smi said instead of listing links (MIG mode, no NVLink on this card)
+    message: str | None = None
+
+    @property
+    def links_unknown(self) -> bool:
+        """A message that withholds the links; a card without NVLink is known to have none."""
+        return self.message is not None and "does not have" not in self.message
 
     @property
     def active_links(self) -> int:
@@ -236,35 +322,70 @@ class NvlinkGpu(BaseModel):
 class NvlinkFacts(BaseModel):
     model_config = ConfigDict(extra="forbid")
     gpus: list[NvlinkGpu]
+    # The text leaves GPUs out (`[snip]`, `...` in a pasted excerpt): their links are unknown
+    elided: bool = False
+    notes: list[str] = []
 
     @property
     def has_nvlink(self) -> bool:
         return any(g.active_links for g in self.gpus)
 
+    @property
+    def unknown(self) -> list[str]:
+        """Why some links are unknown: per GPU reasons and elisions, empty when all are read."""
+        out = [f"GPU {g.index}: {g.message}" for g in self.gpus if g.links_unknown]
+        if self.elided:
+            shown = ", ".join(str(g.index) for g in self.gpus) or "none"
+            out.append(f"the text leaves GPUs out (only GPUs {shown} shown)")
+        return out
 
-_NVL_GPU = re.compile(r"GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)")
+
+_NVL_GPU = re.compile(r"GPU (\d+): (.+?)(?: \(UUID: (GPU-[0-9A-Fa-f-]+)\))?")
 _NVL_LINK = re.compile(r"Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|(<inactive>))")
 _NVL_NONE = ("NVML: Unable to retrieve NVLink information as all links are inActive",
              "NVML: Unable to retrieve NVLink information as all links are inactive")
+# Per-GPU messages that say why no Link lines follow.
+_NVL_UNKNOWN = re.compile(r"Nvlink queries are not supported for Devices in MIG mode|"
+                          r"Device does not have or support Nvlink|"
+                          r"Unable to retrieve NVLink information.*|.*[Nn]ot [Ss]upported.*")
+_ELISION = re.compile(r"\.{3,}|…|\[(?:snip|\.\.\.|[^\]]*omitted[^\]]*)\]", re.I)
 
 
 @register("nvlink-s", "nvidia-smi nvlink -s: per-GPU NVLink speeds")
 def parse_nvlink_s(text: str, source: str | None = None) -> NvlinkFacts:
-    """Empty output and NVML's "all links are inActive" both mean: no NVLink."""
+    """Empty output and NVML's "all links are inActive" both mean: no NVLink.
+
+    A GPU in MIG mode or without NVLink says so instead of listing links: that is
+    kept as the reason its links are unknown. An excerpt with GPUs cut out
+    (`[snip]`) is read as far as it goes and marked elided.
+    """
     kind = "nvlink-s"
     gpus: list[NvlinkGpu] = []
+    notes: list[str] = []
+    elided = False
     for no, line in enumerate(text.splitlines(), 1):
         s = line.strip()
         if not s or s in _NVL_NONE:
+            if s:
+                notes.append(s)
+            continue
+        if _ELISION.fullmatch(s):
+            elided = True
             continue
         if m := _NVL_GPU.fullmatch(s):
+            if gpus and int(m.group(1)) != gpus[-1].index + 1:
+                elided = True  # GPU 0 then GPU 7: the ones between were cut out
             gpus.append(NvlinkGpu(index=int(m.group(1)), name=m.group(2), uuid=m.group(3),
                                   links=[]))
         elif (m := _NVL_LINK.fullmatch(s)) and gpus:
             speed = float(m.group(2)) if m.group(2) else None
             gpus[-1].links.append(NvLink(link=int(m.group(1)), active=speed is not None,
                                          speed_gbs=speed))
+        elif _NVL_UNKNOWN.fullmatch(s) and gpus and not gpus[-1].links:
+            gpus[-1].message = s
         else:
             raise ParseError(kind, "not a GPU or Link line", line_no=no, line=line,
                              source=source)
-    return NvlinkFacts(gpus=gpus)
+    if gpus and gpus[0].index != 0:
+        elided = True
+    return NvlinkFacts(gpus=gpus, elided=elided, notes=notes)
