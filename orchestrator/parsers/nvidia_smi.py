@@ -16,7 +16,10 @@ from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 
 # What nvidia-smi prints when it has no value; compared without brackets.
-_NA = {"n/a", "not supported", "unknown error", "insufficient permissions", ""}
+_NA = {"n/a", "not supported", "unknown error", "insufficient permissions", "",
+       "requested functionality has been deprecated", "not available", "no permission"}
+# What nvidia-smi prints in place of a value when the GPU itself is in trouble.
+GPU_ERROR_CELLS = {"gpu requires reset", "gpu is lost", "unknown error"}
 
 # NVML nvmlClocksEventReason* bits (formerly nvmlClocksThrottleReason*).
 CLOCK_EVENT_BITS: dict[int, str] = {
@@ -102,20 +105,30 @@ _Conv = tuple[str, str]  # (field name, kind)
 _COLUMNS: dict[str, _Conv] = {
     "index": ("index", "int"),
     "name": ("name", "str"),
+    "gpu_name": ("name", "str"),
     "uuid": ("uuid", "str"),
+    "gpu_uuid": ("uuid", "str"),
     "serial": ("serial", "str"),
+    "gpu_serial": ("serial", "str"),
     "pci.bus_id": ("pci_bus_id", "str"),
+    "gpu_bus_id": ("pci_bus_id", "str"),
     "memory.total": ("memory_total_mib", "int:MiB"),
     "memory.used": ("memory_used_mib", "int:MiB"),
+    "memory.reserved": ("memory_reserved_mib", "int:MiB"),
     "power.limit": ("power_limit_w", "float:W"),
     "power.max_limit": ("power_max_limit_w", "float:W"),
     "power.default_limit": ("power_default_limit_w", "float:W"),
+    "power.min_limit": ("power_min_limit_w", "float:W"),
     "enforced.power.limit": ("enforced_power_limit_w", "float:W"),
     "power.draw": ("power_draw_w", "float:W"),
+    "power.draw.average": ("power_draw_w", "float:W"),
     "driver_version": ("driver_version", "str"),
     "vbios_version": ("vbios_version", "str"),
     "pcie.link.gen.current": ("pcie_gen_current", "int"),
+    "pcie.link.gen.gpucurrent": ("pcie_gen_current", "int"),
     "pcie.link.gen.max": ("pcie_gen_max", "int"),
+    "pcie.link.gen.gpumax": ("pcie_gen_device_max", "int"),
+    "pcie.link.gen.hostmax": ("pcie_gen_host_max", "int"),
     "pcie.link.width.current": ("pcie_width_current", "int"),
     "pcie.link.width.max": ("pcie_width_max", "int"),
     "temperature.gpu": ("temperature_gpu_c", "int"),
@@ -133,6 +146,10 @@ _COLUMNS: dict[str, _Conv] = {
     "ecc.errors.corrected.volatile.total": ("ecc_corrected_volatile", "int"),
     "ecc.errors.corrected.aggregate.total": ("ecc_corrected_aggregate", "int"),
     "retired_pages.pending": ("retired_pages_pending", "bool"),
+    "remapped_rows.correctable": ("remapped_rows_correctable", "int"),
+    "remapped_rows.uncorrectable": ("remapped_rows_uncorrectable", "int"),
+    "remapped_rows.pending": ("remapped_rows_pending", "bool"),
+    "remapped_rows.failure": ("remapped_rows_failure", "bool"),
     "mig.mode.current": ("mig_enabled", "bool"),
     "mig.mode.pending": ("mig_pending_enabled", "bool"),
     "compute_mode": ("compute_mode", "str"),
@@ -152,15 +169,19 @@ class QueryGpu(BaseModel):
     pci_bus_id: str | None = None
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
+    memory_reserved_mib: int | None = None
     power_limit_w: float | None = None
     power_max_limit_w: float | None = None
     power_default_limit_w: float | None = None
+    power_min_limit_w: float | None = None
     enforced_power_limit_w: float | None = None
     power_draw_w: float | None = None
     driver_version: str | None = None
     vbios_version: str | None = None
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None
+    pcie_gen_device_max: int | None = None
+    pcie_gen_host_max: int | None = None
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
     temperature_gpu_c: int | None = None
@@ -175,6 +196,10 @@ class QueryGpu(BaseModel):
     ecc_corrected_volatile: int | None = None
     ecc_corrected_aggregate: int | None = None
     retired_pages_pending: bool | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remapped_rows_pending: bool | None = None
+    remapped_rows_failure: bool | None = None
     mig_enabled: bool | None = None
     mig_pending_enabled: bool | None = None
     compute_mode: str | None = None
@@ -182,6 +207,8 @@ class QueryGpu(BaseModel):
     utilization_gpu_pct: int | None = None
     # Queried fields this parser has no name for, kept verbatim (None for N/A).
     other: dict[str, str | None] = {}
+    # Cells where nvidia-smi printed a GPU error instead of a value ([GPU requires reset])
+    errors: list[str] = []
 
 
 class QueryGpuFacts(BaseModel):
@@ -220,12 +247,17 @@ def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     hdr_no, hdr = lines[0]
     names: list[str] = []
     for col in hdr.split(","):
-        m = re.fullmatch(r"\s*([a-z_][a-z0-9_.]*)(?:\s+\[[^\]]+\])?\s*", col)
-        if not m:
+        # Field names are matched without case: newer drivers echo `pci.baseClass`,
+        # `fabric.cliqueId`; tools that wrap nvidia-smi print `Name` or `GPU_NAME`.
+        m = re.fullmatch(r"\s*([A-Za-z_][A-Za-z0-9_.]*)(?:\s+\[[^\]]+\])?\s*", col)
+        if not m or re.fullmatch(r"-?\d+(?:\.\d+)?|GPU-[0-9a-fA-F-]+", col.strip()):
             raise ParseError(kind, f"header column {col.strip()!r} is not a field name "
                              "(the query must use --format=csv with its header)",
                              line_no=hdr_no, line=hdr, source=source)
         names.append(m.group(1))
+    if len(set(n.lower() for n in names)) != len(names):
+        raise ParseError(kind, "a field appears twice in the header", line_no=hdr_no, line=hdr,
+                         source=source)
     gpus: list[QueryGpu] = []
     for no, line in lines[1:]:
         cells = line.split(",")
@@ -234,17 +266,23 @@ def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
                              line_no=no, line=line, source=source)
         values: dict[str, object] = {}
         other: dict[str, str | None] = {}
+        errors: list[str] = []
         for name, cell in zip(names, cells, strict=True):
-            if name not in _COLUMNS:
-                other[name] = text_or_none(cell)
+            spec = _COLUMNS.get(name.lower())
+            if spec is None or (spec[0] in values and values[spec[0]] is not None):
+                other[name] = text_or_none(cell)  # unknown, or an alias already read
                 continue
-            field, conv = _COLUMNS[name]
+            field, conv = spec
+            if cell.strip().strip("[]").strip().lower() in GPU_ERROR_CELLS:
+                errors.append(f"{name}: {cell.strip()}")
+                values[field] = None
+                continue
             try:
                 values[field] = convert_value(conv, cell)
             except ValueError as exc:
                 raise ParseError(kind, f"{name}: {exc}", line_no=no, line=line,
                                  source=source) from None
-        gpus.append(QueryGpu.model_validate({**values, "other": other}))
+        gpus.append(QueryGpu.model_validate({**values, "other": other, "errors": errors}))
     return QueryGpuFacts(fields=names, gpus=gpus)
 
 

@@ -63,6 +63,16 @@ class MigDeviceXml(BaseModel):
     memory_total_mib: int | None = None
 
 
+class ProcessXml(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+    pid: int | None = None
+    type: str | None = None
+    name: str | None = None
+    used_memory_mib: int | None = None
+
+
 class GpuXml(BaseModel):
     """One `<gpu>` of `nvidia-smi -q -x`; index is its position, as nvidia-smi numbers it."""
 
@@ -90,6 +100,8 @@ class GpuXml(BaseModel):
     remapped_rows: RemappedRows | None = None
     pcie_gen_current: int | None = None
     pcie_gen_max: int | None = None
+    pcie_gen_device_max: int | None = None
+    pcie_gen_host_max: int | None = None  # the root port's max: a GPU cannot link faster
     pcie_width_current: int | None = None
     pcie_width_max: int | None = None
     power_draw_w: float | None = None
@@ -103,6 +115,7 @@ class GpuXml(BaseModel):
     clocks_event_reasons: ClockEventReasons | None = None
     performance_state: str | None = None
     compute_mode: str | None = None
+    processes: list[ProcessXml] | None = None  # None when the element is absent
 
 
 class NvidiaSmiXmlFacts(BaseModel):
@@ -110,6 +123,7 @@ class NvidiaSmiXmlFacts(BaseModel):
     driver_version: str | None
     cuda_version: str | None
     gpus: list[GpuXml]
+    attached_gpus: int | None = None  # what the driver counts; more than len(gpus) in an `-i` run
 
     @property
     def count(self) -> int:
@@ -222,6 +236,8 @@ class _Reader:
             "remapped_rows": rows,
             "pcie_gen_current": g(i, f"{link}/pcie_gen/current_link_gen"),
             "pcie_gen_max": g(i, f"{link}/pcie_gen/max_link_gen"),
+            "pcie_gen_device_max": g(i, f"{link}/pcie_gen/max_device_link_gen"),
+            "pcie_gen_host_max": g(i, f"{link}/pcie_gen/max_host_link_gen"),
             "pcie_width_current": g("int:x", f"{link}/link_widths/current_link_width"),
             "pcie_width_max": g("int:x", f"{link}/link_widths/max_link_width"),
             "power_draw_w": g("float:W", f"{power}/power_draw", f"{power}/instant_power_draw",
@@ -236,12 +252,27 @@ class _Reader:
             "clocks_max_sm_mhz": g("int:MHz", "max_clocks/sm_clock"),
             "clocks_event_reasons": self.reasons(),
             "performance_state": g(s, "performance_state"), "compute_mode": g(s, "compute_mode"),
+            "processes": self.processes(),
         })
+
+    def processes(self) -> list[ProcessXml] | None:
+        el = self.gpu.find("processes")
+        if el is None:
+            return None
+        return [_Sub(self, p).process() for p in el.findall("process_info")]
 
 
 class _Sub(_Reader):
     def __init__(self, parent: _Reader, el: ET.Element) -> None:
         super().__init__(parent.text, el, parent.source)
+
+    def process(self) -> ProcessXml:
+        return ProcessXml.model_validate({
+            "gpu_instance_id": self.get("int", "gpu_instance_id"),
+            "compute_instance_id": self.get("int", "compute_instance_id"),
+            "pid": self.get("int", "pid"), "type": self.get("str", "type"),
+            "name": self.get("str", "process_name"),
+            "used_memory_mib": self.get("int:MiB", "used_memory")})
 
     def mig(self) -> MigDeviceXml:
         return MigDeviceXml.model_validate({
@@ -277,5 +308,10 @@ def parse_nvidia_smi_xml(text: str, source: str | None = None) -> NvidiaSmiXmlFa
         return None if el is None else text_or_none(el.text or "")
 
     gpus = [_Reader(text, g, source).gpu_facts(n) for n, g in enumerate(root.findall("gpu"))]
+    attached = top("attached_gpus")
+    if attached is not None and not attached.isdigit():
+        _Reader(text, root, source).fail(f"<attached_gpus> is not a count: {attached!r}",
+                                         f"<attached_gpus>{attached}</attached_gpus>")
     return NvidiaSmiXmlFacts(driver_version=top("driver_version"),
-                             cuda_version=top("cuda_version"), gpus=gpus)
+                             cuda_version=top("cuda_version"), gpus=gpus,
+                             attached_gpus=int(attached) if attached is not None else None)

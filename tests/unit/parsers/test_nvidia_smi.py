@@ -231,3 +231,46 @@ def test_xml_not_xml() -> None:
     assert exc.value.line_no == 3
     with pytest.raises(ParseError):
         parse_nvidia_smi_xml("   \n")
+
+
+# ----------------------------------------------------------------- other fleets' CSV
+
+
+def test_query_gpu_mixed_case_fields_r590(public) -> None:
+    """212 fields from driver 590: `pci.baseClass`, `fabric.cliqueId`... were refused before."""
+    facts = parse_query_gpu(public("query-gpu_h200-mig-load_r590.csv"))
+    assert len(facts.fields) == 212 and "encoder.stats.sessionCount" in facts.fields
+    (g,) = facts.gpus
+    assert (g.name, g.memory_total_mib, g.memory_reserved_mib) == ("NVIDIA H200", 143771, 614)
+    assert g.mig_enabled is True and g.mig_pending_enabled is True
+    assert (g.pcie_gen_current, g.pcie_gen_max, g.pcie_gen_host_max) == (5, 5, None)
+    assert (g.power_limit_w, g.power_max_limit_w, g.power_min_limit_w) == (700.0, 700.0, 200.0)
+    assert g.utilization_gpu_pct is None  # [N/A] in MIG mode
+    assert g.remapped_rows_pending is None  # [N/A]
+    assert g.other["pci.baseClass"] == "0x3" and g.other["fabric.cliqueId"] == "0"
+    assert g.other["power.management"] is None  # [Requested functionality has been deprecated]
+    assert g.other["pcie.link.gen.gpucurrent"] == "5"  # an alias of a field already read
+    assert g.errors == []
+
+
+def test_query_gpu_l40s_r595(public) -> None:
+    (g,) = parse_query_gpu(public("query-gpu_l40s_r595.csv")).gpus
+    assert (g.name, g.memory_total_mib, g.pcie_gen_current, g.mig_enabled) == (
+        "NVIDIA L40S", 46068, 4, None)
+    assert g.remapped_rows_pending is False and g.remapped_rows_uncorrectable == 0
+
+
+def test_query_gpu_headers_by_meaning() -> None:
+    text = ("GPU_Name, Memory.Total [MiB], gpu_bus_id, Index\n"
+            "NVIDIA A100-SXM4-80GB, 81920 MiB, 00000000:07:00.0, 3\n")
+    (g,) = parse_query_gpu(text).gpus
+    assert (g.name, g.memory_total_mib, g.pci_bus_id, g.index) == (
+        "NVIDIA A100-SXM4-80GB", 81920, "00000000:07:00.0", 3)
+    with pytest.raises(ParseError):
+        parse_query_gpu("name, Name\nx, y\n")
+
+
+def test_query_gpu_error_cells_are_kept_as_errors(real) -> None:
+    text = real("query-gpu.csv").replace("143771 MiB, 0 MiB", "[GPU requires reset], 0 MiB", 1)
+    g = parse_query_gpu(text).gpus[0]
+    assert g.memory_total_mib is None and g.errors == ["memory.total: [GPU requires reset]"]

@@ -134,3 +134,23 @@ def test_not_q_text() -> None:
     assert exc.value.line_no == 1
     with pytest.raises(ParseError):
         parse_nvidia_smi_q("Attached GPUs : many\n")
+
+
+def test_xml_attached_count_processes_and_host_max(real) -> None:
+    xml = real("nvidia-smi-q.xml")
+    facts = parse_nvidia_smi_xml(xml)
+    assert facts.attached_gpus == 2 and facts.gpus[0].processes == []
+    assert (facts.gpus[0].pcie_gen_device_max, facts.gpus[0].pcie_gen_host_max) == (5, None)
+    proc = ("<process_info><gpu_instance_id>N/A</gpu_instance_id>"
+            "<compute_instance_id>N/A</compute_instance_id><pid>4242</pid><type>C</type>"
+            "<process_name>python3</process_name><used_memory>1536 MiB</used_memory>"
+            "</process_info>")
+    changed = xml.replace("<processes>", "<processes>" + proc, 1).replace(
+        "<max_host_link_gen>N/A</max_host_link_gen>", "<max_host_link_gen>4</max_host_link_gen>", 1)
+    g = parse_nvidia_smi_xml(changed).gpus[0]
+    assert g.pcie_gen_host_max == 4
+    assert g.processes is not None and [(p.pid, p.type, p.name, p.used_memory_mib,
+                                         p.gpu_instance_id) for p in g.processes] == [
+        (4242, "C", "python3", 1536, None)]
+    with pytest.raises(ParseError):
+        parse_nvidia_smi_xml(xml.replace("<attached_gpus>2<", "<attached_gpus>two<"))
