@@ -45,6 +45,25 @@ FAILURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# Prefixes launchers put on every line of a job's output. A log is treated as
+# prefixed only when most of its lines carry the prefix, so a table row or an
+# NCCL line that happens to start with digits is never cut.
+LAUNCHER_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("srun --label", re.compile(r"^ *\d+:(?: |$)")),
+    ("mpirun --tag-output", re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")),
+)
+
+
+def strip_launcher_prefix(lines: list[str]) -> tuple[list[str], str | None]:
+    """The lines without their launcher prefix, and which launcher put it there."""
+    nonempty = [ln for ln in lines if ln.strip()]
+    for name, pattern in LAUNCHER_PREFIXES:
+        hits = sum(1 for ln in nonempty if pattern.match(ln))
+        if nonempty and hits * 2 >= len(nonempty):
+            return [pattern.sub("", ln, count=1) for ln in lines], name
+    return lines, None
+
+
 class Failure(BaseModel):
     """A line that says the run went wrong; line_no is None for JSON input."""
 
@@ -149,6 +168,7 @@ class NcclTestsRun(_Model):
     failures: list[Failure]
     truncated: bool
     env_count: int | None = None  # JSON only; the entries may hold secrets
+    launcher_prefix: str | None = None  # "srun --label": a prefix stripped from every line
     start_time: str | None = None
     end_time: str | None = None
 

@@ -15,7 +15,12 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
-from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure
+from orchestrator.parsers._nccl_common import (
+    NCCL_LINE,
+    NCCL_VERSION,
+    Failure,
+    strip_launcher_prefix,
+)
 
 KIND = "nccl-debug"
 
@@ -23,9 +28,10 @@ Transport = Literal["P2P", "SHM", "NET", "COLLNET", "NVLS"]
 _TRANSPORTS = ("P2P", "SHM", "NET", "COLLNET", "NVLS")
 
 _COMM = re.compile(
-    r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+)"
+    r"\bcomm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+)"
     r" localRanks (?P<lranks>\d+) localRank (?P<lrank>\d+)")
-_INIT = re.compile(r"\bcomm 0x[0-9a-f]+ rank (?P<rank>\d+) nranks (?P<nranks>\d+) .*Init COMPLETE")
+_INIT = re.compile(r"\bcomm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
+                   r"(?:.*?\bcommId (?P<cid>0x[0-9a-f]+))?.*Init (?P<phase>START|COMPLETE)")
 _CONN = re.compile(
     r"^(?:Channel|Ring) (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)(?:\[[0-9a-fx]+\])? -> "
     r"(?P<dst>\d+)(?:\[[0-9a-fx]+\])?(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$")
@@ -41,14 +47,36 @@ class _Model(BaseModel):
 
 
 class NcclComm(_Model):
-    """One `comm ... nRanks .. nNodes ..` init line (NCCL 2.9+)."""
+    """One `comm ... nRanks .. nNodes ..` init line (NCCL 2.9+): one rank of a communicator."""
 
     host: str
+    comm: str | None = None  # the rank's handle, 0x...; communicators are told apart by commId
+    comm_id: str | None = None  # shared by every rank of one communicator (NCCL 2.18+)
     rank: int
     n_ranks: int
     n_nodes: int | None
     local_ranks: int | None
     local_rank: int | None
+
+
+class NcclHostVersion(_Model):
+    """An `NCCL version` line with the host and process that printed it."""
+
+    host: str | None  # None for the bare `NCCL version ...` line rank 0 prints
+    pid: int | None
+    version: str
+    cuda: str | None
+    line_no: int
+
+
+class NcclCommunicator(_Model):
+    """The ranks of one communicator, as far as the log shows them."""
+
+    comm_id: str | None  # None when NCCL printed no commId (before 2.18)
+    n_ranks: int
+    n_nodes: int | None
+    ranks: list[int]
+    hosts: list[str]
 
 
 class NcclInterface(_Model):
@@ -75,10 +103,12 @@ class NcclConnection(_Model):
 
 
 class NcclDebugFacts(_Model):
-    nccl_version: str | None
+    nccl_version: str | None  # the first one printed; see versions for every host
     nccl_cuda: str | None
     hosts: list[str]  # as NCCL names them in its line prefix
     comms: list[NcclComm]
+    versions: list[NcclHostVersion] = []
+    communicators: list[NcclCommunicator] = []
     n_ranks: int | None
     n_nodes: int | None
     interfaces: list[NcclInterface]
@@ -89,6 +119,20 @@ class NcclDebugFacts(_Model):
     gdrdma: bool  # any NET connection went GPU-direct
     warnings: list[Failure]
     info_lines: int
+
+    @property
+    def versions_by_host(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for v in self.versions:
+            key = v.host or "?"
+            if v.version not in out.setdefault(key, []):
+                out[key].append(v.version)
+        return out
+
+    @property
+    def version_mismatch(self) -> bool:
+        """Ranks of one job loaded different NCCL builds: a cause of hangs and wrong results."""
+        return len({v.version for v in self.versions}) > 1
 
 
 def _interfaces(host: str, kind: str, listing: str) -> list[NcclInterface]:
@@ -121,20 +165,27 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
     version = cuda = None
     hosts: dict[str, None] = {}
     comms: list[NcclComm] = []
-    seen_comm: set[tuple[str, int, int]] = set()
+    seen_comm: set[tuple[str, str, int, int]] = set()
     init_ranks: list[int] = []
+    comm_ids: dict[tuple[str, str], str] = {}  # (host, handle) -> commId
+    init_seen: list[tuple[str, str | None, int, int, str | None]] = []
+    versions: list[NcclHostVersion] = []
     ifaces: dict[tuple[str, str, str], NcclInterface] = {}
     networks: dict[str, None] = {}
     plugins: dict[str, None] = {}
     conns: list[NcclConnection] = []
     warnings: list[Failure] = []
     info = 0
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    lines, _prefix = strip_launcher_prefix(text.splitlines())
+    for line_no, raw in enumerate(lines, start=1):
         m = NCCL_LINE.match(raw.rstrip("\r"))
         if not m:
             v = NCCL_VERSION.match(raw.strip())
-            if v and version is None:
-                version, cuda = v["ver"], v["suffix"]
+            if v:
+                versions.append(NcclHostVersion(host=None, pid=None, version=v["ver"],
+                                                cuda=_cuda(v["suffix"]), line_no=line_no))
+                if version is None:
+                    version, cuda = v["ver"], v["suffix"]
             continue
         host, level, msg = m["host"], m["level"], m["msg"].strip()
         hosts[host] = None
@@ -144,21 +195,28 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
                                         text=raw.strip()))
             continue
         info += 1
-        if (v := NCCL_VERSION.match(msg)) and version is None:
-            version, cuda = v["ver"], v["suffix"]
+        if v := NCCL_VERSION.match(msg):
+            versions.append(NcclHostVersion(host=host, pid=int(m["pid"]), version=v["ver"],
+                                            cuda=_cuda(v["suffix"]), line_no=line_no))
+            if version is None:
+                version, cuda = v["ver"], v["suffix"]
         elif c := _CONN.match(msg):
             conn = _connection(c, host, line_no)
             if conn is not None:
                 conns.append(conn)
         elif c := _COMM.search(msg):
-            key = (host, int(c["rank"]), int(c["nranks"]))
+            key = (host, c["comm"], int(c["rank"]), int(c["nranks"]))
             if key not in seen_comm:
                 seen_comm.add(key)
-                comms.append(NcclComm(host=host, rank=key[1], n_ranks=key[2],
+                comms.append(NcclComm(host=host, comm=c["comm"], rank=key[2], n_ranks=key[3],
                                       n_nodes=int(c["nnodes"]), local_ranks=int(c["lranks"]),
                                       local_rank=int(c["lrank"])))
         elif c := _INIT.search(msg):
-            init_ranks.append(int(c["nranks"]))
+            if c["cid"]:
+                comm_ids[(host, c["comm"])] = c["cid"]
+            if c["phase"] == "COMPLETE":
+                init_ranks.append(int(c["nranks"]))
+            init_seen.append((host, c["cid"], int(c["rank"]), int(c["nranks"]), c["comm"]))
         elif u := _USING.match(msg):
             kind = (u["net"] or "Bootstrap").strip()
             for iface in _interfaces(host, kind, u["list"]):
@@ -171,7 +229,10 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         raise ParseError(KIND, "no `NCCL INFO` line: was the run made with NCCL_DEBUG=INFO?",
                          source=source)
     used = {c.transport for c in conns}
+    for comm in comms:
+        comm.comm_id = comm_ids.get((comm.host, comm.comm or ""))
     return NcclDebugFacts(
+        versions=versions, communicators=_communicators(comms, init_seen),
         nccl_version=version,
         nccl_cuda=cuda[4:] if cuda and cuda.startswith("cuda") else None,
         hosts=list(hosts), comms=comms,
@@ -180,6 +241,34 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         interfaces=list(ifaces.values()), networks=list(networks), plugin_lines=list(plugins),
         connections=conns, transports=[t for t in _TRANSPORTS if t in used],
         gdrdma=any(c.gdrdma for c in conns), warnings=warnings, info_lines=info)
+
+
+def _cuda(suffix: str | None) -> str | None:
+    return suffix[4:] if suffix and suffix.startswith("cuda") else None
+
+
+def _communicators(comms: list[NcclComm],
+                   inits: list[tuple[str, str | None, int, int, str | None]]) -> list[NcclCommunicator]:
+    """Group ranks into communicators: by commId where NCCL printed one, else by size.
+
+    The `comm ... nRanks` lines carry the node count; the `Init START/COMPLETE`
+    lines carry the commId. A log may hold several communicators (a framework
+    builds one per process group), and each is reported.
+    """
+    groups: dict[tuple[str | None, int], dict[str, object]] = {}
+    for c in comms:
+        g = groups.setdefault((c.comm_id, c.n_ranks), {"nodes": c.n_nodes, "ranks": {}, "hosts": {}})
+        g["ranks"][c.rank] = None  # type: ignore[index]
+        g["hosts"][c.host] = None  # type: ignore[index]
+    for host, cid, rank, nranks, _handle in inits:
+        g = groups.setdefault((cid, nranks), {"nodes": None, "ranks": {}, "hosts": {}})
+        g["ranks"][rank] = None  # type: ignore[index]
+        g["hosts"][host] = None  # type: ignore[index]
+    # the same communicator seen with and without its commId: keep the one with it
+    with_id = {n for (cid, n) in groups if cid is not None}
+    return [NcclCommunicator(comm_id=cid, n_ranks=n, n_nodes=g["nodes"],  # type: ignore[arg-type]
+                             ranks=sorted(g["ranks"]), hosts=list(g["hosts"]))  # type: ignore[call-overload]
+            for (cid, n), g in groups.items() if cid is not None or n not in with_id]
 
 
 # Registered without decorating, so callers keep the precise return type.

@@ -28,6 +28,7 @@ from orchestrator.parsers._nccl_common import (
     decode_version_code,
     failure_kind,
     recompute_avg,
+    strip_launcher_prefix,
 )
 from orchestrator.parsers._nccl_tests_json import parse_json_run
 
@@ -272,7 +273,8 @@ def _footer_line(st: _State, line: str, line_no: int) -> None:
 
 def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
     st = _State()
-    for line_no, raw in enumerate(text.splitlines(), start=1):
+    lines, prefix = strip_launcher_prefix(text.splitlines())
+    for line_no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         if st.footer:
             _footer_line(st, line, line_no)
@@ -283,7 +285,9 @@ def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
     if not st.params and st.layout is None:
         raise ParseError(KIND, "no nccl-tests parameters line (`# nThread ...`) or results "
                          "table found", source=source)
-    return _finish(st)
+    run = _finish(st)
+    run.launcher_prefix = prefix
+    return run
 
 
 def _finish(st: _State) -> NcclTestsRun:

@@ -116,3 +116,44 @@ def test_old_ring_lines_shm_ibext_collnet() -> None:
         (1, 0, True), (0, 1, False)]
     assert [c.net for c in f.connections[3:]] == ["IBext", "IBext"]
     assert f.networks == ["IBext_v8"]
+
+
+# ----------------------------------------------------------------- several communicators
+
+
+def test_every_communicator_is_reported() -> None:
+    """A log with two jobs' inits: before, only the first communicator was reported."""
+    text = ((REAL / "all_reduce_1G-4G_g2_nccl-debug-info.log").read_text()
+            + (REAL / "all_reduce_mpi_np2_simulated-2node-socket.log").read_text())
+    f = parse_nccl_debug(text)
+    assert [(c.comm_id, c.n_ranks, c.n_nodes, c.ranks) for c in f.communicators] == [
+        ("0xf4e9aabd801644", 2, 1, [0, 1]), ("0x2afe7141fbbce8c7", 2, 2, [0, 1])]
+    assert len(f.comms) == 4 and {c.comm_id for c in f.comms} == {
+        "0xf4e9aabd801644", "0x2afe7141fbbce8c7"}
+
+
+def test_versions_per_host_and_mismatch() -> None:
+    f = _parse(REAL / "all_reduce_mpi_np2_simulated-2node-socket.log")
+    assert [(v.host, v.pid, v.version, v.cuda) for v in f.versions] == [
+        ("vm", 3465, "2.28.9", "13.0"), ("vm", 3466, "2.28.9", "13.0")]
+    assert f.versions_by_host == {"vm": ["2.28.9"]} and not f.version_mismatch
+    # the second process on another host with another NCCL: both are reported
+    text = (REAL / "all_reduce_mpi_np2_simulated-2node-socket.log").read_text().replace(
+        "vm:3466:3466 [1] NCCL INFO NCCL version 2.28.9+cuda13.0",
+        "vm2:3466:3466 [1] NCCL INFO NCCL version 2.27.7+cuda12.9")
+    g = parse_nccl_debug(text)
+    assert g.nccl_version == "2.28.9"  # the first, as before
+    assert g.versions_by_host == {"vm": ["2.28.9"], "vm2": ["2.27.7"]} and g.version_mismatch
+
+
+def test_communicators_without_comm_id() -> None:
+    f = _parse(SAMPLES / "all_reduce_2node-a100_socket-fallback_nccl-info.log")
+    assert [(c.comm_id, c.n_ranks, c.n_nodes, c.hosts) for c in f.communicators] == [
+        (None, 2, 2, ["a100-vm-1", "a100-vm-2"])]
+
+
+def test_srun_labelled_info_lines() -> None:
+    text = "".join(f" 0: {ln}\n" for ln in
+                   (REAL / "all_reduce_1G-4G_g2_nccl-debug-info.log").read_text().splitlines())
+    f = parse_nccl_debug(text)
+    assert f.nccl_version == "2.28.9" and f.transports == ["P2P"] and len(f.communicators) == 1

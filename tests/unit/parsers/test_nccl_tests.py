@@ -288,3 +288,53 @@ def test_json_errors() -> None:
         parse_nccl_tests_json(raw.replace('"version": 3', '"version": 9'))
     with pytest.raises(ParseError):
         parse_nccl_tests_json(raw.replace('"alg_bw"', '"algbw"'))
+
+
+# ----------------------------------------------------------------- launchers' line prefixes
+
+PUBLIC = FIX / "public"
+
+
+def test_srun_label_prefixes_are_stripped() -> None:
+    """NVIDIA/nccl-tests#290: every line ` 0: `-prefixed; rejected as not nccl-tests before."""
+    run = _text(PUBLIC / "all_reduce_2node-h100_srun-label.log")
+    assert run.launcher_prefix == "srun --label"
+    assert len(run.ranks) == 16 and {r.host for r in run.ranks} == {"node005", "node007"}
+    assert run.params["validation"] == 0 and len(run.rows) == 11
+    first = run.rows[0]
+    assert (first.line_no, first.size_bytes, first.out_of_place.busbw_gbs) == (24, 8388608, 73.04)
+    assert first.out_of_place.wrong is None and first.in_place.wrong is None  # N/A with -c 0
+    assert run.failures == [] and not run.truncated
+    assert run.avg_busbw_reported == 142.735 and run.avg_busbw_agrees is True
+
+
+def test_timeout_is_classified_under_srun() -> None:
+    run = _text(PUBLIC / "all_reduce_2node-h100_srun-label_timeout-derived.log")
+    assert [(f.line_no, f.kind) for f in run.failures] == [(28, "timeout"), (29, "test-failure")]
+    assert run.failures[0].text == "node005: Test timeout (300s) common.cu:523"
+    assert run.truncated and len(run.rows) == 4
+
+
+@pytest.mark.parametrize("line,kind", [
+    ("node005: Test timeout (300s) common.cu:523", "timeout"),
+    ("h100-4: Test NCCL failure common.cu:1057 'internal error / '", "nccl-failure"),
+    ("c2211f46f318: Test CUDA failure common.cu:730 'unknown error'", "cuda-failure"),
+])
+def test_failure_lines_of_nccl_tests_itself(line: str, kind: str) -> None:
+    lines = (REAL / "all_reduce_8B-128M_g2_round1.log").read_text().splitlines()
+    cut = next(k for k, ln in enumerate(lines) if ln.strip().startswith("1024 "))
+    run = parse_nccl_tests("\n".join([*lines[:cut], line]) + "\n")
+    assert [(f.kind, f.line_no) for f in run.failures] == [(kind, cut + 1)]
+
+
+def test_mpirun_tag_output_prefix() -> None:
+    text = (REAL / "all_reduce_8B-128M_g2_round1.log").read_text()
+    tagged = "".join(f"[1,0]<stdout>:{ln}\n" for ln in text.splitlines())
+    run = parse_nccl_tests(tagged)
+    assert run.launcher_prefix == "mpirun --tag-output"
+    assert run.rows == _text(REAL / "all_reduce_8B-128M_g2_round1.log").rows
+
+
+def test_a_few_numbered_lines_are_not_a_prefix() -> None:
+    run = _text(REAL / "all_reduce_8B-128M_g2_round1.log")
+    assert run.launcher_prefix is None
