@@ -176,6 +176,8 @@ class IbPort(_Facts):
     link_layer: str | None = None  # InfiniBand / Ethernet
     active_width: str | None = None  # 4X (-v)
     active_speed_gbps: float | None = None  # per lane (-v)
+    port_lid: int | None = None  # 0 on RoCE and on an IB port no subnet manager configured
+    sm_lid: int | None = None
 
     @property
     def rate_gbps(self) -> float | None:
@@ -191,7 +193,15 @@ class IbDevice(_Facts):
     transport: str | None = None
     fw_ver: str | None = None
     node_guid: str | None = None
+    vendor_id: str | None = None
+    vendor_part_id: int | None = None  # 4123 ConnectX-6, 4125 ConnectX-6 Dx, 4129 ConnectX-7
+    board_id: str | None = None
     ports: list[IbPort] = []
+
+    @property
+    def ca_type(self) -> str | None:
+        """The `MT<part>` name ibstat prints for the same adapter."""
+        return None if self.vendor_part_id is None else f"MT{self.vendor_part_id}"
 
 
 class IbvDevinfoFacts(_Facts):
@@ -199,13 +209,13 @@ class IbvDevinfoFacts(_Facts):
     message: str | None = None  # "No IB devices found" and the like
 
 
-_DEV_KEYS = {"transport", "fw_ver", "node_guid"}
+_DEV_KEYS = {"transport", "fw_ver", "node_guid", "vendor_id", "vendor_part_id", "board_id"}
 _PORT_KEYS = {"state", "phys_state", "max_mtu", "active_mtu", "link_layer", "active_width",
-              "active_speed"}
+              "active_speed", "port_lid", "sm_lid"}
 
 
 def _port_value(key: str, value: str) -> object:
-    if key in ("max_mtu", "active_mtu"):
+    if key in ("max_mtu", "active_mtu", "port_lid", "sm_lid"):
         return int(value.split()[0])
     if key == "active_speed":
         m = re.match(r"(\d+(?:\.\d+)?) Gbps", value)
@@ -245,7 +255,8 @@ def parse_ibv_devinfo(text: str, source: str | None = None) -> IbvDevinfoFacts:
                 field = "active_speed_gbps" if key == "active_speed" else key
                 setattr(port, field, _port_value(key, value))
             elif key in _DEV_KEYS and port is None:
-                setattr(devices[-1], key, re.sub(r"\s*\(\d+\)$", "", value))
+                clean = re.sub(r"\s*\(\d+\)$", "", value)
+                setattr(devices[-1], key, int(clean) if key == "vendor_part_id" else clean)
         except (ValueError, IndexError):
             raise ParseError(kind, f"bad {key} value", line_no=no, line=line,
                              source=source) from None

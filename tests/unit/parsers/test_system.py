@@ -181,3 +181,18 @@ def test_mpirun(real, synth) -> None:
     assert (intel.implementation, intel.version) == ("Intel MPI", "2021.10")
     with pytest.raises(ParseError):
         parse_mpirun_version("bash: mpirun: command not found\n")
+
+
+def test_ibv_devinfo_part_id_and_lids(synth) -> None:
+    facts = parse_ibv_devinfo(synth("ibv_devinfo-v_hdr-roce.txt"))
+    hdr, down, roce = facts.devices
+    assert (hdr.vendor_part_id, hdr.ca_type, hdr.vendor_id) == (4123, "MT4123", "0x02c9")
+    assert roce.ca_type == "MT4125"
+    assert (hdr.ports[0].port_lid, hdr.ports[0].sm_lid) == (100, 1)
+    assert (roce.ports[0].port_lid, roce.ports[0].sm_lid) == (0, 0)
+    plain = parse_ibv_devinfo(synth("ibv_devinfo_dgx-a100.txt")).devices[0]
+    assert plain.vendor_part_id == 4123 and plain.ports[0].port_lid == 100
+    with pytest.raises(ParseError) as exc:
+        parse_ibv_devinfo(synth("ibv_devinfo_dgx-a100.txt").replace(
+            "vendor_part_id:\t\t\t4123", "vendor_part_id:\t\t\tConnectX", 1))
+    assert exc.value.line_no is not None
