@@ -9,6 +9,7 @@ answers with exit code 99 and gets it pushed, verified and unpacked first.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import io
 import shlex
 import tarfile
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from orchestrator.executors.base import CommandResult, Executor, put_verified
 from orchestrator.store import atomic_write
+from payload import ncclbuild
 
 PAYLOAD_DIR = Path(__file__).resolve().parent.parent / "payload"
 NEED_PAYLOAD_RC = 99
@@ -73,9 +75,22 @@ def push(ex: Executor, staging: Path) -> None:
     tgz = f"{target}.tar.gz"
     put_verified(ex, local, tgz)
     q, qt = shlex.quote(target), shlex.quote(tgz)
-    ex.run(f"rm -rf {q}.tmp && mkdir -p {q}.tmp && tar -xzf {qt} -C {q}.tmp && "
+    unpack = unpack_command(ex.node.python, tgz, f"{target}.tmp")
+    ex.run(f"rm -rf {q}.tmp && mkdir -p {q}.tmp && {unpack} && "
            f"touch {q}.tmp/.complete && rm -rf {q} && mv {q}.tmp {q} && rm -f {qt}",
            timeout=120).raise_for_status("unpacking the payload")
+
+
+def unpack_command(python: str, tgz: str, dest: str) -> str:
+    """Unpack with the node's python and the payload's own checked extraction.
+
+    Not `tar -x`: tar implementations differ in what they let through (symlinks
+    out of the directory, `..` names); this refuses them the same way everywhere,
+    on Python 3.8 too. The function's source is sent, as the payload is not there yet.
+    """
+    program = (inspect.getsource(ncclbuild.safe_extract)
+               + "\nimport sys\nsafe_extract(sys.argv[1], sys.argv[2])\n")
+    return " ".join(shlex.quote(a) for a in [python, "-c", program, tgz, dest])
 
 
 def _locked_push(ex: Executor, staging: Path) -> None:

@@ -125,6 +125,58 @@ def mpi_home_for(explicit: Optional[str], env: Dict[str, str]) -> Optional[str]:
     return os.path.dirname(os.path.dirname(info["mpi_h"][0]))
 
 
+def safe_extract(archive: str, dest: str) -> None:
+    """Unpack a tar archive into dest, refusing anything that would land outside it.
+
+    Refused before anything is written: absolute or `..` member names, symlinks
+    and hardlinks whose target leaves dest, devices and fifos. Each member is
+    checked again on disk just before it is written, so a chain of symlinks
+    that each look harmless cannot lead out either. Python before 3.12 has no
+    tarfile `filter=` (3.8 nodes), hence the checks here; where tarfile has the
+    "data" filter it is applied as well.
+
+    Self-contained (imports inside, no module globals): the controller sends this
+    function's source to nodes to unpack the payload before the payload exists there.
+    """
+    import os
+    import tarfile
+
+    root = os.path.realpath(dest)
+
+    def inside(path: str) -> bool:
+        return path == root or path.startswith(root + os.sep)
+
+    def refuse(member: tarfile.TarInfo, why: str) -> None:
+        raise ValueError("unsafe member %r in %s: %s" % (member.name, archive, why))
+
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for m in members:
+            if os.path.isabs(m.name) or ".." in m.name.replace("\\", "/").split("/"):
+                refuse(m, "absolute or '..' path")
+            if not (m.isfile() or m.isdir() or m.issym() or m.islnk()):
+                refuse(m, "device, fifo or other special file")
+            if m.issym():
+                where = os.path.dirname(os.path.join(root, m.name))
+                if os.path.isabs(m.linkname) or not inside(
+                        os.path.normpath(os.path.join(where, m.linkname))):
+                    refuse(m, "symlink to %r, outside the archive's directory" % m.linkname)
+            if m.islnk() and (os.path.isabs(m.linkname) or not inside(
+                    os.path.normpath(os.path.join(root, m.linkname)))):
+                refuse(m, "hardlink to %r, outside the archive's directory" % m.linkname)
+        kwargs: Dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        for m in members:
+            target = os.path.join(root, m.name)
+            if not inside(os.path.realpath(target)):
+                refuse(m, "its path leads outside through a symlink")
+            if m.issym() and not inside(os.path.realpath(
+                    os.path.join(os.path.dirname(target), m.linkname))):
+                refuse(m, "symlink leads outside through another symlink")
+            if m.islnk() and not inside(os.path.realpath(os.path.join(root, m.linkname))):
+                refuse(m, "hardlink leads outside through a symlink")
+            tar.extract(m, root, **kwargs)
+
+
 def fetch_source(src: str, commit: str, url: Optional[str], archive: Optional[str],
                  log: List[str], env: Dict[str, str]) -> str:
     """Populate src with the commit; return the commit actually there."""
@@ -138,11 +190,7 @@ def fetch_source(src: str, commit: str, url: Optional[str], archive: Optional[st
     if archive:
         got = archive_commit(archive)
         os.makedirs(tmp)
-        with tarfile.open(archive, "r:*") as tar:
-            for m in tar.getmembers():
-                if m.name.startswith("/") or ".." in m.name.split("/"):
-                    raise ValueError("unsafe path in archive: %s" % m.name)
-            tar.extractall(tmp)
+        safe_extract(archive, tmp)
         entries = os.listdir(tmp)
         if len(entries) == 1 and os.path.isdir(os.path.join(tmp, entries[0])) and not \
                 os.path.isdir(os.path.join(tmp, "src")):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import subprocess
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -229,3 +231,85 @@ def test_archive_commit_reads_git_archive_header(tmp_path: Path) -> None:
     # a tree (not a commit) carries no commit id
     git(repo, "archive", "--format=tar.gz", "-o", str(tmp_path / "t.tgz"), f"{second}^{{tree}}")
     assert ncclbuild.archive_commit(str(tmp_path / "t.tgz")) is None
+
+
+# --- archives: nothing lands outside the source directory -----------------------
+
+def evil_tar(path: Path, members: list[tarfile.TarInfo], commit: str = "c" * 40) -> Path:
+    """A `git archive`-like tar (commit id in the pax header) with hand-made members."""
+    with tarfile.open(path, "w:gz", format=tarfile.PAX_FORMAT,
+                      pax_headers={"comment": commit}) as tar:
+        for m in members:
+            data = b"x\n" if m.isfile() else b""
+            m.size = len(data)
+            tar.addfile(m, io.BytesIO(data) if data else None)
+    return path
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, linkname: str = "") -> tarfile.TarInfo:
+    m = tarfile.TarInfo(name)
+    m.type, m.linkname, m.mode = kind, linkname, 0o755 if kind == tarfile.DIRTYPE else 0o644
+    return m
+
+
+def test_build_refuses_an_archive_member_with_dotdot(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    nccl_home = tmp_path / "nccl"
+    nccl_home.mkdir()
+    # the source lands in <cache>/src-<commit>.tmp: ../../ is tmp_path itself
+    tgz = evil_tar(tmp_path / "evil.tgz", [member("nccl-tests/src/a.cu"),
+                                            member("nccl-tests/../../escape.txt")])
+    doc = ncclbuild.build(build_args(tmp_path, commit="c" * 40, archive=tgz,
+                                     cuda_home=fake_cuda(tmp_path), nccl_home=nccl_home))
+    assert doc["ok"] is False
+    assert "could not get nccl-tests source: unsafe member 'nccl-tests/../../escape.txt'" in \
+        doc["diagnosis"]
+    assert "'..' path" in doc["diagnosis"]
+    assert not (tmp_path / "escape.txt").exists()
+    assert not list(tmp_path.rglob("escape.txt"))
+    assert "make" not in doc and not (tmp_path / "cache" / f"src-{'c' * 40}").exists()
+
+
+@pytest.mark.parametrize(("members", "why"), [
+    ([member("/etc/cron.d/x")], "absolute or '..' path"),
+    ([member("a/../../x")], "absolute or '..' path"),
+    ([member("etc", tarfile.SYMTYPE, "/etc"), member("etc/passwd")], "symlink to '/etc'"),
+    ([member("d", tarfile.DIRTYPE), member("d/up", tarfile.SYMTYPE, "../../outside")],
+     "symlink to '../../outside'"),
+    ([member("passwd", tarfile.LNKTYPE, "/etc/passwd")], "hardlink to '/etc/passwd'"),
+    ([member("x", tarfile.LNKTYPE, "../outside/file")], "hardlink to '../outside/file'"),
+    ([member("null", tarfile.CHRTYPE)], "device, fifo"),
+    # each link looks harmless on its own; together they lead out of the directory
+    ([member("a", tarfile.DIRTYPE), member("a/l1", tarfile.SYMTYPE, ".."),
+      member("a/l1/l2", tarfile.SYMTYPE, "..")], "symlink leads outside"),
+])
+def test_safe_extract_refuses_what_leaves_the_directory(tmp_path: Path,
+                                                        members: list[tarfile.TarInfo],
+                                                        why: str) -> None:
+    dest = tmp_path / "box" / "src"
+    dest.mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "file").write_text("keep\n")
+    tgz = evil_tar(tmp_path / "evil.tgz", members)
+    with pytest.raises(ValueError, match="unsafe member") as info:
+        ncclbuild.safe_extract(str(tgz), str(dest))
+    assert why in str(info.value)
+    assert (tmp_path / "outside" / "file").read_text() == "keep\n"
+    assert not (tmp_path / "l2").exists() and not (tmp_path / "box" / "l2").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["box", "evil.tgz", "outside"]
+
+
+def test_safe_extract_keeps_links_that_stay_inside(tmp_path: Path) -> None:
+    tgz = evil_tar(tmp_path / "ok.tgz", [
+        member("top", tarfile.DIRTYPE), member("top/src/a.cu"),
+        member("top/latest", tarfile.SYMTYPE, "src/a.cu"),
+        member("top/same", tarfile.LNKTYPE, "top/src/a.cu"),
+        member("top/src/up", tarfile.SYMTYPE, "../src")])
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    ncclbuild.safe_extract(str(tgz), str(dest))
+    assert (dest / "top" / "latest").read_text() == "x\n"
+    assert (dest / "top" / "same").read_text() == "x\n"
+    assert os.readlink(dest / "top" / "latest") == "src/a.cu"
+    assert (dest / "top" / "src" / "up" / "a.cu").is_file()
