@@ -26,7 +26,7 @@ from collectdoc import (
     path_info,
 )
 
-from orchestrator import checks
+from orchestrator import checks, parsers
 from orchestrator import inventory as inv_mod
 from orchestrator.records import Finding
 from orchestrator.steps.preflight import judge_document
@@ -223,7 +223,9 @@ def test_dgx_ecc_and_power_cap() -> None:
 def test_pcie_below_order() -> None:
     fs = judge(doc_from({"query_gpu": DGX_CSV}), {"pcie": {"min_gen": 5}})
     below = messages(fs, "PCIE_BELOW_ORDER")
-    assert len(below) == 8 and below[0] == "GPU0 PCIe Gen4 max, Gen5 ordered"
+    assert len(below) == 8
+    assert below[0] == "GPU0 PCIe Gen4 max, Gen5 ordered: the link can never reach it"
+    assert {f.severity for f in fs if f.code == "PCIE_BELOW_ORDER"} == {"FAIL"}
 
 
 def test_hot_gpu() -> None:
@@ -243,10 +245,13 @@ def test_remapped_rows_pending_on_real_xml() -> None:
 
 
 def test_remapping_failure_on_old_driver_xml() -> None:
+    """The XML's one GPU is bus 00000000:41:00.0, which the query CSV calls GPU1."""
     doc = doc_from({"query_gpu": PCIE40_CSV,
                     "nvidia_smi_q_xml": SYN + "nvidia-smi-q_a100-pcie-40gb_r470.xml"})
-    rr = one(judge(doc, {}), "REMAPPED_ROWS")
-    assert (rr.severity, rr.message) == ("FAIL", "GPU0 memory: a remapping failure")
+    fs = judge(doc, {"gpus_per_node": 4})
+    rr = one(fs, "REMAPPED_ROWS")
+    assert (rr.severity, rr.message) == ("FAIL", "GPU1 memory: a remapping failure")
+    assert one(fs, "GPU_COUNT").message == "4 GPU(s) found, 4 ordered"  # merged, not 5
 
 
 # --------------------------------------------------------------------------- torch
@@ -547,3 +552,187 @@ def test_listing_without_details_is_a_fail_not_a_silent_pass() -> None:
     (f,) = [f for f in findings if f.code == "GPU_DETAILS_MISSING"]
     assert f.severity == "FAIL" and "were not checked" in f.message
     assert not [f for f in findings if f.code == "GPU_COUNT"]
+
+
+# --------------------------------------------------------------------------- any source
+
+PUB = "public/"
+
+
+def _nf(facts: dict[str, Any]) -> checks.NodeFacts:
+    """Facts a collect document does not produce (e.g. pasted `nvidia-smi -q` text)."""
+    return checks.NodeFacts(node="node-a", provider="prov", doc={"commands": {}}, facts=facts)
+
+
+def _results(nf: checks.NodeFacts, expect: dict[str, Any]) -> list[checks.Result]:
+    from orchestrator.inventory import Expectations
+    from orchestrator.suite import Suite
+    return checks.node_results(nf, Expectations.model_validate(expect), Suite().preflight)
+
+
+def test_memory_tolerance_pinned_48gb_order_40gb_card() -> None:
+    """39.6 GiB is not a 48 GB card: a tolerance loosened to 0.80 would pass it."""
+    mem = one(judge(doc_from({"query_gpu": PCIE40_CSV}), {"memory_per_gpu_gb": 48}), "GPU_MEMORY")
+    assert mem.severity == "FAIL" and "GPU0 39.6 GiB" in mem.message
+    assert checks.MEMORY_TOLERANCE == 0.93
+
+
+def test_memory_from_the_default_table_when_there_is_no_query() -> None:
+    doc = doc_from({"nvidia_smi": PUB + "nvidia-smi_8x-h100-80gb-hbm3_r550.txt"})
+    fs = judge(doc, {"memory_per_gpu_gb": 141, "gpus_per_node": 8, "gpu_model": "H100"})
+    mem = one(fs, "GPU_MEMORY")
+    assert mem.severity == "FAIL" and mem.message.startswith(
+        "GPU memory below the 141 GB ordered: GPU0 79.6 GiB")
+    assert one(fs, "GPU_COUNT").severity == "PASS" and one(fs, "GPU_MODEL").severity == "PASS"
+    assert "NVIDIA_DRIVER_MISSING" not in codes(fs)
+
+
+def test_memory_from_the_xml_and_from_q_text() -> None:
+    doc = doc_from({"nvidia_smi_q_xml": SYN + "nvidia-smi-q_a100-sxm4-40gb-mig_r535.xml"})
+    assert one(judge(doc, {"memory_per_gpu_gb": 80}), "GPU_MEMORY").severity == "FAIL"
+    q = parsers.parse("nvidia-smi-q", fixture(PUB + "nvidia-smi-a_8x-a100-sxm4-40gb_r535.txt"))
+    rs = _results(_nf({"nvidia_smi_q": q}), {"memory_per_gpu_gb": 80, "gpus_per_node": 8})
+    mem = next(r for r in rs if r.code == "GPU_MEMORY")
+    assert mem.severity == "FAIL" and mem.message.endswith("GPU7 40.0 GiB")
+    assert next(r for r in rs if r.code == "GPU_COUNT").severity == "PASS"
+
+
+def test_excerpt_of_one_gpu_counts_every_attached_gpu() -> None:
+    q = parsers.parse("nvidia-smi-q", fixture(PUB + "nvidia-smi-q-i0_a100-sxm4-40gb_r535.txt"))
+    rs = _results(_nf({"nvidia_smi_q": q}), {"gpus_per_node": 8})
+    assert next(r for r in rs if r.code == "GPU_COUNT").message == "8 GPU(s) found, 8 ordered"
+
+
+def test_mig_seen_only_in_the_listing_is_reported() -> None:
+    """No query CSV at all: the MIG lines of `nvidia-smi -L` alone must raise MIG_ENABLED."""
+    doc = doc_from({"nvidia_smi_L": SYN + "nvidia-smi-L_a100-sxm4-80gb-mig_r535.txt"})
+    fs = judge(doc, {})
+    mig = one(fs, "MIG_ENABLED")
+    assert mig.severity == "FAIL" and "GPUs [0, 1]" in mig.message and "(5 MIG" in mig.message
+    assert one(fs, "GPU_DETAILS_MISSING").severity == "FAIL"
+    # and with a query CSV whose MIG column says nothing useful ([N/A])
+    doc = doc_from({"nvidia_smi_L": SYN + "nvidia-smi-L_a100-sxm4-80gb-mig_r535.txt",
+                    "query_gpu": PCIE40_CSV})
+    assert "GPUs [0, 1]" in one(judge(doc, {}), "MIG_ENABLED").message
+
+
+def test_mig_from_a_published_table_and_mig_without_devices() -> None:
+    doc = doc_from({"nvidia_smi": PUB + "nvidia-smi_h200-mig-load_r590.txt"})
+    fs = judge(doc, {"gpus_per_node": 1})
+    assert one(fs, "MIG_ENABLED").message.startswith("MIG is enabled on GPUs [0] (5 MIG device")
+    assert "MIG_NO_DEVICES" not in codes(fs)
+    xml = h200_text("nvidia_smi_q_xml").replace("<current_mig>Disabled</current_mig>",
+                                                "<current_mig>Enabled</current_mig>", 1)
+    fs = judge(h200_doc(texts={"nvidia_smi_q_xml": xml}), {**H200_ORDER, "mig_allowed": True})
+    empty = one(fs, "MIG_NO_DEVICES")
+    assert empty.severity == "FAIL" and "GPUs [0]" in empty.message
+    assert "MIG_ENABLED" not in codes(fs)  # allowed, but still unusable without instances
+
+
+def test_remapped_rows_pending_from_q_text() -> None:
+    pending = "        Pending                           : "
+    text = fixture(PUB + "nvidia-smi-q_8x-h100-80gb-hbm3_r535.txt").replace(
+        pending + "No", pending + "Yes", 1)
+    q = parsers.parse("nvidia-smi-q", text)
+    rs = [r for r in _results(_nf({"nvidia_smi_q": q}), {}) if r.code == "REMAPPED_ROWS"]
+    assert [(r.severity, r.message) for r in rs] == [("FAIL", "GPU0 memory: row remapping pending")]
+
+
+def test_retired_pages_pending_from_the_xml_without_a_query() -> None:
+    xml = h200_text("nvidia_smi_q_xml").replace(
+        "<pending_retirement>N/A</pending_retirement>", "<pending_retirement>Yes</pending_retirement>",
+        1)
+    doc = h200_doc(texts={"nvidia_smi_q_xml": xml}, missing=["query_gpu"])
+    rp = one(judge(doc, H200_ORDER), "RETIRED_PAGES_PENDING")
+    assert rp.severity == "FAIL" and rp.message.startswith("GPU0 has retired pages pending")
+
+
+def test_idle_downtraining_is_a_warning_that_says_so() -> None:
+    q = parsers.parse("nvidia-smi-q", fixture(PUB + "nvidia-smi-q_titan-v_r560.txt"))
+    rs = _results(_nf({"nvidia_smi_q": q}), {"pcie": {"min_gen": 3}})
+    (deg,) = [r for r in rs if r.code == "PCIE_LINK_DEGRADED"]
+    assert deg.severity == "WARN" and "an idle GPU may lower its generation" in deg.message
+    assert deg.message.startswith("GPU0 PCIe link Gen1 x16, capable of Gen3 x16")
+    assert not [r for r in rs if r.code == "PCIE_BELOW_ORDER"]  # Gen3 capable, Gen3 ordered
+
+
+def test_slot_below_the_order_is_a_fail() -> None:
+    q = parsers.parse("nvidia-smi-q", fixture(PUB + "nvidia-smi-a_8x-a100-sxm4-40gb_r535.txt"))
+    rs = [r for r in _results(_nf({"nvidia_smi_q": q}), {"pcie": {"min_gen": 4}})
+          if r.code == "PCIE_BELOW_ORDER"]
+    assert len(rs) == 8 and {r.severity for r in rs} == {"FAIL"}
+    assert rs[0].message == ("GPU0 PCIe Gen3 max, Gen4 ordered; the slot allows only Gen3: "
+                             "the link can never reach it")
+
+
+def test_narrow_link_below_the_order_is_a_fail() -> None:
+    fs = judge(doc_from({"query_gpu": PCIE40_CSV}), {"pcie": {"min_width": 16}})
+    below = [f for f in fs if f.code == "PCIE_BELOW_ORDER"]
+    assert [(f.severity, f.message) for f in below] == [("FAIL", "GPU1 PCIe x8, x16 ordered")]
+
+
+def test_power_cap_says_what_it_means_for_sustained_load() -> None:
+    q = parsers.parse("nvidia-smi-q", fixture(PUB + "nvidia-smi-q_titan-v_r560.txt"))
+    (pw,) = [r for r in _results(_nf({"nvidia_smi_q": q}), {}) if r.code == "POWER_LIMIT_LOW"]
+    assert pw.severity == "WARN"
+    assert pw.message.startswith("GPU0 power limit 250 W, the card allows 300 W")
+    assert "Under sustained load the GPU is held at 83% of its power" in pw.message
+    assert pw.details == {"limit_w": 250.0, "max_w": 300.0}
+
+
+def test_unreadable_nvidia_smi_is_not_a_missing_driver() -> None:
+    doc = doc_from(texts={"query_gpu": "GPU 0: fine, thanks\n"})
+    fs = judge(doc, {})
+    f = one(fs, "NVIDIA_SMI_UNREADABLE")
+    assert f.severity == "FAIL" and f.message.startswith("nvidia-smi answered but its output "
+                                                         "could not be read (query_gpu: ")
+    assert "NVIDIA_DRIVER_MISSING" not in codes(fs)
+    assert f.details["unreadable"].keys() == {"query_gpu"}
+
+
+def test_gpu_error_cells_fail() -> None:
+    csv = fixture(DGX_CSV).replace(", 81920 MiB,", ", [GPU requires reset],", 1)
+    err = one(judge(doc_from(texts={"query_gpu": csv}), {}), "GPU_ERROR_STATE")
+    assert err.severity == "FAIL" and err.message.startswith(
+        "GPU0 reported errors instead of values (memory.total: [GPU requires reset])")
+
+
+def test_nvlink_unknown_in_mig_mode_is_said() -> None:
+    doc = h200_doc(files={"nvlink_s": PUB + "nvlink-s_h200-mig_r590.txt"})
+    info = one(judge(doc, H200_ORDER), "NVLINK_UNKNOWN")
+    assert info.severity == "INFO" and "not supported for Devices in MIG mode" in info.message
+
+
+# --------------------------------------------------------------------------- ibstat
+
+IBSTAT_DOWN = PUB + "ibstat_12x-cx7-cx6_some-down.txt"
+IBSTAT_PANIC = PUB + "ibstat_8x-cx6_ibpanic.txt"
+
+
+def test_ibstat_alone_feeds_the_fabric_checks() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "ibstat": IBSTAT_DOWN})
+    fs = judge(doc, {"fabric": {"type": "ib", "nics": 8, "rate_gbps": 400}})
+    assert (one(fs, "IB_PORTS").severity, one(fs, "IB_PORTS").message) == (
+        "PASS", "8 InfiniBand port(s) ACTIVE")
+    roce = judge(doc, {"fabric": {"type": "roce", "nics": 2, "rate_gbps": 100}})
+    assert one(roce, "IB_PORT_DOWN").message == (
+        "RDMA ports not ACTIVE: mlx5_2:1 PORT_DOWN, mlx5_7:1 PORT_DOWN, mlx5_8:1 PORT_DOWN")
+    assert one(roce, "IB_PORT_COUNT").message == "1 active Ethernet port(s), 2 ordered"
+
+
+def test_ibstat_rate_below_the_order_and_a_listing_cut_short() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "ibstat": IBSTAT_PANIC})
+    fs = judge(doc, {"fabric": {"type": "ib", "nics": 8, "rate_gbps": 400}})
+    rate = one(fs, "IB_RATE_LOW")
+    assert rate.severity == "FAIL" and rate.message.startswith(
+        "ports slower than the 400 Gb/s ordered: mlx5_0:1 200 Gb/s")
+    cut = one(fs, "IB_LISTING_INCOMPLETE")
+    assert cut.severity == "WARN" and "stat of IB device 'mlx5_8' failed" in cut.message
+    assert "IB_PORTS" not in codes(fs)
+
+
+def test_ibv_devinfo_without_rate_takes_it_from_ibstat() -> None:
+    doc = doc_from({"query_gpu": DGX_CSV, "ibv_devinfo": SYN + "ibv_devinfo_dgx-a100.txt"})
+    fs = judge(doc, {"fabric": {"type": "ib", "rate_gbps": 200}})
+    assert one(fs, "IB_RATE_UNKNOWN").severity == "WARN"
+    assert "IB_RATE_LOW" not in codes(fs)

@@ -108,7 +108,9 @@ def test_every_parsed_command_survives_garbage() -> None:
     garbage = {c: "\x00\x1b[31m<<not the output you expect>>\n{" for c, spec in
                COMMANDS_BY_ID.items() if spec.parser is not None}
     report = _judge(h200_doc(texts=garbage), None)
-    assert {f.code for f in report.findings} >= {"PARSE_ERROR", "NVIDIA_DRIVER_MISSING"}
+    codes = {f.code for f in report.findings}
+    # nvidia-smi answered: unreadable output is never reported as a missing driver
+    assert "PARSE_ERROR" in codes and "NVIDIA_DRIVER_MISSING" not in codes
     assert all(f.severity == "WARN" for f in report.findings if f.code == "PARSE_ERROR")
 
 
