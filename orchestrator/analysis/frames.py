@@ -8,14 +8,17 @@ a query, not a scan of JSON. Tidy frames: one row per observation.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from orchestrator.errors import UsageError
+from orchestrator.records import Finding
 from orchestrator.store import Index
 
 RUN_COLUMNS = ["run_id", "started", "finished", "command", "suite_hash", "status", "path",
@@ -98,3 +101,49 @@ def load(root: Path, run_ids: Sequence[str] | None = None, *,
                        pd.DataFrame(columns=MEASUREMENT_COLUMNS))
         return empty
     return Frames(r, findings(root, ids), measurements(root, ids))
+
+
+# --- what the typed columns leave out: evidence, details, tags, run documents ----------------
+
+def finding_records(root: Path, run_ids: Sequence[str] | None = None) -> list[Finding]:
+    """The findings as records, with their evidence files and details (for verdicts and
+    reports, which cite evidence); oldest run first, in the order they were written."""
+    args: list[str] = []
+    q = "SELECT json FROM findings WHERE 1=1" + _where("run_id", run_ids, args) + " ORDER BY rowid"
+    with _connect(root) as db:
+        rows = db.execute(q, args).fetchall()
+    return [Finding.model_validate_json(r[0]) for r in rows]
+
+
+def run_documents(root: Path, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """run.json as indexed (suite, inventory hash, source, ...), by run id."""
+    args: list[str] = []
+    q = "SELECT run_id, json FROM runs WHERE 1=1" + _where("run_id", run_ids, args)
+    with _connect(root) as db:
+        rows = db.execute(q, args).fetchall()
+    return {r[0]: json.loads(r[1]) for r in rows}
+
+
+def measurements_tagged(root: Path, run_ids: Sequence[str] | None = None, *,
+                        metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """`measurements` plus a `tags` column (dicts): read from each record, so keep the
+    selection small (one run's training metrics, an export)."""
+    args: list[str] = []
+    q = (f"SELECT {', '.join(MEASUREMENT_COLUMNS)}, json FROM measurements WHERE 1=1"
+         + _where("run_id", run_ids, args) + _where("metric", metrics, args))
+    with _connect(root) as db:
+        df = pd.read_sql_query(q, db, params=args)
+    df["inplace"] = df["inplace"].map(lambda v: None if pd.isna(v) else bool(v))
+    df["tags"] = df.pop("json").map(lambda s: json.loads(s).get("tags") or {})
+    return df
+
+
+def steps_of(root: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """(run_id, provider, step) of every record: which runs measured what, without loading
+    the records (a compare picks each provider's latest run per step from this)."""
+    args: list[str] = []
+    w = _where("run_id", run_ids, args)
+    q = (f"SELECT DISTINCT run_id, provider, step FROM findings WHERE 1=1{w} UNION "
+         f"SELECT DISTINCT run_id, provider, step FROM measurements WHERE 1=1{w}")
+    with _connect(root) as db:
+        return pd.read_sql_query(q, db, params=args + args)

@@ -31,10 +31,10 @@ GROUPS = (
     "orchestrator.cli.nccl",
     "orchestrator.cli.parse",
     "orchestrator.cli.index",
+    "orchestrator.cli.runs",
 )
 OPTIONAL_GROUPS = (  # command groups that arrive with later steps
     "orchestrator.cli.train",
-    "orchestrator.cli.runs",
     "orchestrator.cli.compare",
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",

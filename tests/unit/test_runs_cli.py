@@ -1,0 +1,118 @@
+"""gpuvet runs / show / export over a store of two providers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.unit.clirun import gpuvet
+from tests.unit.comparestore import build_store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, dict[str, str]]]:
+    root = tmp_path_factory.mktemp("runs") / "results"
+    return root, build_store(root, failed_attempt=True)
+
+
+def _digest(d: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(d.rglob("*")):
+        if p.is_file():
+            h.update(str(p).encode() + p.read_bytes())
+    return h.hexdigest()
+
+
+def test_runs_lists_every_run_with_its_verdict(store, capsys) -> None:
+    root, ids = store
+    r = gpuvet(capsys, "runs", "--results", root, "--json")
+    assert r.returncode == 0, r.output
+    rows = json.loads(r.stdout)
+    assert [x["run"] for x in rows] == [ids["h200"]["preflight"], ids["h200"]["nccl"],
+                                        ids["h200"]["train"], ids["beta"]["preflight"],
+                                        ids["beta"]["failed"], ids["beta"]["nccl"],
+                                        ids["beta"]["train"]]
+    by = {x["run"]: x for x in rows}
+    assert by[ids["beta"]["train"]]["verdict"] == "FAIL"
+    assert by[ids["beta"]["failed"]]["status"] == "interrupted"
+    assert by[ids["h200"]["nccl"]]["step"] == "nccl" and by[ids["h200"]["nccl"]]["nodes"] == 1
+    assert len(by[ids["h200"]["nccl"]]["inventory"]) == 12
+    only = json.loads(gpuvet(capsys, "runs", "--results", root, "-p", "beta", "--json").stdout)
+    assert {x["providers"] for x in only} == {"beta"} and len(only) == 4
+    late = json.loads(gpuvet(capsys, "runs", "--results", root, "--since",
+                             "2026-11-30T07:40:00Z", "--json").stdout)
+    assert [x["run"] for x in late] == [ids["beta"]["train"]]
+    text = gpuvet(capsys, "runs", "--results", root)
+    assert ids["beta"]["train"] in text.stdout and "interrupted" in text.stdout
+
+
+def test_runs_refuses_a_bad_date_and_an_empty_store(tmp_path, store, capsys) -> None:
+    root, _ = store
+    r = gpuvet(capsys, "runs", "--results", root, "--since", "yesterday")
+    assert r.returncode == 2 and "is not a date" in r.stderr
+    r = gpuvet(capsys, "runs", "--results", tmp_path / "none")
+    assert r.returncode == 2 and "no results under" in r.stderr
+
+
+def test_show_shows_again_without_touching_the_run(store, capsys) -> None:
+    root, ids = store
+    run_dir = root / ids["beta"]["nccl"]
+    before = _digest(run_dir)
+    r = gpuvet(capsys, "show", "--results", root, ids["beta"]["nccl"])
+    assert r.returncode == 0, r.output
+    assert "NCCL_REFERENCE" in r.stdout and "busbw" in r.stdout and "beta-1" in r.stdout
+    j = json.loads(gpuvet(capsys, "show", "--results", root, ids["beta"]["nccl"],
+                          "--json").stdout)
+    assert j["verdicts"] == {"beta-1": "WARN"}
+    busbw = [m for m in j["measurements"] if m["metric"] == "busbw"]
+    assert busbw[0]["size"] == 4 << 30 and busbw[0]["n"] == 3
+    assert busbw[0]["min"] <= busbw[0]["median"] <= busbw[0]["max"] < 280
+    assert _digest(run_dir) == before
+    r = gpuvet(capsys, "show", "--results", root, "20990101-000000-beef")
+    assert r.returncode == 2 and "no run 20990101-000000-beef" in r.stderr
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
+def test_export_tidy_tables(tmp_path, store, capsys, fmt) -> None:
+    root, ids = store
+    runs = [ids["h200"]["preflight"], ids["h200"]["nccl"]]
+    dest = tmp_path / ("out.json" if fmt == "json" else "out")
+    r = gpuvet(capsys, "export", "--results", root, *runs, "--format", fmt, "-o", dest)
+    assert r.returncode == 0, r.output
+    if fmt == "json":
+        doc = json.loads(dest.read_text())
+        tables = {k: pd.DataFrame(v) for k, v in doc.items()}
+    else:
+        read = pd.read_csv if fmt == "csv" else pd.read_parquet
+        tables = {p.stem: read(p) for p in dest.iterdir()}
+    assert set(tables) == {"runs", "findings", "measurements", "environment"}
+    ms = tables["measurements"]
+    assert set(ms["run_id"]) == {ids["h200"]["nccl"]}
+    # one row per observation: each size x round x in/out-of-place x metric once
+    assert len(ms) == len(ms.drop_duplicates(["size", "round", "inplace", "metric"]))
+    assert "tags" in ms.columns
+    env = tables["environment"]
+    assert set(env["run_id"]) == set(runs)
+    assert env[(env.key == "driver")]["value"].tolist() == ["580.159.04"]
+    fs = tables["findings"]
+    assert "GPU_MODEL" in set(fs["code"])
+    assert any("raw/query_gpu.txt" in str(e) for e in fs["evidence"])
+
+
+def test_export_writes_nothing_on_bad_input(tmp_path, store, capsys) -> None:
+    root, ids = store
+    dest = tmp_path / "out"
+    r = gpuvet(capsys, "export", "--results", root, ids["h200"]["nccl"],
+               "20990101-000000-beef", "-o", dest)
+    assert r.returncode == 2 and "20990101-000000-beef" in r.stderr
+    assert not dest.exists()
+    dest.mkdir()
+    (dest / "keep.txt").write_text("mine")
+    r = gpuvet(capsys, "export", "--results", root, ids["h200"]["nccl"], "-o", dest)
+    assert r.returncode == 2 and "not an empty folder" in r.stderr
+    assert [p.name for p in dest.iterdir()] == ["keep.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
