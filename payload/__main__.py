@@ -15,6 +15,12 @@ SUBCOMMANDS: List[Tuple[str, str, str]] = [
     ("nccl-build", "payload.ncclbuild", "build nccl-tests at a commit, cached by toolchain"),
     ("allreduce-bench", "payload.allreduce",
      "torch.distributed all_reduce benchmark in nccl-tests' columns (run under torchrun)"),
+    ("train", "payload.train.loop",
+     "the training step's rank program: a small GPT, checkpoints (run under torchrun)"),
+    ("train-supervise", "payload.train.supervise",
+     "run one phase of the training step, sample GPU telemetry, SIGKILL it at a chosen point"),
+    ("train-probe", "payload.train.probe",
+     "where the checkpoint directory lives and which nodes share it"),
 ]
 
 

@@ -1,0 +1,342 @@
+"""Checkpoints: torch.distributed.checkpoint for model and optimizer, a file per
+rank for the rest (step, data position, LR scheduler, every RNG state), and a
+manifest with the sha256 of every file, written last.
+
+A checkpoint directory without a valid manifest is incomplete (the save was
+interrupted) and is skipped on restore; so is one whose files do not match
+their manifest. The ranks split the hashing between them, on save and on
+verify, so a large checkpoint costs each rank only its share.
+
+The state digests recorded at save time and recomputed after a load prove the
+restore bit for bit: every tensor is reduced, where it lives, to two 64-bit
+weighted sums of its 32-bit words (exact integer arithmetic, so the result
+does not depend on reduction order), and those, with names, dtypes and shapes,
+are hashed with sha256. Copying twelve gigabytes to the host to sha256 them
+would cost seconds on every save and every restore.
+
+The manifest and file functions are standard library; torch is imported
+inside the functions that need it.
+"""
+
+import hashlib
+import json
+import os
+import random
+import shutil
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+MANIFEST = "manifest.json"
+FORMAT = "gpuvet-ckpt/1"
+STEP_PREFIX = "step-"
+_CHUNK = 8 << 20
+
+
+def step_dir(root: str, step: int) -> str:
+    return os.path.join(root, "%s%08d" % (STEP_PREFIX, step))
+
+
+def step_dirs(root: str) -> List[Tuple[int, str]]:
+    """(step, path) of every checkpoint directory under root, newest first."""
+    out = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    for name in names:
+        if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit():
+            out.append((int(name[len(STEP_PREFIX):]), os.path.join(root, name)))
+    return sorted(out, reverse=True)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_files(path: str) -> List[str]:
+    """Every file of a checkpoint except the manifest and temporaries, sorted."""
+    out = []
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            rel = os.path.relpath(os.path.join(dirpath, name), path)
+            if rel == MANIFEST or (name.startswith(".") and name.endswith(".tmp")):
+                continue
+            out.append(rel)
+    return sorted(out)
+
+
+def hash_share(path: str, names: List[str], rank: int, world: int) -> Dict[str, Any]:
+    """sha256 and size of this rank's share of the files (every world-th one)."""
+    out: Dict[str, Any] = {}
+    for i, name in enumerate(names):
+        if i % world != rank:
+            continue
+        full = os.path.join(path, name)
+        try:
+            out[name] = {"sha256": sha256_file(full), "bytes": os.path.getsize(full)}
+        except OSError as exc:
+            out[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+    return out
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_manifest(path: str, doc: Dict[str, Any]) -> None:
+    """Temp file, fsync, rename, fsync the directory: the manifest appears whole or not at all."""
+    tmp = os.path.join(path, ".%s.tmp" % MANIFEST)
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, MANIFEST))
+    _fsync_dir(path)
+
+
+def read_manifest(path: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(manifest, None) or (None, why it is not usable)."""
+    mpath = os.path.join(path, MANIFEST)
+    if not os.path.isfile(mpath):
+        return None, "no manifest: the save did not finish"
+    try:
+        with open(mpath) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        return None, "manifest unreadable: %s" % exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(
+            doc.get("files"), dict):
+        return None, "manifest is not a %s document" % FORMAT
+    return doc, None
+
+
+def check_share(path: str, manifest: Dict[str, Any], rank: int, world: int) -> List[str]:
+    """Problems with this rank's share of the manifest's files (empty: all good)."""
+    names = sorted(manifest["files"])
+    problems = []
+    if rank == 0:
+        extra = sorted(set(data_files(path)) - set(names))
+        if extra:
+            problems.append("files not in the manifest: %s" % ", ".join(extra[:5]))
+    got = hash_share(path, names, rank, world)
+    for name, rec in got.items():
+        want = manifest["files"][name]
+        if "error" in rec:
+            problems.append("%s: %s" % (name, rec["error"]))
+        elif rec["bytes"] != want.get("bytes"):
+            problems.append("%s: %d bytes, manifest says %s" % (name, rec["bytes"],
+                                                                  want.get("bytes")))
+        elif rec["sha256"] != want.get("sha256"):
+            problems.append("%s: sha256 %s, manifest says %s" % (
+                name, rec["sha256"][:12], str(want.get("sha256"))[:12]))
+    return problems
+
+
+# --------------------------------------------------------------------------
+# state digests and RNG (torch inside)
+
+
+def _words_fingerprint(t: Any) -> Tuple[int, int]:
+    import torch
+
+    flat = t.detach().reshape(-1)
+    if flat.is_complex():
+        flat = torch.view_as_real(flat).reshape(-1)
+    raw = flat.contiguous().view(torch.uint8)
+    pad = (-raw.numel()) % 4
+    if pad:
+        raw = torch.cat([raw, raw.new_zeros(pad)])
+    words = raw.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    a = b = 0
+    step = 1 << 24
+    for off in range(0, words.numel(), step):
+        w = words[off:off + step]
+        idx = torch.arange(off, off + w.numel(), device=w.device, dtype=torch.int64)
+        # odd multipliers; int64 arithmetic wraps, which keeps the sums exact mod 2**64
+        wa = idx * 0x9E3779B1 + 0x7F4A7C15
+        wb = (idx ^ 0x5BD1E995) * 0x27D4EB2F + 0x165667B1
+        a = (a + int((w * (wa | 1)).sum().item())) & 0xFFFFFFFFFFFFFFFF
+        b = (b + int((w * (wb | 1)).sum().item())) & 0xFFFFFFFFFFFFFFFF
+    return a, b
+
+
+def _walk(obj: Any, prefix: str, h: Any) -> None:
+    import torch
+
+    if isinstance(obj, dict):
+        for k in sorted(obj, key=str):
+            _walk(obj[k], "%s/%s" % (prefix, k), h)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _walk(v, "%s/%d" % (prefix, i), h)
+    elif isinstance(obj, torch.Tensor):
+        local = obj.to_local() if hasattr(obj, "to_local") else obj
+        a, b = _words_fingerprint(local)
+        h.update(("%s|%s|%s|%016x%016x\n" % (prefix, local.dtype, tuple(local.shape), a, b)
+                  ).encode())
+    else:
+        h.update(("%s=%r\n" % (prefix, obj)).encode())
+
+
+def digest(obj: Any) -> str:
+    """sha256 over names, dtypes, shapes and exact fingerprints of every tensor."""
+    h = hashlib.sha256()
+    _walk(obj, "", h)
+    return h.hexdigest()
+
+
+def rng_state(device: Any) -> Dict[str, Any]:
+    import torch
+
+    state: Dict[str, Any] = {"python": _jsonable(random.getstate()),
+                             "torch": torch.get_rng_state()}
+    state["cuda"] = torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+    return state
+
+
+def set_rng_state(state: Dict[str, Any], device: Any) -> None:
+    import torch
+
+    random.setstate(_tupled(state["python"]))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and state.get("cuda") is not None:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _jsonable(v: Any) -> Any:
+    return [_jsonable(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+
+def _tupled(v: Any) -> Any:
+    return tuple(_tupled(x) for x in v) if isinstance(v, list) else v
+
+
+def extra_name(rank: int) -> str:
+    return "extra-rank%d.pt" % rank
+
+
+# --------------------------------------------------------------------------
+# save and load (collective: every rank calls them)
+
+
+def save(root: str, step: int, model: Any, optimizer: Any, extra: Dict[str, Any],
+         rank: int, world: int, manifest_delay_s: float = 0.0,
+         on_commit: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    """Write checkpoint `step`; returns what the SAVED event reports.
+
+    `on_commit` runs on every rank once all data files are written and hashed,
+    just before rank 0 writes the manifest: the supervisor's "before-manifest"
+    kill point.
+    """
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    path = step_dir(root, step)
+    t0 = time.time()
+    if rank == 0 and os.path.isdir(path):
+        shutil.rmtree(path)  # a leftover of an earlier, interrupted attempt
+    dist.barrier()
+    msd, osd = get_state_dict(model, optimizer)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    tmp = os.path.join(path, ".%s.tmp" % extra_name(rank))
+    with open(tmp, "wb") as f:
+        torch.save(extra, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, os.path.join(path, extra_name(rank)))
+    dist.barrier()
+    write_s = time.time() - t0
+    names: List[Any] = [data_files(path) if rank == 0 else None]
+    dist.broadcast_object_list(names, src=0)
+    share = hash_share(path, names[0], rank, world)
+    shares: List[Any] = [None] * world
+    dist.all_gather_object(shares, share)
+    files: Dict[str, Any] = {}
+    for s in shares:
+        files.update(s)
+    problems = ["%s: %s" % (n, r["error"]) for n, r in sorted(files.items()) if "error" in r]
+    hashes: List[Any] = [None] * world
+    dist.all_gather_object(hashes, extra["hashes"])
+    total = sum(int(r.get("bytes", 0)) for r in files.values())
+    if on_commit is not None:
+        on_commit()
+    if rank == 0 and not problems:
+        if manifest_delay_s > 0:
+            time.sleep(manifest_delay_s)  # slow storage stand-in: the kill lands here
+        write_manifest(path, {"format": FORMAT, "step": step, "world_size": world,
+                              "files": files, "hashes": hashes, "created": time.time()})
+    dist.barrier()
+    return {"path": path, "bytes": total, "write_s": round(write_s, 4),
+            "save_s": round(time.time() - t0, 4), "files": len(files), "problems": problems}
+
+
+def find_complete(root: str, rank: int, world: int) -> Tuple[Optional[Tuple[int, str]],
+                                                              List[Dict[str, Any]]]:
+    """The newest checkpoint whose manifest verifies on every rank, and what was skipped."""
+    import torch.distributed as dist
+
+    skipped: List[Dict[str, Any]] = []
+    cands: List[Any] = [step_dirs(root) if rank == 0 else None]
+    dist.broadcast_object_list(cands, src=0)
+    for step, path in cands[0]:
+        manifest, why = read_manifest(path)
+        problems = [why] if why else []
+        if manifest is not None and int(manifest.get("world_size", -1)) != world:
+            problems.append("saved by %s ranks, this run has %d" % (manifest.get("world_size"),
+                                                                     world))
+        if manifest is not None and not problems:
+            problems = check_share(path, manifest, rank, world)
+        gathered: List[Any] = [None] * world
+        dist.all_gather_object(gathered, problems)
+        merged = ["rank %d: %s" % (r, p) for r, ps in enumerate(gathered) for p in ps]
+        if not merged:
+            return (step, path), skipped
+        skipped.append({"step": step, "path": path, "reasons": sorted(set(
+            p.split(": ", 1)[1] if p.startswith("rank ") else p for p in merged))[:10]})
+    return None, skipped
+
+
+def load(path: str, model: Any, optimizer: Any, rank: int) -> Dict[str, Any]:
+    """Load model and optimizer in place; returns this rank's extra state."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    state: Dict[str, Any] = {"model": msd, "optim": osd}
+    dcp.load(state, checkpoint_id=path)
+    set_state_dict(model, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optim"])
+    with open(os.path.join(path, extra_name(rank)), "rb") as f:
+        try:
+            return torch.load(f, map_location="cpu", weights_only=True)
+        except TypeError:  # torch before 1.13 has no weights_only
+            f.seek(0)
+            return torch.load(f, map_location="cpu")
+
+
+def state_hashes(model: Any, optimizer: Any, rng: Dict[str, Any],
+                 extra: Dict[str, Any]) -> Dict[str, str]:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, optimizer)
+    return {"model": digest(msd), "optimizer": digest(osd), "rng": digest(rng),
+            "progress": digest(extra)}

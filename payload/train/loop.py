@@ -1,0 +1,399 @@
+"""``python3 -m payload train``: the rank program, run under torchrun.
+
+    python -m torch.distributed.run ... -m payload train --phase reference|kill|restore \\
+        --out DIR --ckpt-dir DIR --params JSON [--save-at K ...]
+
+Every rank appends its events (``protocol``) to ``DIR/rank<R>.jsonl``; rank 0
+also prints them. A step's loss is the mean over ranks and micro-batches,
+written as ``float.hex`` (exact) and ``repr``.
+
+Deterministic mode (``deterministic: true``, the default for the
+verification) sets ``torch.use_deterministic_algorithms(True, warn_only=True)``,
+``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (the supervisor exports it before any CUDA
+call), ``cudnn.deterministic=True`` and ``cudnn.benchmark=False``, and seeds
+python and torch from the suite's seed. An operation with no deterministic
+kernel still runs; its warning is logged as a ``nondeterministic`` event, the
+reason the controller gives when it falls back to a tolerance.
+
+DDP rebuilds its gradient buckets after the first backward, in the order
+gradients became ready; a restored process would otherwise reduce its first
+step through different buckets than the uninterrupted run did at that step.
+Every phase therefore starts with one discarded forward/backward (RNG forked,
+gradients dropped, no optimizer step), which also moves torch.compile's
+compilation out of the timed steps.
+
+torch is imported inside :func:`main`.
+"""
+
+import json
+import math
+import os
+import random
+import socket
+import sys
+import time
+import warnings
+from typing import Any, Dict, Optional
+
+from payload.train import config, protocol
+
+
+def add_arguments(p: Any) -> None:
+    p.add_argument("--phase", choices=protocol.PHASES, required=True)
+    p.add_argument("--out", required=True, help="folder for this node's rank files")
+    p.add_argument("--ckpt-dir", default="", help="checkpoint root of this run unit")
+    p.add_argument("--params", default="{}", help="the run configuration as JSON")
+    p.add_argument("--save-at", type=int, action="append", default=[],
+                   help="save a checkpoint after this step (repeatable)")
+
+
+class Log:
+    def __init__(self, out_dir: str, rank: int) -> None:
+        os.makedirs(out_dir, exist_ok=True)
+        self.rank = rank
+        self._f = open(protocol.rank_file(out_dir, rank), "a", encoding="utf-8")  # noqa: SIM115
+        self._seen: set = set()
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        rec = {"event": event, "rank": self.rank, "t": time.time()}
+        rec.update(fields)
+        line = json.dumps(rec, sort_keys=True, default=str)
+        self._f.write(line + "\n")
+        self._f.flush()
+        if self.rank == 0:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+    def once(self, event: str, key: str, **fields: Any) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            self(event, **fields)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def lr_factor(cfg: Dict[str, Any], it: int) -> float:
+    """Linear warm-up, then cosine down to min_lr_ratio at the last step (it: 0-based)."""
+    warm = int(cfg["warmup_steps"])
+    if it < warm:
+        return (it + 1) / float(warm)
+    progress = min(1.0, (it - warm) / float(max(1, int(cfg["steps"]) - warm)))
+    floor = float(cfg["min_lr_ratio"])
+    return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def determinism(torch: Any, on: bool) -> Dict[str, Any]:
+    if on:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+    return {"use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+            "cudnn.deterministic": torch.backends.cudnn.deterministic,
+            "cudnn.benchmark": torch.backends.cudnn.benchmark}
+
+
+def _versions(torch: Any, device: Any) -> Dict[str, Any]:
+    out: Dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0],
+                           "cuda": torch.version.cuda, "host": socket.gethostname()}
+    if device.type == "cuda":
+        out["gpu_name"] = torch.cuda.get_device_name(device)
+        out["gpus_visible"] = torch.cuda.device_count()
+        try:
+            v = torch.cuda.nccl.version()
+            out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+        except Exception:  # a build without NCCL
+            out["nccl"] = None
+    return out
+
+
+def _parallel_mode(cfg: Dict[str, Any], torch: Any, device: Any) -> str:
+    mode = cfg["parallel"]
+    if mode != "auto":
+        return mode
+    if device.type != "cuda":
+        return "ddp"
+    # weights, gradients and AdamW's two moments in fp32: 16 bytes a parameter per replica
+    need = 16 * config.param_count(cfg)
+    total = torch.cuda.get_device_properties(device).total_memory
+    return "fsdp" if need > 0.5 * total else "ddp"
+
+
+def _wrap(model: Any, mode: str, torch: Any, device: Any) -> Any:
+    if mode == "fsdp":
+        try:
+            from torch.distributed.fsdp import fully_shard
+        except ImportError:  # torch 2.4 and 2.5
+            from torch.distributed._composable.fsdp import fully_shard
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def _optimizer(model: Any, cfg: Dict[str, Any], torch: Any, device: Any) -> Any:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]},
+              {"params": rest, "weight_decay": 0.0}]
+    kwargs: Dict[str, Any] = {"lr": cfg["lr"], "betas": (cfg["beta1"], cfg["beta2"])}
+    if device.type == "cuda":
+        kwargs["fused"] = True
+    return torch.optim.AdamW(groups, **kwargs)
+
+
+class Job:
+    """One rank's state: model, optimizer, schedule, data, and how to step them."""
+
+    def __init__(self, args: Any, cfg: Dict[str, Any], log: Log) -> None:
+        import torch
+        import torch.distributed as dist
+
+        from payload.train import data, model
+
+        self.torch, self.dist, self.cfg, self.log = torch, dist, cfg, log
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
+        self.device = torch.device("cuda", local) if cuda else torch.device("cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)
+        self.det = determinism(torch, bool(cfg["deterministic"]))
+        from datetime import timedelta
+
+        self.backend = "nccl" if cuda else "gloo"
+        dist.init_process_group(self.backend,
+                                timeout=timedelta(seconds=float(cfg["collective_timeout_s"])))
+        self.autocast = cuda and cfg["dtype"] == "bf16"
+        random.seed(int(cfg["seed"]) + self.rank)
+        torch.manual_seed(int(cfg["seed"]))  # identical initial weights on every rank
+        self.model = model.build(cfg, self.device)
+        torch.manual_seed(int(cfg["seed"]) * 1000 + self.rank + 1)  # per-rank dropout masks
+        self.mode = _parallel_mode(cfg, torch, self.device)
+        self.wrapped = _wrap(self.model, self.mode, torch, self.device)
+        self.compiled = bool(cfg["compile"]) and cuda
+        self.step_fn = torch.compile(self.wrapped) if self.compiled else self.wrapped
+        self.opt = _optimizer(self.model, cfg, torch, self.device)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda it: lr_factor(cfg, it))
+        self.data = data.SyntheticTokens(int(cfg["seed"]), self.rank, int(cfg["vocab_size"]),
+                                         int(cfg["seq_len"]), int(cfg["micro_batch"]))
+        self.step = 0
+        self.ckpt_dir = args.ckpt_dir
+
+    # ------------------------------------------------------------------ stepping
+
+    def _sync_ctx(self, last: bool) -> Any:
+        import contextlib
+
+        if self.mode == "fsdp":
+            self.wrapped.set_requires_gradient_sync(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last else self.wrapped.no_sync()
+
+    def _micro(self, x: Any, y: Any, accum: int) -> Any:
+        torch = self.torch
+        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
+                            enabled=self.autocast):
+            loss = self.step_fn(x, y)
+        return loss / accum
+
+    def warm_up(self) -> float:
+        """The discarded first pass: DDP buckets and compilation, no state change."""
+        torch = self.torch
+        t0 = time.time()
+        devices = [self.device.index] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            x, y = self.data.batch_at(-1)
+            loss = self._micro(x.to(self.device), y.to(self.device), 1)
+            loss.backward()
+        self.opt.zero_grad(set_to_none=True)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.dist.barrier()
+        return time.time() - t0
+
+    def train_step(self) -> Dict[str, Any]:
+        torch, cfg = self.torch, self.cfg
+        accum = int(cfg["grad_accum"])
+        cuda = self.device.type == "cuda"
+        t0 = time.perf_counter()
+        wait = fwd = 0.0
+        total = torch.zeros((), device=self.device)
+        lr = self.opt.param_groups[0]["lr"]
+        self.step += 1
+        fwd_events = []
+        for i in range(accum):
+            d0 = time.perf_counter()
+            x, y = self.data.next()
+            x = x.to(self.device, non_blocking=True)
+            y = y.to(self.device, non_blocking=True)
+            wait += time.perf_counter() - d0
+            with self._sync_ctx(i == accum - 1):
+                f0 = time.perf_counter()
+                if cuda:
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                        enable_timing=True)
+                    e0.record()
+                loss = self._micro(x, y, accum)
+                if cfg.get("inject_nan_at_step") == self.step:
+                    loss = loss * float("nan")
+                if cuda:
+                    e1.record()
+                    fwd_events.append((e0, e1))
+                else:
+                    fwd += time.perf_counter() - f0
+                loss.backward()
+            total += loss.detach().float()
+        if cfg["grad_clip"]:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(cfg["grad_clip"]))
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.dist.all_reduce(total)
+        value = float(total.item()) / self.world
+        if cuda:
+            fwd = sum(a.elapsed_time(b) for a, b in fwd_events) / 1000.0
+        rec = {"step": self.step, "loss": repr(value), "loss_hex": value.hex(), "lr": lr,
+               "step_time_s": round(time.perf_counter() - t0, 6), "data_wait_s": round(wait, 6),
+               "fwd_s": round(fwd, 6), "tokens": config.tokens_per_step(cfg)}
+        rec.update(self.memory())
+        return rec
+
+    def memory(self) -> Dict[str, Any]:
+        torch = self.torch
+        if self.device.type == "cuda":
+            return {"mem_alloc_peak": torch.cuda.max_memory_allocated(self.device),
+                    "mem_reserved_peak": torch.cuda.max_memory_reserved(self.device)}
+        import resource
+
+        return {"rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def progress(self, lr_last: float) -> Dict[str, Any]:
+        return {"step": self.step, "data": self.data.state_dict(),
+                "scheduler": self.sched.state_dict(), "lr_last": lr_last}
+
+    def save(self, lr_last: float, manifest_delay_s: float) -> Dict[str, Any]:
+        from payload.train import ckpt
+
+        progress = self.progress(lr_last)
+        rng = ckpt.rng_state(self.device)
+        hashes = ckpt.state_hashes(self.model, self.opt, rng, progress)
+        extra = {"progress": progress, "rng": rng, "hashes": hashes}
+        res = ckpt.save(self.ckpt_dir, self.step, self.model, self.opt, extra, self.rank,
+                        self.world, manifest_delay_s,
+                        on_commit=lambda: self.log(protocol.COMMIT, step=self.step))
+        res["hashes"] = hashes
+        return res
+
+    def restore(self) -> Optional[Dict[str, Any]]:
+        from payload.train import ckpt
+
+        t0 = time.time()
+        found, skipped = ckpt.find_complete(self.ckpt_dir, self.rank, self.world)
+        for s in skipped:
+            self.log(protocol.SKIP_CKPT, **s)
+        if found is None:
+            return None
+        verify_s = time.time() - t0
+        step, path = found
+        extra = ckpt.load(path, self.model, self.opt, self.rank)
+        progress = extra["progress"]
+        self.sched.load_state_dict(progress["scheduler"])
+        self.data.load_state_dict(progress["data"])
+        self.step = int(progress["step"])
+        ckpt.set_rng_state(extra["rng"], self.device)
+        loaded = ckpt.state_hashes(self.model, self.opt, ckpt.rng_state(self.device),
+                                   self.progress(progress["lr_last"]))
+        saved = extra["hashes"]
+        return {"step": self.step, "path": path, "verify_s": round(verify_s, 4),
+                "load_s": round(time.time() - t0, 4), "hashes_saved": saved,
+                "hashes_loaded": loaded, "match": saved == loaded,
+                "lr_last": progress["lr_last"], "lr_next": self.opt.param_groups[0]["lr"],
+                "data_position": self.data.position, "skipped": len(skipped)}
+
+
+def _capture_warnings(log: Log) -> None:
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None,
+             line: Optional[str] = None) -> None:
+        text = str(message)
+        if "determinis" in text:
+            log.once("nondeterministic", text[:200], message=text[:500])
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+    warnings.showwarning = show
+
+
+def run(args: Any, cfg: Dict[str, Any], log: Log) -> int:
+    import torch
+
+    job = Job(args, cfg, log)
+    versions = _versions(torch, job.device)
+    log(protocol.START, phase=args.phase, world=job.world, backend=job.backend,
+        device=str(job.device), parallel=job.mode, compiled=job.compiled,
+        autocast_bf16=job.autocast, deterministic=job.det, versions=versions, config=cfg,
+        params=config.param_count(cfg), flops_per_token=config.flops_per_token(cfg),
+        local_rank=int(os.environ.get("LOCAL_RANK", "0")),
+        node_hostid=os.environ.get("NCCL_HOSTID"))
+    log("warmup", seconds=round(job.warm_up(), 4))
+    if args.phase == "restore":
+        info = job.restore()
+        if info is None:
+            log(protocol.ERROR, kind="no_checkpoint",
+                message="no complete checkpoint under %s" % args.ckpt_dir)
+            return protocol.RC_NO_CHECKPOINT
+        log(protocol.LOADED, **info)
+    saves = sorted(set(args.save_at))
+    first_save = saves[0] if saves else None
+    while job.step < int(cfg["steps"]):
+        rec = job.train_step()
+        log(protocol.STEP, **rec)
+        if not math.isfinite(float(rec["loss"])):
+            log(protocol.ERROR, kind="nonfinite", step=rec["step"],
+                message="loss is %s at step %d" % (rec["loss"], rec["step"]))
+            return protocol.RC_NONFINITE
+        if job.step in saves:
+            log(protocol.SAVING, step=job.step)
+            delay = float(cfg["manifest_delay_s"]) if job.step != first_save else 0.0
+            log(protocol.SAVED, step=job.step, **job.save(rec["lr"], delay))
+    log(protocol.END, steps=job.step, **job.memory())
+    return 0
+
+
+def main(args: Any) -> int:
+    cfg = config.from_json(args.params)
+    rank = int(os.environ.get("RANK", "0"))
+    log = Log(args.out, rank)
+    _capture_warnings(log)
+    import torch
+
+    oom = getattr(torch.cuda, "OutOfMemoryError", None)
+    try:
+        rc = run(args, cfg, log)
+    except Exception as exc:  # the record says why; torchrun reports the exit status
+        kind = "oom" if (oom is not None and isinstance(exc, oom)) or \
+            "out of memory" in str(exc) else "exception"
+        detail: Dict[str, Any] = {}
+        if kind == "oom" and torch.cuda.is_available():
+            detail = {"mem_alloc": torch.cuda.memory_allocated(),
+                      "mem_reserved": torch.cuda.memory_reserved()}
+        log(protocol.ERROR, kind=kind, type=type(exc).__name__, message=str(exc)[:2000], **detail)
+        sys.stderr.write("%s: %s\n" % (type(exc).__name__, exc))
+        rc = protocol.RC_OOM if kind == "oom" else 1
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # a group broken by a dead peer cannot be torn down cleanly
+                pass
+        log.close()
+    return rc

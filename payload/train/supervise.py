@@ -1,0 +1,294 @@
+"""``python3 -m payload train-supervise``: run one phase of the training job on
+this node, watch it, and SIGKILL it at the chosen point.
+
+It starts torchrun (or the user's own command) in a new session, samples GPU
+telemetry for as long as the job runs, follows the progress file of this
+node's first rank, and kills the whole job when the trigger is seen: after a
+given step, or when a given save has started (so the checkpoint is left
+half-written). torchrun starts each worker in a session of its own, so a kill
+of torchrun's process group alone would leave the workers running: the
+supervisor makes itself a child subreaper, collects every descendant and
+kills all their process groups at once.
+
+Prints one JSON document (also written to ``supervise.json``): exit status,
+whether and when it killed, the telemetry source, wall times. Times are this
+node's clock (``time.time()``); the controller only subtracts times taken on
+one node.
+
+Standard library only, Python 3.8 compatible.
+"""
+
+import ctypes
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Set
+
+from payload.ncclbuild import visible_gpus
+from payload.train import protocol
+from payload.train.telemetry import Telemetry
+
+POLL_S = 0.05
+_PR_SET_CHILD_SUBREAPER = 36
+STEP_LINE = re.compile(r"\bstep\s*=\s*(\d+)")
+
+
+def add_arguments(p: Any) -> None:
+    p.add_argument("--out", required=True, help="this node's output folder for the phase")
+    p.add_argument("--phase", choices=protocol.PHASES, required=True)
+    p.add_argument("--ckpt-dir", help="checkpoint root of this run unit")
+    p.add_argument("--params", help="the run configuration as JSON (train mode)")
+    p.add_argument("--save-at", type=int, action="append", default=[],
+                   help="steps after which the job saves a checkpoint")
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--node-rank", type=int, default=0)
+    p.add_argument("--master-addr", default="127.0.0.1")
+    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--nproc", type=int, default=0, help="ranks on this node (0: one per GPU)")
+    p.add_argument("--cpu-procs", type=int, default=2, help="ranks on a node without GPUs")
+    p.add_argument("--kill-after-step", type=int, help="SIGKILL once this step is logged")
+    p.add_argument("--kill-at-save", type=int, help="SIGKILL once the save of this step began")
+    p.add_argument("--kill-at-commit", type=int,
+                   help="SIGKILL once the files of this step's save are written, before its "
+                   "manifest")
+    p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--telemetry-interval", type=int, default=1)
+    p.add_argument("--command", help="the user's own training command (shell), instead of "
+                   "the built-in task")
+    p.add_argument("--resume-flag", help="appended to --command in the restore phase")
+
+
+def _set_subreaper() -> bool:
+    """Orphans of the job (workers whose torchrun died) become our children, not init's."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _ppid_map() -> Dict[int, int]:
+    out: Dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                stat = f.read().decode("ascii", "replace")
+        except OSError:
+            continue
+        # comm may hold spaces and parentheses: the fields start after the last ')'
+        fields = stat[stat.rfind(")") + 2:].split()
+        if len(fields) > 1:
+            out[int(entry)] = int(fields[1])
+    return out
+
+
+def descendants(root: int, spare: Optional[int] = None) -> List[int]:
+    """Every process below `root`, except `spare` and what runs below it."""
+    children: Dict[int, List[int]] = {}
+    for pid, ppid in _ppid_map().items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c != spare:
+                found.append(c)
+                todo.append(c)
+    return found
+
+
+def kill_tree(proc: "subprocess.Popen[bytes]", spare: Optional[int] = None) -> List[int]:
+    """SIGKILL the job's process group and the groups of all its descendants (the
+    telemetry sampler, `spare`, goes on)."""
+    pids = [proc.pid] + descendants(os.getpid(), spare)
+    groups: Set[int] = set()
+    for pid in pids:
+        try:
+            groups.add(os.getpgid(pid))
+        except OSError:
+            continue
+    groups.discard(os.getpgid(0))  # never ourselves
+    if spare is not None:
+        groups.discard(spare)  # the sampler leads its own group
+    for g in groups:
+        try:
+            os.killpg(g, signal.SIGKILL)
+        except OSError:
+            pass
+    for pid in pids:  # a descendant that shares our group
+        if pid not in (os.getpid(), spare):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    return sorted(groups)
+
+
+def _reap_orphans() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def nproc_for(args: Any, env: Dict[str, str]) -> int:
+    if args.nproc > 0:
+        return int(args.nproc)
+    gpus = visible_gpus(env)
+    return gpus if gpus else max(1, int(args.cpu_procs))
+
+
+def train_argv(args: Any, nproc: int) -> List[str]:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc)]
+    if args.nnodes == 1:
+        argv += ["--standalone"]
+    else:
+        # static rendezvous over the c10d store on the first node: node ranks are fixed,
+        # which the restore on a permuted set of nodes relies on
+        argv += ["--nnodes", str(args.nnodes), "--node-rank", str(args.node_rank),
+                 "--master-addr", args.master_addr, "--master-port", str(args.master_port)]
+    argv += ["--max-restarts", "0", "-m", "payload", "train", "--phase", args.phase,
+             "--out", args.out, "--ckpt-dir", args.ckpt_dir or "", "--params", args.params or "{}"]
+    for s in args.save_at:
+        argv += ["--save-at", str(s)]
+    return argv
+
+
+def _job_env(args: Any) -> Dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # cuBLAS needs this before its first handle for bit-exact matmuls
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if args.ckpt_dir:
+        # where your own command keeps its checkpoints, to be found again on a relaunch
+        env["GPUVET_CKPT_DIR"] = args.ckpt_dir
+        os.makedirs(args.ckpt_dir, exist_ok=True)
+    return env
+
+
+class Trigger:
+    def __init__(self, after_step: Optional[int] = None, at_save: Optional[int] = None,
+                 at_commit: Optional[int] = None) -> None:
+        self.after_step = after_step
+        self.at = [(protocol.SAVING, at_save), (protocol.COMMIT, at_commit)]
+
+    def __bool__(self) -> bool:
+        return self.after_step is not None or any(s is not None for _, s in self.at)
+
+    def hit(self, ev: Dict[str, Any]) -> bool:
+        kind, step = ev.get("event"), int(ev.get("step", -1))
+        if self.after_step is not None and kind == protocol.STEP and step >= self.after_step:
+            return True
+        return any(kind == k and s == step for k, s in self.at if s is not None)
+
+
+class StepLines:
+    """The user's command's progress: `step=N` in its output (the restore contract)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = ""
+
+    def poll(self) -> List[Dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read().decode("utf-8", "replace")
+                self._offset = f.tell()
+        except OSError:
+            return []
+        text = self._partial + chunk
+        done, sep, self._partial = text.rpartition("\n")
+        out = []
+        for line in (done + sep).splitlines():
+            m = STEP_LINE.search(line)
+            if m:
+                out.append({"event": protocol.STEP, "step": int(m.group(1)), "t": time.time()})
+        return out
+
+
+def main(args: Any) -> int:
+    os.makedirs(args.out, exist_ok=True)
+    env = _job_env(args)
+    subreaper = _set_subreaper()
+    if args.command:
+        nproc = 0
+        cmd = args.command + ((" " + args.resume_flag) if args.phase == "restore"
+                              and args.resume_flag else "")
+        argv = ["/bin/sh", "-c", cmd]
+        stdout_name = "command.stdout"
+        follower: Any = StepLines(os.path.join(args.out, stdout_name))
+    else:
+        nproc = nproc_for(args, env)
+        argv = train_argv(args, nproc)
+        stdout_name = "torchrun.stdout"
+        follower = protocol.Follower(protocol.rank_file(args.out, args.node_rank * nproc))
+    trigger = Trigger(args.kill_after_step, args.kill_at_save, args.kill_at_commit)
+    telemetry = Telemetry(args.out, args.telemetry_interval, env)
+    doc: Dict[str, Any] = {"tool": "gpuvet-train-supervise", "phase": args.phase,
+                           "argv": argv, "nproc": nproc, "node_rank": args.node_rank,
+                           "nnodes": args.nnodes, "subreaper": subreaper,
+                           "trigger": {"after_step": args.kill_after_step,
+                                       "at_save": args.kill_at_save,
+                                       "at_commit": args.kill_at_commit},
+                           "killed": False, "kill_time": None, "kill_event": None,
+                           "timed_out": False, "last_step": None}
+    doc["telemetry"] = telemetry.start()
+    spare = telemetry.proc.pid if telemetry.proc is not None else None
+    start = time.time()
+    doc["start_time"] = start
+    with open(os.path.join(args.out, stdout_name), "wb") as out, \
+            open(os.path.join(args.out, stdout_name.replace("stdout", "stderr")), "wb") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                for ev in follower.poll():
+                    if ev.get("event") == protocol.STEP:
+                        doc["last_step"] = ev.get("step")
+                    if trigger and not doc["killed"] and trigger.hit(ev):
+                        doc["kill_time"] = time.time()
+                        doc["kill_groups"] = kill_tree(proc, spare)
+                        doc["killed"], doc["kill_event"] = True, ev
+                if not doc["killed"] and time.time() - start > args.timeout:
+                    doc["timed_out"] = True
+                    doc["kill_time"] = time.time()
+                    doc["kill_groups"] = kill_tree(proc, spare)
+                    doc["killed"] = True
+                time.sleep(POLL_S)
+        except KeyboardInterrupt:
+            kill_tree(proc, spare)
+            raise
+        finally:
+            proc.wait()
+            _reap_orphans()
+            leftovers = descendants(os.getpid(), spare)
+            if leftovers:  # workers that outlived torchrun
+                doc["leftover_pids"] = leftovers
+                kill_tree(proc, spare)
+                time.sleep(POLL_S)
+                _reap_orphans()
+    doc["rc"] = proc.returncode
+    doc["end_time"] = time.time()
+    doc["wall_s"] = round(doc["end_time"] - start, 3)
+    doc["telemetry"] = telemetry.stop()
+    doc["files"] = sorted(f for f in os.listdir(args.out) if not f.startswith("."))
+    for ev in follower.poll():
+        if ev.get("event") == protocol.STEP:
+            doc["last_step"] = ev.get("step")
+    text = json.dumps(doc, indent=1, sort_keys=True)
+    tmp = os.path.join(args.out, ".supervise.json.tmp")
+    with open(tmp, "w") as f:
+        f.write(text + "\n")
+    os.replace(tmp, os.path.join(args.out, "supervise.json"))
+    sys.stdout.write(text + "\n")
+    return 0

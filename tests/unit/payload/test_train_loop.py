@@ -1,0 +1,118 @@
+"""The rank program itself, one rank on gloo: reference, a run that saves twice, a
+restore that must skip the half-written checkpoint and continue bit for bit.
+
+The three phases run in one subprocess (torch is imported once); the
+multi-rank, multi-node protocol with torchrun and a real SIGKILL is
+tests/integration/test_train.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from payload.train import ckpt, protocol
+from payload.train.loop import lr_factor
+
+ROOT = Path(__file__).resolve().parents[3]
+
+DRIVER = r"""
+import argparse, json, os, socket, sys
+from payload.train import loop
+
+def port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+spec = json.loads(sys.argv[1])
+for phase, out, saves in spec["phases"]:
+    os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port()))
+    ns = argparse.Namespace(phase=phase, out=out, ckpt_dir=spec["ckpt"],
+                            params=json.dumps(spec["params"]), save_at=saves)
+    rc = loop.main(ns)
+    print("RC", phase, rc, flush=True)
+    if phase == "kill":  # what a kill during the second save leaves: no manifest
+        last = sorted(d for d in os.listdir(spec["ckpt"]) if d.startswith("step-"))[-1]
+        os.unlink(os.path.join(spec["ckpt"], last, "manifest.json"))
+"""
+
+
+def _steps(path: Path) -> dict[int, dict[str, Any]]:
+    return {e["step"]: e for e in protocol.read_events(str(path)) if e["event"] == "step"}
+
+
+def _run(tmp_path: Path, params: dict[str, Any], phases: list[tuple[str, str, list[int]]]
+         ) -> subprocess.CompletedProcess[str]:
+    pytest.importorskip("torch")
+    spec = {"params": params, "ckpt": str(tmp_path / "ckpt"), "phases": phases}
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUBLAS_WORKSPACE_CONFIG=":4096:8")
+    return subprocess.run([sys.executable, "-c", DRIVER, json.dumps(spec)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+PARAMS = {"model": "tiny", "steps": 8, "ckpt_step": 3, "dropout": 0.1, "warmup_steps": 2,
+          "lr": 0.003}
+
+
+def test_restore_skips_the_half_written_checkpoint_and_continues_exactly(tmp_path: Path
+                                                                         ) -> None:
+    res = _run(tmp_path, PARAMS, [("reference", str(tmp_path / "ref"), []),
+                                  ("kill", str(tmp_path / "kill"), [3, 5]),
+                                  ("restore", str(tmp_path / "restore"), [])])
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    assert "RC restore 0" in res.stdout
+    ref, restored = _steps(tmp_path / "ref" / "rank0.jsonl"), _steps(
+        tmp_path / "restore" / "rank0.jsonl")
+    assert sorted(restored) == [4, 5, 6, 7, 8]
+    assert [restored[k]["loss_hex"] for k in restored] == [ref[k]["loss_hex"] for k in restored]
+    assert float(ref[8]["loss"]) < float(ref[1]["loss"])  # it learns
+    events = protocol.read_events(str(tmp_path / "restore" / "rank0.jsonl"))
+    skip = next(e for e in events if e["event"] == "skip_ckpt")
+    assert skip["step"] == 5 and "no manifest" in skip["reasons"][0]
+    loaded = next(e for e in events if e["event"] == "loaded")
+    assert loaded["step"] == 3 and loaded["match"] is True
+    assert loaded["hashes_saved"] == loaded["hashes_loaded"]
+    assert loaded["lr_last"] == ref[3]["lr"] and loaded["lr_next"] == ref[4]["lr"]
+    assert loaded["data_position"] == 3
+    saved = [e for e in protocol.read_events(str(tmp_path / "kill" / "rank0.jsonl"))
+             if e["event"] == "saved"]
+    assert [s["step"] for s in saved] == [3, 5]
+    assert saved[0]["hashes"] == loaded["hashes_saved"]
+    kinds = [e["event"] for e in protocol.read_events(str(tmp_path / "kill" / "rank0.jsonl"))]
+    assert kinds.index("saving") < kinds.index("commit") < kinds.index("saved")
+    manifest, _ = ckpt.read_manifest(ckpt.step_dir(str(tmp_path / "ckpt"), 3))
+    assert manifest is not None and manifest["world_size"] == 1
+
+
+def test_nan_stops_the_run_with_its_step(tmp_path: Path) -> None:
+    res = _run(tmp_path, {**PARAMS, "inject_nan_at_step": 2},
+               [("reference", str(tmp_path / "ref"), [])])
+    assert f"RC reference {protocol.RC_NONFINITE}" in res.stdout, res.stderr[-2000:]
+    events = protocol.read_events(str(tmp_path / "ref" / "rank0.jsonl"))
+    err = next(e for e in events if e["event"] == "error")
+    assert err["kind"] == "nonfinite" and err["step"] == 2
+    assert sorted(_steps(tmp_path / "ref" / "rank0.jsonl")) == [1, 2]
+
+
+def test_restore_without_a_complete_checkpoint_says_so(tmp_path: Path) -> None:
+    (tmp_path / "ckpt" / "step-00000004").mkdir(parents=True)
+    res = _run(tmp_path, PARAMS, [("restore", str(tmp_path / "restore"), [])])
+    assert f"RC restore {protocol.RC_NO_CHECKPOINT}" in res.stdout, res.stderr[-2000:]
+    events = protocol.read_events(str(tmp_path / "restore" / "rank0.jsonl"))
+    assert [e["event"] for e in events][-2:] == ["skip_ckpt", "error"]
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
+    cfg = {"warmup_steps": 4, "steps": 20, "min_lr_ratio": 0.1}
+    f = [lr_factor(cfg, i) for i in range(20)]
+    assert f[:4] == [0.25, 0.5, 0.75, 1.0]
+    assert all(a >= b for a, b in zip(f[3:], f[4:], strict=False))
+    assert f[-1] > 0.1 and abs(lr_factor(cfg, 20) - 0.1) < 1e-12

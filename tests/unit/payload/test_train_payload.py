@@ -1,0 +1,321 @@
+"""The node side of the training step: configuration, data, checkpoint manifest,
+progress events, the supervisor's trigger and kill, telemetry, the probe."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from payload.train import ckpt, config, probe, protocol, supervise, telemetry
+
+ROOT = Path(__file__).resolve().parents[3]
+TRAIN_DIR = ROOT / "payload" / "train"
+
+
+def _python38() -> str | None:
+    for cand in [os.environ.get("GPUVET_PYTHON38", ""),
+                 *sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3")))]:
+        if cand and os.access(cand, os.X_OK):
+            return cand
+    return shutil.which("python3.8")
+
+
+PY38 = _python38()
+
+
+# --------------------------------------------------------------------------- config
+
+
+def test_presets_resolve_and_overrides_win() -> None:
+    cfg = config.resolve({"model": "1b"})
+    assert (cfg["d_model"], cfg["n_layers"], cfg["seq_len"], cfg["micro_batch"]) == (
+        2048, 18, 2048, 8)
+    assert config.resolve({"model": "1b", "seq_len": 512})["seq_len"] == 512
+    with pytest.raises(ValueError, match="unknown model preset"):
+        config.resolve({"model": "7b"})
+    with pytest.raises(ValueError, match="multiple of n_heads"):
+        config.resolve({"model": "tiny", "n_heads": 5})
+
+
+def test_param_counts_match_the_presets_names() -> None:
+    """The 1b preset is the reference figures' 1.01B model, 350m about 354M."""
+    assert 1.00e9 < config.param_count(config.resolve({"model": "1b"})) < 1.02e9
+    assert 3.50e8 < config.param_count(config.resolve({"model": "350m"})) < 3.60e8
+    # 6N + 12 L d T for the 1b preset
+    cfg = config.resolve({"model": "1b"})
+    assert config.flops_per_token(cfg) == 6 * config.param_count(cfg) + 12 * 18 * 2048 * 2048
+
+
+def test_param_count_equals_the_model_it_describes() -> None:
+    pytest.importorskip("torch")
+    from payload.train import model
+
+    cfg = config.resolve({"model": "tiny", "n_layers": 3})
+    m = model.build(cfg, "cpu")
+    total = sum(p.numel() for p in m.parameters())  # tied weights counted once
+    assert total - m.pos.weight.numel() == config.param_count(cfg)
+
+
+# --------------------------------------------------------------------------- data
+
+
+def test_batches_are_a_function_of_position_and_rank() -> None:
+    pytest.importorskip("torch")
+    from payload.train.data import SyntheticTokens
+
+    a = SyntheticTokens(7, 0, 256, 16, 2)
+    b = SyntheticTokens(7, 0, 256, 16, 2)
+    a.next()
+    x1, y1 = a.next()
+    b.load_state_dict({"position": 1, "seed": 7, "rank": 0})
+    x2, y2 = b.next()
+    assert x1.equal(x2) and y1.equal(y2)
+    assert not SyntheticTokens(7, 1, 256, 16, 2).batch_at(1)[0].equal(x1)
+    assert x1[:, 1:].equal(y1[:, :-1])  # targets are the next tokens
+    assert int(x1.max()) < 256 and int(x1.min()) >= 0
+    with pytest.raises(ValueError, match="seed"):
+        b.load_state_dict({"position": 0, "seed": 8, "rank": 0})
+
+
+# --------------------------------------------------------------------------- manifest
+
+
+def _fake_ckpt(root: Path, step: int, *, manifest: bool = True) -> Path:
+    d = Path(ckpt.step_dir(str(root), step))
+    d.mkdir(parents=True)
+    (d / "__0_0.distcp").write_bytes(b"a" * 100)
+    (d / ".metadata").write_bytes(b"meta")
+    (d / "extra-rank0.pt").write_bytes(b"extra")
+    if manifest:
+        files = ckpt.hash_share(str(d), ckpt.data_files(str(d)), 0, 1)
+        ckpt.write_manifest(str(d), {"format": ckpt.FORMAT, "step": step, "world_size": 1,
+                                     "files": files, "hashes": []})
+    return d
+
+
+def test_manifest_lists_every_file_and_verifies(tmp_path: Path) -> None:
+    d = _fake_ckpt(tmp_path, 5)
+    doc, why = ckpt.read_manifest(str(d))
+    assert why is None and doc is not None
+    assert sorted(doc["files"]) == [".metadata", "__0_0.distcp", "extra-rank0.pt"]
+    assert ckpt.check_share(str(d), doc, 0, 1) == []
+    assert not list(d.glob(".*.tmp"))  # the temporary manifest was renamed
+
+
+def test_a_changed_missing_or_extra_file_is_a_problem(tmp_path: Path) -> None:
+    d = _fake_ckpt(tmp_path, 5)
+    doc, _ = ckpt.read_manifest(str(d))
+    assert doc is not None
+    (d / "__0_0.distcp").write_bytes(b"b" * 100)  # same size, other bytes
+    assert any("sha256" in p for p in ckpt.check_share(str(d), doc, 0, 1))
+    (d / "__0_0.distcp").write_bytes(b"a" * 99)
+    assert any("99 bytes" in p for p in ckpt.check_share(str(d), doc, 0, 1))
+    (d / "__0_0.distcp").unlink()
+    assert any("FileNotFoundError" in p for p in ckpt.check_share(str(d), doc, 0, 1))
+    d2 = _fake_ckpt(tmp_path, 6)
+    doc2, _ = ckpt.read_manifest(str(d2))
+    (d2 / "stray.bin").write_bytes(b"x")
+    assert any("not in the manifest" in p for p in ckpt.check_share(str(d2), doc2, 0, 1))
+
+
+def test_ranks_split_the_hashing(tmp_path: Path) -> None:
+    d = _fake_ckpt(tmp_path, 5)
+    names = ckpt.data_files(str(d))
+    shares = [ckpt.hash_share(str(d), names, r, 2) for r in range(2)]
+    assert sorted([*shares[0], *shares[1]]) == names
+    assert not set(shares[0]) & set(shares[1])
+
+
+def test_a_checkpoint_without_manifest_is_incomplete(tmp_path: Path) -> None:
+    d = _fake_ckpt(tmp_path, 7, manifest=False)
+    doc, why = ckpt.read_manifest(str(d))
+    assert doc is None and why is not None and "no manifest" in why
+    (d / ckpt.MANIFEST).write_text("{not json")
+    assert "unreadable" in (ckpt.read_manifest(str(d))[1] or "")
+    _fake_ckpt(tmp_path, 12)
+    assert [s for s, _ in ckpt.step_dirs(str(tmp_path))] == [12, 7]  # newest first
+
+
+def test_digest_sees_a_single_bit_and_ignores_nothing() -> None:
+    torch = pytest.importorskip("torch")
+    t = torch.randn(1000)
+    base = ckpt.digest({"w": t, "step": 3})
+    flipped = t.clone()
+    flipped.view(torch.int32)[417] ^= 1
+    assert ckpt.digest({"w": flipped, "step": 3}) != base
+    assert ckpt.digest({"w": t.clone(), "step": 3}) == base
+    assert ckpt.digest({"w": t, "step": 4}) != base
+    assert ckpt.digest({"w": t.to(torch.bfloat16)}) != ckpt.digest({"w": t.to(torch.float16)})
+    odd = torch.ones(3, dtype=torch.bfloat16)  # 6 bytes: padded to whole words
+    assert ckpt.digest({"w": odd}) != ckpt.digest({"w": torch.ones(2, dtype=torch.bfloat16)})
+
+
+# --------------------------------------------------------------------------- events
+
+
+def test_follower_returns_only_whole_lines(tmp_path: Path) -> None:
+    path = tmp_path / "rank0.jsonl"
+    f = protocol.Follower(str(path))
+    assert f.poll() == []
+    with path.open("w") as w:
+        w.write('{"event": "step", "step": 1}\n{"event": "sav')
+    assert [e["step"] for e in f.poll()] == [1]
+    with path.open("a") as w:
+        w.write('ing", "step": 5}\nnot json\n')
+    assert f.poll() == [{"event": "saving", "step": 5}]
+
+
+def test_trigger_points() -> None:
+    after = supervise.Trigger(after_step=7)
+    assert not after.hit({"event": "step", "step": 6})
+    assert after.hit({"event": "step", "step": 7})
+    assert not after.hit({"event": "saving", "step": 7})
+    at_save = supervise.Trigger(at_save=7)
+    assert not at_save.hit({"event": "saving", "step": 5})
+    assert at_save.hit({"event": "saving", "step": 7})
+    assert not at_save.hit({"event": "commit", "step": 7})
+    assert supervise.Trigger(at_commit=7).hit({"event": "commit", "step": 7})
+    assert not supervise.Trigger()
+
+
+def test_step_lines_of_a_users_command(tmp_path: Path) -> None:
+    out = tmp_path / "command.stdout"
+    out.write_text("epoch 0 step=1 loss=3\nstep = 2\nstepper=9\n")
+    assert [e["step"] for e in supervise.StepLines(str(out)).poll()] == [1, 2]
+
+
+def test_kill_tree_reaches_workers_in_their_own_sessions(tmp_path: Path) -> None:
+    """torchrun starts each worker with start_new_session: killing torchrun's group misses
+    them; the supervisor kills every descendant's group."""
+    script = ("import subprocess, sys, time\n"
+              "for _ in range(2):\n"
+              "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+              " start_new_session=True)\n"
+              "time.sleep(60)\n")
+    assert supervise._set_subreaper() in (True, False)
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
+    deadline = time.monotonic() + 20
+    while len(supervise.descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kids = supervise.descendants(proc.pid)
+    assert len(kids) == 2
+    groups = supervise.kill_tree(proc)
+    assert len(groups) == 3  # the leader's group and each worker's session
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        supervise._reap_orphans()
+        if not any(_alive(p) for p in kids):
+            break
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in kids)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------- telemetry
+
+
+def _fake_smi(bin_dir: Path, dmon_ok: bool) -> None:
+    bin_dir.mkdir()
+    script = bin_dir / "nvidia-smi"
+    script.write_text(
+        "#!/bin/sh\n"
+        'echo "$@" >> "$(dirname "$0")/calls"\n'
+        'if [ "$1" = dmon ]; then\n'
+        + ('  echo "#Time gpu sm"; echo "#HH:MM:SS Idx %"; while true; do '
+           'echo "12:00:00 0 97"; sleep 0.2; done\n' if dmon_ok else
+           '  echo "Not supported" >&2; exit 3\n')
+        + "fi\n"
+        'echo "index, utilization.gpu [%]"; while true; do echo "0, 97 %"; sleep 0.2; done\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+
+@pytest.mark.parametrize("dmon_ok", [True, False])
+def test_telemetry_prefers_dmon_and_falls_back_to_a_query_loop(tmp_path: Path,
+                                                               dmon_ok: bool) -> None:
+    _fake_smi(tmp_path / "bin", dmon_ok)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": "1"}
+    t = telemetry.Telemetry(str(tmp_path), 1, env)
+    desc = t.start()
+    time.sleep(0.3)
+    t.stop()
+    assert desc["source"] == ("dmon" if dmon_ok else "query")
+    text = (tmp_path / desc["file"]).read_text()
+    assert "97" in text
+    calls = (tmp_path / "bin" / "calls").read_text()
+    assert "dmon -s pucvmet -d 1 -o T -i 1" in calls  # only this node's GPU
+    if not dmon_ok:
+        assert "exited with 3: Not supported" in (t.note or "")
+
+
+def test_no_nvidia_smi_is_said_not_guessed(tmp_path: Path) -> None:
+    t = telemetry.Telemetry(str(tmp_path), 1, {"PATH": str(tmp_path)})
+    desc = t.start()
+    t.stop()
+    assert desc["source"] is None and desc["note"] == "no GPU telemetry: nvidia-smi not found"
+
+
+# --------------------------------------------------------------------------- probe
+
+
+def test_probe_sees_tokens_of_nodes_sharing_the_directory(tmp_path: Path) -> None:
+    shared = tmp_path / "ckpt"
+    a = probe.probe(str(shared), "gpuvet-r-a", None)
+    b = probe.probe(str(shared), "gpuvet-r-b", None)
+    assert a["error"] is None and "gpuvet-r-a" in b["tokens"]
+    assert probe.probe(str(shared), None, "gpuvet-r-a")["tokens"] == ["gpuvet-r-a", "gpuvet-r-b"]
+    assert probe.probe(str(shared), None, None)["tokens"] == ["gpuvet-r-b"]
+    assert a["path"]["mount"]["fstype"]
+    bad = probe.probe(str(shared), "../escape", None)
+    assert bad["error"] and "bad token" in bad["error"]
+
+
+def test_probe_reports_an_unusable_directory(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    doc = probe.probe(str(blocker / "ckpt"), "t", None)
+    assert doc["error"] and "NotADirectoryError" in doc["error"]
+
+
+def test_block_model_ignores_what_is_not_a_device() -> None:
+    assert probe.block_model("overlay") is None
+    assert probe.block_model(None) is None
+
+
+# --------------------------------------------------------------------------- python 3.8
+
+
+@pytest.mark.skipif(PY38 is None, reason="no python3.8 interpreter on this machine")
+def test_train_payload_compiles_and_probes_under_python38(tmp_path: Path) -> None:
+    assert PY38 is not None
+    for path in sorted(TRAIN_DIR.glob("*.py")):
+        res = subprocess.run([PY38, "-c", "import py_compile, sys; py_compile.compile("
+                              "sys.argv[1], cfile=sys.argv[2], doraise=True)", str(path),
+                              str(tmp_path / (path.name + "c"))], capture_output=True,
+                             text=True, timeout=60)
+        assert res.returncode == 0, (path.name, res.stderr)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    res = subprocess.run([PY38, "-m", "payload", "train-probe", "--ckpt-dir",
+                          str(tmp_path / "ck"), "--token", "t1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    doc: dict[str, Any] = json.loads(res.stdout)
+    assert doc["tokens"] == ["t1"] and doc["torch"] is False
