@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from orchestrator.executors.base import CommandResult, Executor, put_verified
+from orchestrator.executors.base import CommandResult, Executor, put_verified, shell_path
 from orchestrator.store import atomic_write
 from payload import ncclbuild
 
@@ -58,7 +58,7 @@ def command(ex: Executor, args: Sequence[str], launcher: Sequence[str] = ()) -> 
 
     LAUNCHER runs the payload under another module, e.g. torch.distributed.run.
     """
-    d = shlex.quote(remote_dir(ex.node.work_dir))
+    d = shell_path(remote_dir(ex.node.work_dir))  # a work_dir under ~/ stays under the home
     py = shlex.quote(ex.node.python)
     argv = " ".join(shlex.quote(a) for a in [*launcher, "-m", "payload", *args])
     return (f"if [ -f {d}/.complete ]; then cd {d} && exec {py} {argv}; "
@@ -74,7 +74,7 @@ def push(ex: Executor, staging: Path) -> None:
     target = remote_dir(ex.node.work_dir)
     tgz = f"{target}.tar.gz"
     put_verified(ex, local, tgz)
-    q, qt = shlex.quote(target), shlex.quote(tgz)
+    q, qt = shell_path(target), shell_path(tgz)
     unpack = unpack_command(ex.node.python, tgz, f"{target}.tmp")
     ex.run(f"rm -rf {q}.tmp && mkdir -p {q}.tmp && {unpack} && "
            f"touch {q}.tmp/.complete && rm -rf {q} && mv {q}.tmp {q} && rm -f {qt}",
@@ -90,7 +90,8 @@ def unpack_command(python: str, tgz: str, dest: str) -> str:
     """
     program = (inspect.getsource(ncclbuild.safe_extract)
                + "\nimport sys\nsafe_extract(sys.argv[1], sys.argv[2])\n")
-    return " ".join(shlex.quote(a) for a in [python, "-c", program, tgz, dest])
+    return " ".join([shlex.quote(python), "-c", shlex.quote(program), shell_path(tgz),
+                     shell_path(dest)])
 
 
 def _locked_push(ex: Executor, staging: Path) -> None:

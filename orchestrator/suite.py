@@ -9,11 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from orchestrator.errors import UsageError
 from payload.allreduce import parse_size
+from payload.train.config import PRESETS
 
 NCCL_TESTS_URL = "https://github.com/NVIDIA/nccl-tests.git"
 NCCL_TESTS_COMMIT = "a0b82b2260cf5152b9f8c061bbf7eaf0ba096432"  # v2.19.6
@@ -59,10 +61,104 @@ class NcclParams(_M):
         return v
 
 
+class TrainThresholds(_M):
+    """When a training run's numbers become findings."""
+
+    straggler_ratio: float = Field(default=1.15, gt=1)  # a rank's forward time vs the median
+    gpu_idle_util_pct: float = Field(default=10.0, ge=0, le=100)  # median SM % while training
+    input_bound_share: float = Field(default=0.10, gt=0, le=1)  # data wait / step time
+    loss_drop_min: float = Field(default=0.0, ge=0)  # last quarter must be below the first by this
+    power_violation_pct: float = Field(default=5.0, ge=0, le=100)  # dmon pviol, any sample
+
+
+class TrainParams(_M):
+    """The training step: model, optimisation, the save/kill/restore protocol.
+
+    `model` picks a preset (payload/train/config.py); the dimension fields
+    override it. Steps are optimizer steps: the checkpoint is saved after step
+    `ckpt_step` (K); the kill comes `kill_offset` steps later (after that step, or
+    in the save made then); the restore runs to `steps` (N).
+    """
+
+    model: Literal["tiny", "350m", "1b"] = "1b"
+    d_model: int | None = Field(default=None, ge=8)
+    n_layers: int | None = Field(default=None, ge=1)
+    n_heads: int | None = Field(default=None, ge=1)
+    vocab_size: int | None = Field(default=None, ge=16)
+    seq_len: int | None = Field(default=None, ge=8)
+    micro_batch: int | None = Field(default=None, ge=1)
+    grad_accum: int = Field(default=1, ge=1)
+    steps: int = Field(default=20, ge=3)
+    ckpt_step: int = Field(default=8, ge=1)
+    kill: Literal["after-step", "mid-save", "before-manifest"] = "before-manifest"
+    kill_offset: int = Field(default=2, ge=1)
+    lr: float = Field(default=3e-4, gt=0)
+    min_lr_ratio: float = Field(default=0.1, ge=0, le=1)
+    warmup_steps: int = Field(default=5, ge=0)
+    weight_decay: float = Field(default=0.1, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.95, ge=0, lt=1)
+    grad_clip: float = Field(default=1.0, ge=0)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    seed: int = 1234
+    dtype: Literal["bf16", "fp32"] = "bf16"  # autocast on GPU; CPU runs fp32
+    compile: bool = True  # torch.compile on GPU; never on CPU
+    deterministic: bool = True
+    parallel: Literal["auto", "ddp", "fsdp"] = "auto"
+    cpu_procs_per_node: int = Field(default=2, ge=1, le=64)  # ranks on a node without GPUs
+    single: bool = True  # the protocol on each node's own GPUs
+    multi: bool = True  # and across the nodes of each provider
+    stats_skip_steps: int = Field(default=3, ge=0)  # first steps left out of step-time stats
+    loss_tolerance: float = Field(default=0.0, ge=0)  # relative; only where a run is not exact
+    manifest_delay_s: float = Field(default=2.0, ge=0)  # holds the killed save open
+    collective_timeout_s: float = Field(default=300.0, gt=0)
+    timeout_s: float = Field(default=900.0, gt=0)  # per phase
+    telemetry_interval_s: int = Field(default=1, ge=1)
+    keep_checkpoints: bool = False
+    inject_nan_at_step: int | None = Field(default=None, ge=1)  # a test of the NaN finding
+    peak_tflops: dict[str, float] = Field(default_factory=dict)  # per provider: dense bf16 peak
+    thresholds: TrainThresholds = TrainThresholds()
+    # bring your own task: run this command under the same harness instead
+    command: str | None = None
+    resume_flag: str | None = None  # appended to `command` when it is relaunched
+    command_kill_after_step: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _protocol_fits(self) -> TrainParams:
+        if self.command is None:
+            if self.ckpt_step + self.kill_offset >= self.steps:
+                raise ValueError(f"ckpt_step + kill_offset ({self.ckpt_step} + "
+                                 f"{self.kill_offset}) must stay below steps ({self.steps})")
+            dims = {**PRESETS[self.model], **{k: v for k, v in self.model_dump().items()
+                                                 if k in PRESETS[self.model] and v is not None}}
+            if dims["d_model"] % dims["n_heads"]:
+                raise ValueError(f"d_model {dims['d_model']} is not a multiple of n_heads "
+                                 f"{dims['n_heads']}")
+        if (self.command_kill_after_step is not None) != (self.resume_flag is not None):
+            raise ValueError("the restore contract needs both resume_flag and "
+                             "command_kill_after_step")
+        return self
+
+    @property
+    def kill_step(self) -> int:
+        return self.ckpt_step + self.kill_offset
+
+    def payload_params(self) -> dict[str, object]:
+        """What the rank program reads (payload/train/config.py DEFAULTS)."""
+        keys = ("model", "d_model", "n_layers", "n_heads", "vocab_size", "seq_len",
+                "micro_batch", "grad_accum", "steps", "ckpt_step", "lr", "min_lr_ratio",
+                "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip", "dropout", "seed",
+                "dtype", "compile", "deterministic", "parallel", "collective_timeout_s",
+                "inject_nan_at_step", "manifest_delay_s")
+        dump = self.model_dump(mode="json")
+        return {k: dump[k] for k in keys}
+
+
 class Suite(_M):
     name: str = "default"
     preflight: PreflightParams = PreflightParams()
     nccl: NcclParams = NcclParams()
+    train: TrainParams = TrainParams()
 
     @property
     def hash(self) -> str:

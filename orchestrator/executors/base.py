@@ -201,11 +201,36 @@ def sha256_file(path: Path) -> str:
 REMOTE_SHA256 = ("(sha256sum {p} 2>/dev/null || shasum -a 256 {p}) | cut -d' ' -f1")
 
 
+def remote_path(node: Node, path: str) -> str:
+    """Where a path given for a node points: absolute and ~/ paths as given, others under
+    the node's work_dir, so a copy and the commands that check it agree on one place."""
+    if path.startswith("/") or path == "~" or path.startswith("~/"):
+        return path
+    if path.startswith("~"):
+        raise UsageError(f"remote path {path!r}: ~user paths are not supported",
+                         node=node.name, hint="give the full path")
+    return f"{node.work_dir.rstrip('/') or '/'}/{path}"
+
+
+def shell_path(path: str) -> str:
+    """`path` quoted for a shell, a leading ~/ still meaning the home directory."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def sha256_command(path: str) -> str:
+    return REMOTE_SHA256.format(p=shell_path(path))
+
+
 def put_verified(ex: Executor, local: Path, remote: str) -> str:
     """Copy a file and prove it arrived whole: the sha256 on both sides must match."""
+    remote = remote_path(ex.node, remote)
     digest = sha256_file(local)
     ex.put(local, remote)
-    res = ex.run(REMOTE_SHA256.format(p=shlex.quote(remote)), timeout=120)
+    res = ex.run(sha256_command(remote), timeout=120)
     got = res.stdout.strip()
     if not res.ok or got != digest:
         raise StepError(f"checksum mismatch after copying {local} to {remote}: "
@@ -215,7 +240,8 @@ def put_verified(ex: Executor, local: Path, remote: str) -> str:
 
 
 def get_verified(ex: Executor, remote: str, local: Path) -> str:
-    res = ex.run(REMOTE_SHA256.format(p=shlex.quote(remote)), timeout=120)
+    remote = remote_path(ex.node, remote)
+    res = ex.run(sha256_command(remote), timeout=120)
     if not res.ok or not res.stdout.strip():
         raise StepError(f"cannot read {remote}: {res.stderr.strip() or 'no such file'}",
                         node=ex.node.name)

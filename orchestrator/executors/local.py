@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from orchestrator.errors import StepError
-from orchestrator.executors.base import CommandResult, ExecutorOptions, command_env
+from orchestrator.executors.base import CommandResult, ExecutorOptions, command_env, remote_path
 from orchestrator.inventory import Node
 
 KILL_GRACE_S = 2.0
@@ -79,16 +79,17 @@ class LocalExecutor:
                              duration_s=time.monotonic() - start, timed_out=timed_out)
 
     def put(self, local: Path, remote: str) -> None:
-        dest = Path(remote)
+        dest = Path(os.path.expanduser(remote_path(self.node, remote)))
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f"{dest.name}.part-{os.getpid()}-{id(self):x}")
         shutil.copyfile(local, tmp)
         os.replace(tmp, dest)
 
     def get(self, remote: str, local: Path) -> None:
-        src = Path(remote)
+        src = Path(os.path.expanduser(remote_path(self.node, remote)))
         if not src.is_file():
-            raise StepError(f"no such file: {remote}", node=self.node.name)
+            raise StepError(f"cannot copy {self.node.name}:{src} to {local}: no such file",
+                            node=self.node.name)
         local.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src, local)
 

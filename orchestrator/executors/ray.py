@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ConnectionFailed, StepError, UsageError
-from orchestrator.executors.base import CommandResult, ExecutorOptions, command_env
+from orchestrator.executors.base import CommandResult, ExecutorOptions, command_env, remote_path
 from orchestrator.inventory import Node
 
 _init_lock = threading.Lock()
@@ -88,6 +88,7 @@ def _run_on_node(command: str, env: dict[str, str], cwd: str, timeout: float | N
 def _write_file(path: str, data: bytes) -> None:
     import os
 
+    path = os.path.expanduser(path)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path + ".part", "wb") as f:
         f.write(data)
@@ -95,7 +96,9 @@ def _write_file(path: str, data: bytes) -> None:
 
 
 def _read_file(path: str) -> bytes:
-    with open(path, "rb") as f:
+    import os
+
+    with open(os.path.expanduser(path), "rb") as f:
         return f.read()
 
 
@@ -167,10 +170,10 @@ class RayExecutor:
         return CommandResult(node=self.node.name, command=command, **out)
 
     def put(self, local: Path, remote: str) -> None:
-        self._call(_write_file, remote, local.read_bytes())
+        self._call(_write_file, remote_path(self.node, remote), local.read_bytes())
 
     def get(self, remote: str, local: Path) -> None:
-        data = self._call(_read_file, remote)
+        data = self._call(_read_file, remote_path(self.node, remote))
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_bytes(data)
 

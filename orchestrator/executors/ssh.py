@@ -14,7 +14,9 @@ process group: nothing is left running on the node.
 from __future__ import annotations
 
 import io
+import logging
 import os
+import posixpath
 import shlex
 import threading
 import time
@@ -25,52 +27,33 @@ from typing import Any
 
 import paramiko
 from fabric import Config, Connection
-from invoke.exceptions import CommandTimedOut
-from paramiko.ssh_exception import NoValidConnectionsError
+from invoke.exceptions import CommandTimedOut, ThreadException
 
-from orchestrator.errors import ConnectionFailed, HostKeyError, StepError
+from orchestrator.errors import ConnectionFailed, HostKeyError, StepError, UsageError
+from orchestrator.executors import hops, hostkeys
 from orchestrator.executors.base import (
     ENV_FROM_STDIN,
     CommandResult,
     ExecutorOptions,
     command_env,
     env_script,
+    remote_path,
+    shell_path,
 )
+from orchestrator.executors.hops import Hop
 from orchestrator.inventory import JumpHost, Node
 
 KEEPALIVE_S = 30
+
+# Paramiko logs each failure from its transport thread with a traceback
+# ("Exception (client): ..."), which Python's last-resort handler prints on
+# stderr. gpuvet reports every failure once, in its own words, so paramiko's
+# records stop here; `logging.getLogger("paramiko").propagate = True` brings
+# them back for debugging.
+_paramiko_log = logging.getLogger("paramiko")
+_paramiko_log.addHandler(logging.NullHandler())
+_paramiko_log.propagate = False
 KILL_GRACE_S = 2
-_known_hosts_lock = threading.Lock()
-
-
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
-    """Reject unknown keys, or accept and record them when asked to."""
-
-    def __init__(self, executor: SshExecutor, known_hosts: Path, accept_new: bool) -> None:
-        self.executor = executor
-        self.known_hosts = known_hosts
-        self.accept_new = accept_new
-
-    def missing_host_key(self, client: paramiko.SSHClient, hostname: str,
-                         key: paramiko.PKey) -> None:
-        fp = key.fingerprint if hasattr(key, "fingerprint") else key.get_name()
-        if not self.accept_new:
-            raise HostKeyError(
-                f"host key of {hostname} is not in {self.known_hosts} ({fp})",
-                node=self.executor.node.name,
-                hint=("verify the fingerprint with the provider, then add it "
-                      f"(ssh-keyscan -p PORT HOST >> {self.known_hosts}) "
-                      "or rerun with --accept-new-host-keys"))
-        with _known_hosts_lock:
-            self.known_hosts.parent.mkdir(parents=True, exist_ok=True)
-            entry = paramiko.HostKeys()
-            entry.add(hostname, key.get_name(), key)
-            line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-            with self.known_hosts.open("a", encoding="utf-8") as f:
-                f.write(line)
-            os.chmod(self.known_hosts, 0o600)
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        self.executor.host_key_status = "accepted-new"
 
 
 class SshExecutor:
@@ -81,6 +64,8 @@ class SshExecutor:
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self.known_hosts = Path(os.path.expanduser(options.known_hosts))
+        self._policies: list[hostkeys.Policy] = []
+        self._gateway_failures: hops.ChannelFailures | None = None
 
     # --- connection -----------------------------------------------------------
     def _config(self) -> Config:
@@ -90,70 +75,89 @@ class SshExecutor:
         return Config(overrides=overrides)
 
     def _secure(self, conn: Connection) -> Connection:
-        client = conn.client
-        client.set_missing_host_key_policy(
-            _HostKeyPolicy(self, self.known_hosts, self.options.accept_new_host_keys))
-        if self.known_hosts.is_file():
-            client.load_host_keys(str(self.known_hosts))
+        kh = hostkeys.load(self.known_hosts)
+        policy = hostkeys.Policy(kh, self.options.accept_new_host_keys, self.node.name)
+        conn.client.set_missing_host_key_policy(policy)
+        for name, key in kh.entries:
+            conn.client.get_host_keys().add(name, key.get_name(), key)
+        self._policies.append(policy)
         return conn
 
     def _connection_for(self, host: str, user: str | None, port: int | None,
                         identity: str | None, gateway: Connection | None) -> Connection:
-        kwargs: dict[str, Any] = {"banner_timeout": 30, "auth_timeout": 30}
+        timeout = float(self.node.connect_timeout_s)
+        kwargs: dict[str, Any] = {"banner_timeout": max(30.0, timeout),
+                                  "auth_timeout": max(30.0, timeout)}
         if identity:
             kwargs["key_filename"] = os.path.expanduser(identity)
             kwargs["look_for_keys"] = False
         conn = Connection(host, user=user, port=port, config=self._config(),
-                          connect_timeout=self.node.connect_timeout_s,
                           connect_kwargs=kwargs, gateway=gateway)
+        # fabric rounds connect_timeout down to whole seconds (0.3 would become 0,
+        # that is: no timeout at all); paramiko takes the float as given
+        conn.connect_timeout = None
+        conn.connect_kwargs["timeout"] = timeout
         return self._secure(conn)
 
-    def _gateway(self) -> Connection | None:
+    def _gateway(self) -> tuple[Connection, Hop] | None:
         name = self.node.proxy_jump
         if not name:
             return None
         jump = self.options.jump_hosts.get(name)
         if isinstance(jump, JumpHost):
-            return self._connection_for(jump.host, jump.user, jump.port, jump.identity_file, None)
-        other = self.options.nodes.get(name)
-        if other is not None:
+            conn = self._connection_for(jump.host, jump.user, jump.port, jump.identity_file, None)
+        elif (other := self.options.nodes.get(name)) is not None:
             host = other.ssh_alias or other.host or name
-            return self._connection_for(host, other.user, other.port, other.identity_file, None)
-        raise ConnectionFailed(f"unknown jump host {name!r}", node=self.node.name,
-                               hint="define it under jump_hosts in the inventory")
+            conn = self._connection_for(host, other.user, other.port, other.identity_file, None)
+        else:
+            raise ConnectionFailed(f"unknown jump host {name!r}", node=self.node.name,
+                                   hint="define it under jump_hosts in the inventory")
+        # the forwarded connection to the node is opened by the jump host: the
+        # node's connect timeout bounds it too (paramiko waits an hour otherwise)
+        conn.connect_kwargs["channel_timeout"] = float(self.node.connect_timeout_s)
+        # its own log channel: the jump host's reason for a refused forward is only logged
+        conn.client.set_log_channel(f"paramiko.transport.gpuvet.{self.node.name}")
+        return conn, Hop(name, "jump host", conn.host, int(conn.port))
+
+    def _open(self, conn: Connection, hop: Hop, via: Hop | None) -> None:
+        """Open one hop; every failure becomes one error naming the hop and the cause."""
+        try:
+            conn.open()
+        except HostKeyError:
+            raise
+        except paramiko.BadHostKeyException as exc:
+            raise hostkeys.changed_error(exc, self._policies[-1].kh, self.node.name) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            reason = self._gateway_failures.take() if self._gateway_failures else None
+            raise hops.unreachable(hops.with_reason(exc, reason), hop, node=self.node.name,
+                                   via=via, timeout=float(self.node.connect_timeout_s)) from None
+        key = conn.transport.get_remote_server_key() if conn.transport else None
+        kh = self._policies[-1].kh
+        if key is not None and key.asbytes() in kh.revoked:
+            conn.close()
+            raise hostkeys.revoked_error(kh, hop.host, key, self.node.name)
 
     def connection(self) -> Connection:
         with self._lock:
             if self._conn is not None and self._conn.is_connected:
                 return self._conn
+            self._policies = []
+            gateway = self._gateway()
+            via = None
+            self._gateway_failures = None
+            if gateway is not None:
+                self._gateway_failures = hops.channel_failures(
+                    f"paramiko.transport.gpuvet.{self.node.name}")
+                self._gateway_failures.take()  # nothing left from an earlier attempt
+                self._open(gateway[0], gateway[1], None)
+                via = gateway[1]
             host = self.node.ssh_alias or self.node.host or self.node.name
             port = None if self.node.ssh_alias and self.node.port == 22 else self.node.port
             conn = self._connection_for(host, self.node.user, port, self.node.identity_file,
-                                        self._gateway())
-            try:
-                conn.open()
-            except HostKeyError:
-                raise
-            except paramiko.BadHostKeyException as exc:
-                raise HostKeyError(
-                    f"host key of {exc.hostname} CHANGED: expected "
-                    f"{exc.expected_key.get_base64()[:16]}..., got "
-                    f"{exc.key.get_base64()[:16]}...; connection refused",
-                    node=self.node.name,
-                    hint=("this can mean a reinstalled node or an attack; confirm with the "
-                          f"provider, then remove the old key: ssh-keygen -R {exc.hostname} "
-                          f"-f {self.known_hosts}")) from None
-            except paramiko.AuthenticationException as exc:
-                raise ConnectionFailed(
-                    f"authentication failed for {self.node.target}: {exc}",
-                    node=self.node.name,
-                    hint="check user and identity_file in the inventory") from None
-            except (NoValidConnectionsError, TimeoutError, OSError, paramiko.SSHException,
-                    EOFError) as exc:
-                raise ConnectionFailed(
-                    f"cannot connect to {self.node.target}: {exc or type(exc).__name__}",
-                    node=self.node.name,
-                    hint="check that the node is up, sshd runs and the port is reachable") from None
+                                        gateway[0] if gateway else None)
+            self._open(conn, Hop(self.node.name, "node", conn.host, int(conn.port)), via)
+            if any(p.accepted for p in self._policies):
+                self.host_key_status = "accepted-new"
             transport = conn.transport
             if transport is not None:
                 transport.set_keepalive(KEEPALIVE_S)
@@ -212,6 +216,11 @@ class SshExecutor:
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ConnectionFailed(f"connection lost while running a command: {exc}",
                                    node=self.node.name, command=command) from None
+        except ThreadException as exc:  # an I/O thread of invoke died: the channel broke
+            inner = exc.exceptions[0].value if exc.exceptions else exc
+            raise ConnectionFailed(f"connection lost while running a command: "
+                                   f"{type(inner).__name__}: {inner}",
+                                   node=self.node.name, command=command) from None
         finally:
             if out_f:
                 out_f.close()
@@ -230,27 +239,47 @@ class SshExecutor:
 
     # --- files ----------------------------------------------------------------
     def put(self, local: Path, remote: str) -> None:
+        """Copy to a uniquely named partial file, then rename: readers never see half a file.
+
+        A relative `remote` lands under the node's work_dir (a ~/ path in the home).
+        """
+        path = remote_path(self.node, remote)
+        where = f"{self.node.name}:{path}"
+        if not local.is_file():
+            raise UsageError(f"cannot copy {local} to {where}: no such local file",
+                             node=self.node.name)
         conn = self.connection()
-        parent = os.path.dirname(remote) or "."
-        self.run(f"mkdir -p {shlex.quote(parent)}", timeout=60).raise_for_status("mkdir")
+        parent = posixpath.dirname(path) or "."
+        mk = self.run(f"mkdir -p {shell_path(parent)}", timeout=60)
+        if not mk.ok:
+            raise StepError(f"cannot copy {local} to {where}: cannot create {parent}: "
+                            f"{_last_line(mk)}", node=self.node.name,
+                            hint="choose a writable path (a relative one lands in work_dir)")
         # unique: nodes sharing a filesystem (NFS homes) must not trample each other
-        part = f"{remote}.part-{uuid.uuid4().hex[:8]}"
+        part = f"{path}.part-{uuid.uuid4().hex[:8]}"
         try:
-            conn.put(str(local), part)
+            conn.put(str(local), _sftp_path(part))
         except (OSError, paramiko.SSHException) as exc:
-            raise StepError(f"copying {local} to {remote} failed: {exc}",
-                            node=self.node.name) from None
-        self.run(f"mv -f {shlex.quote(part)} {shlex.quote(remote)}",
-                 timeout=60).raise_for_status("rename after copy")
+            self.run(f"rm -f {shell_path(part)}", timeout=60)
+            raise StepError(f"cannot copy {local} to {where}: {_why(exc)}",
+                            node=self.node.name,
+                            hint="check free space and permissions on the node") from None
+        mv = self.run(f"mv -f {shell_path(part)} {shell_path(path)}", timeout=60)
+        if not mv.ok:
+            raise StepError(f"cannot copy {local} to {where}: renaming the copied file "
+                            f"failed: {_last_line(mv)}", node=self.node.name)
 
     def get(self, remote: str, local: Path) -> None:
+        """A relative `remote` is read from the node's work_dir (a ~/ path from the home)."""
+        path = remote_path(self.node, remote)
         conn = self.connection()
         local.parent.mkdir(parents=True, exist_ok=True)
         part = local.with_name(local.name + ".part")
         try:
-            conn.get(remote, str(part))
+            conn.get(_sftp_path(path), str(part))
         except (OSError, paramiko.SSHException) as exc:
-            raise StepError(f"copying {remote} from the node failed: {exc}",
+            part.unlink(missing_ok=True)
+            raise StepError(f"cannot copy {self.node.name}:{path} to {local}: {_why(exc)}",
                             node=self.node.name) from None
         os.replace(part, local)
 
@@ -259,3 +288,22 @@ class SshExecutor:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+def _sftp_path(path: str) -> str:
+    """SFTP does not expand ~, but resolves relative paths against the login's home."""
+    if path == "~":
+        return "."
+    return path[2:] if path.startswith("~/") else path
+
+
+def _why(exc: BaseException) -> str:
+    """The cause of a failed copy, in words ("permission denied"), without errno noise."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror[0].lower() + exc.strerror[1:]
+    return str(exc) or type(exc).__name__
+
+
+def _last_line(res: CommandResult) -> str:
+    lines = (res.stderr or res.stdout).strip().splitlines()
+    return lines[-1] if lines else f"exit code {res.rc}"

@@ -1,4 +1,4 @@
-"""Secrets on the wire, against the real sshd cluster.
+"""Secrets on the wire, hops, host keys and copies: the SSH executor against real sshd.
 
 Environment values (a node's `env`, a run's environment) must never appear on
 a process's command line on a node: any user there reads command lines with
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import subprocess
 import threading
 import time
 import uuid
@@ -21,8 +22,10 @@ import pytest
 from cluster import Cluster
 
 from orchestrator import inventory, nccltests
-from orchestrator.executors import ExecutorPool, options_for
-from orchestrator.executors.base import CommandResult
+from orchestrator.errors import GpuvetError, HostKeyError, NodeUnreachable, StepError
+from orchestrator.executors import ExecutorPool, make_executor, options_for
+from orchestrator.executors.base import CommandResult, get_verified, is_unreachable, put_verified
+from orchestrator.executors.ssh import SshExecutor
 
 WAIT_S = 60
 
@@ -143,3 +146,133 @@ def test_mpirun_values_never_on_a_command_line(cluster: Cluster, tmp_path: Path,
     ranks = sorted(line.split()[1:] for line in res.stdout.splitlines() if line.startswith("R "))
     assert ranks == [["0", "node1", tokens["node1"], shared],
                      ["1", "node2", tokens["node2"], shared]]
+
+
+# --- hops, host keys and copies over real SSH -------------------------------------------
+
+def executor(inv: inventory.Inventory, name: str) -> SshExecutor:
+    node = next(n for n in inv.nodes if n.name == name)
+    ex = make_executor(node, options_for(inv))
+    assert isinstance(ex, SshExecutor)
+    return ex
+
+
+def failure(inv: inventory.Inventory, name: str) -> GpuvetError:
+    ex = executor(inv, name)
+    try:
+        with pytest.raises(GpuvetError) as info:
+            ex.run("hostname", timeout=60)
+    finally:
+        ex.close()
+    return info.value
+
+
+def test_each_hop_is_named_when_it_fails(cluster: Cluster, tmp_path: Path) -> None:
+    """node1 is reached through node2 (a node serving as jump host)."""
+    inv = inventory.load(cluster.write_inventory(
+        tmp_path / "inv.yaml", nodes=["node1", "node2"],
+        extra_node_fields=lambda n: {"proxy_jump": "node2"} if n.name == "node1" else {}))
+    n1, n2 = cluster.node("node1"), cluster.node("node2")
+    ex = executor(inv, "node1")
+    assert ex.run("hostname", timeout=60).stdout.strip() == "node1"
+    ex.close()
+
+    cluster.stop_sshd("node1")
+    try:
+        behind = failure(inv, "node1")
+    finally:
+        cluster.start_sshd("node1")
+    assert isinstance(behind, NodeUnreachable) and is_unreachable(behind)
+    assert (behind.hop, behind.cause) == ("node1", "refused")
+    assert behind.what == (f"cannot connect to node1 ({n1.ip}:{n1.port}) through jump host "
+                           "node2: connection refused")
+
+    cluster.stop_sshd("node2")
+    try:
+        jump = failure(inv, "node1")
+    finally:
+        cluster.start_sshd("node2")
+    assert isinstance(jump, NodeUnreachable)
+    assert (jump.hop, jump.cause) == ("node2", "refused")
+    assert jump.what == (f"cannot connect to jump host node2 ({n2.ip}:{n2.port}) on the way "
+                         "to node1: connection refused")
+    assert str(jump).count("refused") == 1
+
+
+def test_wrong_key_is_an_auth_failure_of_that_node(cluster: Cluster, tmp_path: Path) -> None:
+    key = tmp_path / "not_authorized"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True,
+                   timeout=60)
+    inv = inventory.load(cluster.write_inventory(
+        tmp_path / "inv.yaml", nodes=["node3"], extra_node_fields={"identity_file": str(key)}))
+    exc = failure(inv, "node3")
+    assert isinstance(exc, NodeUnreachable) and (exc.hop, exc.cause) == ("node3", "auth")
+    assert exc.what.startswith("cannot connect to node3 (")
+    assert "identity_file of node3" in (exc.hint or "")
+
+
+def ssh_keygen_fingerprint(pub: str, tmp_path: Path) -> str:
+    f = tmp_path / "k.pub"
+    f.write_text(pub + "\n")
+    return subprocess.run(["ssh-keygen", "-l", "-f", str(f)], check=True, capture_output=True,
+                          text=True, timeout=60).stdout.split()[1]
+
+
+def test_changed_host_key_shows_both_fingerprints(cluster: Cluster, tmp_path: Path) -> None:
+    inv = inventory.load(cluster.write_inventory(tmp_path / "inv.yaml", nodes=["node3"]))
+    old = ssh_keygen_fingerprint(cluster.node("node3").host_key_pub, tmp_path)
+    new_pub = cluster.new_host_key("node3")
+    try:
+        exc = failure(inv, "node3")
+    finally:
+        cluster.update_known_hosts()
+    new = ssh_keygen_fingerprint(new_pub, tmp_path)
+    assert isinstance(exc, HostKeyError) and old != new
+    assert f"has ssh-ed25519 {old}, the host offers ssh-ed25519 {new}" in exc.what
+    assert "ssh-keygen -R" in (exc.hint or "")
+
+
+def test_a_malformed_known_hosts_line_does_not_block_other_hosts(cluster: Cluster,
+                                                                 tmp_path: Path) -> None:
+    kh = tmp_path / "known_hosts"
+    kh.write_text("10.0.0.1 ssh-ed25519 !!!damaged!!!\n" + cluster.known_hosts.read_text())
+    inv = inventory.load(cluster.write_inventory(tmp_path / "inv.yaml", nodes=["node1"],
+                                                 settings={"known_hosts": str(kh)}))
+    ex = executor(inv, "node1")
+    try:
+        assert ex.run("hostname", timeout=60).stdout.strip() == "node1"
+    finally:
+        ex.close()
+    # a host whose line is the damaged one is refused, and the line is named
+    kh.write_text("\n".join(f"{ln.split()[0]} ssh-ed25519 !!!damaged!!!"
+                            for ln in cluster.known_hosts.read_text().splitlines()) + "\n")
+    exc = failure(inv, "node1")
+    assert isinstance(exc, HostKeyError) and f"{kh}:1: InvalidHostKey" in exc.what
+
+
+def test_copies_resolve_relative_paths_and_say_what_failed(cluster: Cluster,
+                                                           tmp_path: Path) -> None:
+    inv = inventory.load(cluster.write_inventory(tmp_path / "inv.yaml", nodes=["node1"]))
+    work = Path(cluster.node("node1").work_dir)
+    src = tmp_path / "src.txt"
+    src.write_text("payload\n")
+    ex = executor(inv, "node1")
+    try:
+        put_verified(ex, src, "copies/a.txt")
+        assert (work / "copies" / "a.txt").read_text() == "payload\n"
+        get_verified(ex, "copies/a.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "payload\n"
+        with pytest.raises(StepError) as missing:
+            ex.get("copies/none.txt", tmp_path / "none.txt")
+        assert str(missing.value).startswith(f"[node1] cannot copy node1:{work}/copies/none.txt "
+                                             f"to {tmp_path / 'none.txt'}: no such file")
+        assert not (tmp_path / "none.txt.part").exists()
+        with pytest.raises(StepError) as denied:
+            ex.put(src, "/etc/gpuvet-test-denied.txt")
+        assert "cannot copy" in str(denied.value) and "node1:/etc/gpuvet-test-denied.txt" in \
+            str(denied.value) and "permission denied" in str(denied.value)
+        with pytest.raises(StepError, match="cannot create /proc/gpuvet"):
+            ex.put(src, "/proc/gpuvet/x.txt")
+    finally:
+        ex.close()
+    assert not list(Path("/etc").glob("gpuvet-test-denied.txt*"))

@@ -1,0 +1,431 @@
+"""The training step: a real small training job, a checkpoint, a SIGKILL, a
+verified restore.
+
+First every node is probed twice (payload `train-probe`): each leaves a token
+in its checkpoint directory, then each lists the tokens it sees, which tells
+which nodes share storage, and where the directory lives. Then, per unit of
+the step driver:
+
+- single-node: the protocol on each node's own GPUs. Nodes that share a
+  checkpoint directory form one unit and run each phase together; the restore
+  of node i's checkpoint runs on the next node of the group, so no node runs
+  two jobs at once. A node that shares with nobody is a unit of its own and
+  restores on itself.
+- multi-node: per provider with two or more nodes, torchrun across them
+  (static rendezvous on the first node); the restore runs with the node order
+  rotated, so every rank resumes on another node. Without a shared directory
+  only the reference runs: a multi-node checkpoint would be split across the
+  nodes' disks.
+
+Each phase is one `train-supervise` per node (payload/train/supervise.py); its
+files come back into the run directory and train_judge.py judges them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shlex
+import socket
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator import nccltests
+from orchestrator import payload as payload_mod
+from orchestrator.errors import GpuvetError, StepError
+from orchestrator.executors import ExecutorPool, fanout
+from orchestrator.executors.base import ProgressHook
+from orchestrator.inventory import Inventory, Node
+from orchestrator.steps.driver import (
+    Driven,
+    StageTracker,
+    Unit,
+    UnitFailed,
+    UnitResult,
+    drive,
+    node_unit,
+    provider_unit,
+    step_pool,
+)
+from orchestrator.steps.train_judge import Judge, PhaseOutput, Subject, read_phase
+from orchestrator.steps.train_judge import storage_findings as judge_storage
+from orchestrator.store import Run, atomic_write
+from orchestrator.suite import Suite, TrainParams
+from payload.scrub import scrub_text
+
+STEP = "train"
+_TEXT_FILES = ("torchrun.stdout", "torchrun.stderr", "command.stdout", "command.stderr")
+
+
+@dataclass
+class Probe:
+    node: Node
+    doc: dict[str, Any]
+    file: Path
+    sees: set[str] = field(default_factory=set)  # nodes whose token this node saw
+
+    @property
+    def gpus(self) -> int:
+        return int(self.doc.get("gpus") or 0)
+
+
+def ckpt_base(node: Node) -> str:
+    return node.ckpt_dir or f"{node.work_dir.rstrip('/')}/ckpt"
+
+
+def _token(run: Run, node: Node) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"gpuvet-{run.run_id}-{node.name}")[:128]
+
+
+def probe_nodes(pool: ExecutorPool, inv: Inventory, nodes: list[Node], run: Run, *,
+                need_torch: bool = True) -> tuple[dict[str, Probe], dict[str, GpuvetError]]:
+    """Leave a token; list what each node sees; take the tokens back."""
+
+    def call(n: Node, extra: list[str], name: str) -> dict[str, Any]:
+        out = run.node_dir(n.name, STEP) / name
+        res = payload_mod.run(pool(n), ["train-probe", "--ckpt-dir", ckpt_base(n), *extra],
+                              staging=run.dir / ".staging", timeout=120, stdout_path=out)
+        res.raise_for_status("payload train-probe")
+        try:
+            doc = json.loads(res.stdout)
+        except json.JSONDecodeError as exc:
+            raise StepError(f"train-probe printed invalid JSON ({exc})", node=n.name) from None
+        if name == "probe.json" and need_torch and not doc.get("torch"):
+            raise StepError(f"torch is not importable with {n.python} on this node",
+                            node=n.name, hint="install PyTorch for that python, or point the "
+                            "inventory's `python` at one that has it")
+        if doc.get("error"):
+            raise StepError(f"checkpoint directory {ckpt_base(n)} is unusable: {doc['error']}",
+                            node=n.name, hint="create it, or set ckpt_dir in the inventory to "
+                            "a writable directory")
+        return dict(doc)
+
+    first = fanout(nodes, lambda n: call(n, ["--token", _token(run, n)], "probe-write.json"),
+                   concurrency=inv.settings.concurrency)
+    ok = [n for n in nodes if n.name in first.results]
+    second = fanout(ok, lambda n: call(n, [], "probe.json"), concurrency=inv.settings.concurrency)
+    fanout(ok, lambda n: call(n, ["--remove", _token(run, n)], "probe-cleanup.json"),
+           concurrency=inv.settings.concurrency)
+    probes: dict[str, Probe] = {}
+    for n in ok:
+        if n.name not in second.results:
+            continue
+        doc = second.results[n.name]
+        seen = set(doc.get("tokens") or [])
+        sees = {m.name for m in ok if _token(run, m) in seen and m.name != n.name}
+        probes[n.name] = Probe(n, doc, run.node_dir(n.name, STEP) / "probe.json", sees)
+    return probes, {**first.failures, **second.failures}
+
+
+def share_groups(probes: list[Probe]) -> list[list[Probe]]:
+    """Nodes that see each other's tokens and have as many GPUs: one restore rotation each."""
+    groups: list[list[Probe]] = []
+    for p in probes:
+        for g in groups:
+            if all(p.node.name in q.sees and q.node.name in p.sees and q.gpus == p.gpus
+                   for q in g):
+                g.append(p)
+                break
+        else:
+            groups.append([p])
+    return groups
+
+
+# --------------------------------------------------------------------------- launching
+
+
+@dataclass
+class Job:
+    unit: str  # slug of the protocol run: a node name, or multi-<provider>
+    node: Node  # where it runs
+    phase: str
+    local_dir: Path
+    ckpt_root: str  # on this node
+    node_rank: int = 0
+    nnodes: int = 1
+    master: str = "127.0.0.1"
+    port: int = 29500
+    extra: list[str] = field(default_factory=list)
+
+    def remote_out(self, run: Run) -> str:
+        return f"{self.node.work_dir.rstrip('/')}/train-runs/{run.run_id}/{self.unit}/{self.phase}"
+
+
+def ckpt_root(node: Node, run: Run, unit: str) -> str:
+    return f"{ckpt_base(node).rstrip('/')}/gpuvet-train/{run.run_id}/{unit}"
+
+
+def _supervise_args(job: Job, run: Run, params: TrainParams) -> list[str]:
+    args = ["train-supervise", "--out", job.remote_out(run), "--phase", job.phase,
+            "--ckpt-dir", job.ckpt_root, "--nnodes", str(job.nnodes),
+            "--node-rank", str(job.node_rank), "--master-addr", job.master,
+            "--master-port", str(job.port), "--cpu-procs", str(params.cpu_procs_per_node),
+            "--timeout", str(params.timeout_s),
+            "--telemetry-interval", str(params.telemetry_interval_s)]
+    if params.command:
+        # `=`: values that start with a dash must not read as options
+        return [*args, f"--command={params.command}",
+                *([f"--resume-flag={params.resume_flag}"] if params.resume_flag else []),
+                *job.extra]
+    return [*args, "--params", json.dumps(params.payload_params(), sort_keys=True), *job.extra]
+
+
+def phase_extra(params: TrainParams, phase: str) -> list[str]:
+    """The kill phase saves at K (and at the kill step when the kill is inside a save)."""
+    if phase != "kill":
+        return []
+    if params.command:
+        return ["--kill-after-step", str(params.command_kill_after_step)]
+    out = ["--save-at", str(params.ckpt_step)]
+    k = params.kill_step
+    if params.kill == "after-step":
+        return [*out, "--kill-after-step", str(k)]
+    flag = "--kill-at-save" if params.kill == "mid-save" else "--kill-at-commit"
+    return [*out, "--save-at", str(k), flag, str(k)]
+
+
+def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> None:
+    """One supervisor on one node; its files come back into job.local_dir."""
+    params = suite.train
+    ex = pool(job.node)
+    job.local_dir.mkdir(parents=True, exist_ok=True)
+    doc_path = job.local_dir / "supervise.json"
+    res = payload_mod.run(ex, _supervise_args(job, run, params), staging=run.dir / ".staging",
+                          timeout=params.timeout_s + 180, env=dict(nccltests.RUN_ENV),
+                          stdout_path=doc_path)
+    if res.stderr:
+        atomic_write(job.local_dir / "supervise.stderr", scrub_text(res.stderr), durable=False)
+    res.raise_for_status(f"train-supervise ({job.phase})")
+    try:
+        doc = json.loads(res.stdout)
+    except json.JSONDecodeError as exc:
+        raise StepError(f"train-supervise printed invalid JSON ({exc})", node=job.node.name,
+                        hint=f"see {run.rel(doc_path)}") from None
+    for name in doc.get("files") or []:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            continue
+        local = job.local_dir / name
+        ex.get(f"{job.remote_out(run)}/{name}", local)
+        if name in _TEXT_FILES:
+            atomic_write(local, scrub_text(local.read_text(errors="replace")), durable=False)
+
+
+def run_phase(pool: ExecutorPool, run: Run, suite: Suite,
+              jobs: list[Job]) -> tuple[list[Job], dict[str, GpuvetError]]:
+    """All jobs of one phase at once (a multi-node job needs every node running)."""
+    by_node = {j.node.name: j for j in jobs}
+    group = fanout([j.node for j in jobs], lambda n: run_job(pool, run, suite, by_node[n.name]),
+                   concurrency=max(1, len(jobs)))
+    return [j for j in jobs if j.node.name in group.results], group.failures
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port(nodes: list[Node], run: Run, unit: str, phase: str) -> int:
+    if nodes[0].executor == "local":
+        return _free_port()
+    return 29500 + zlib.crc32(f"{run.run_id}/{unit}/{phase}".encode()) % 2000
+
+
+def _master(nodes: list[Node]) -> str:
+    return "127.0.0.1" if nodes[0].executor == "local" else (nodes[0].host or nodes[0].name)
+
+
+def _cleanup(pool: ExecutorPool, run: Run, params: TrainParams, where: list[tuple[Node, str]]
+             ) -> None:
+    if params.keep_checkpoints:
+        return
+    for node, root in where:
+        try:
+            pool(node).run(f"rm -rf {shlex.quote(root)}", timeout=300)
+        except GpuvetError:
+            pass  # a node that went away keeps its files; the verdict stands
+
+
+def _launch_failed(judge: Judge, phase: str, node: str, exc: GpuvetError,
+                   folder: Path) -> None:
+    judge.add("TRAIN_FAILED", "FAIL", f"{phase}: could not run on {node}: {exc.what}",
+              [folder / "supervise.stderr", folder / "supervise.json"], phase=phase)
+
+
+# --------------------------------------------------------------------------- units
+
+
+class Step:
+    """The step's context: one run, one suite, the probes."""
+
+    def __init__(self, inv: Inventory, run: Run, suite: Suite, pool: ExecutorPool,
+                 probes: dict[str, Probe]) -> None:
+        self.inv, self.run, self.suite, self.pool, self.probes = inv, run, suite, pool, probes
+
+    @property
+    def params(self) -> TrainParams:
+        return self.suite.train
+
+    def judge(self, provider: str, node: str | None, nodes: list[str], label: str) -> Judge:
+        return Judge(self.run.run_id, self.suite, Subject(provider, node, nodes, label),
+                     self.run.rel)
+
+    def storage(self, judge: Judge, p: Probe, others: list[Probe]) -> None:
+        judge_storage(judge, p.node.name, p.doc, p.file, p.node.ckpt_dir is not None)
+        apart = [o.node.name for o in others if o.node.name not in p.sees]
+        if apart:
+            judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{p.node.name}: ckpt_dir "
+                      f"{ckpt_base(p.node)} is node-local: {', '.join(apart)} cannot see its "
+                      "files, so a checkpoint would not survive the loss of this node and its "
+                      "restore ran here", [p.file], reason="not-shared", apart=apart)
+        elif others:
+            judge.add("CKPT_SHARED", "PASS", f"{p.node.name}: ckpt_dir {ckpt_base(p.node)} is "
+                      f"shared with {', '.join(o.node.name for o in others)}", [p.file])
+
+    def single(self, group: list[Probe], stage: StageTracker) -> UnitResult:
+        """The protocol on each node of a share group, phase by phase, restores rotated."""
+        run, params = self.run, self.params
+        names = [p.node.name for p in group]
+        judges = {p.node.name: self.judge(p.node.provider, p.node.name, [p.node.name], "single")
+                  for p in group}
+        provider_nodes = [q for q in self.probes.values() if q.node.provider == group[0].node.provider]
+        for p in group:
+            self.storage(judges[p.node.name], p, [q for q in provider_nodes if q is not p])
+        alive = list(names)
+        saved_on: dict[str, Node] = {}
+        for phase in ("reference", "kill", "restore"):
+            if phase != "reference" and (params.command and params.resume_flag is None):
+                break
+            jobs = []
+            for i, owner in enumerate(names):
+                if owner not in alive:
+                    continue
+                runner = group[(i + 1) % len(group)].node if phase == "restore" else group[i].node
+                local = run.node_dir(owner, STEP) / phase / runner.name
+                jobs.append(Job(owner, runner, phase, local, ckpt_root(runner, run, owner),
+                                extra=phase_extra(params, phase)))
+            with stage("execute"):
+                done, failures = run_phase(self.pool, run, self.suite, jobs)
+            with stage("judge"):
+                for j in jobs:
+                    jd = judges[j.unit]
+                    if j.node.name in failures:
+                        _launch_failed(jd, phase, j.node.name, failures[j.node.name], j.local_dir)
+                        alive.remove(j.unit)
+                        continue
+                    out = read_phase(phase, [(j.node.name, j.local_dir)])
+                    if not self._judge_phase(jd, phase, out, [saved_on.get(j.unit, j.node).name],
+                                             [j.node.name]):
+                        alive.remove(j.unit)
+                    if phase == "kill":
+                        saved_on[j.unit] = j.node
+        _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, p.node.name))
+                                          for p in group])
+        res = UnitResult(summary={"nodes": names})
+        for jd in judges.values():
+            res.findings += jd.findings
+            res.measurements += jd.measurements
+        return res
+
+    def _judge_phase(self, jd: Judge, phase: str, out: PhaseOutput, saved_on: list[str],
+                     restored_on: list[str]) -> bool:
+        if self.params.command:
+            return jd.command(out)
+        if phase == "reference":
+            return jd.reference(out)
+        if phase == "kill":
+            return jd.kill(out)
+        jd.restore(out, saved_on=saved_on, restored_on=restored_on)
+        return True
+
+    def multi(self, members: list[Probe], stage: StageTracker) -> UnitResult:
+        run, params = self.run, self.params
+        prov = members[0].node.provider
+        names = [p.node.name for p in members]
+        jd = self.judge(prov, None, names, "multi")
+        unit = f"multi-{re.sub(r'[^A-Za-z0-9_.-]', '_', prov)}"
+        shared = all(a.node.name in b.sees for a in members for b in members if a is not b)
+        order = [p.node for p in members]
+        for phase in ("reference", "kill", "restore"):
+            if phase != "reference" and not shared:
+                jd.add("TRAIN_MULTI_RESTORE_SKIPPED", "WARN", "the nodes do not share a "
+                       "checkpoint directory: a multi-node checkpoint would be split across "
+                       "their disks, so only the reference ran", [p.file for p in members])
+                break
+            if phase == "restore":
+                order = order[1:] + order[:1]  # every rank resumes on another node
+            port, master = _port(order, run, unit, phase), _master(order)
+            folder = run.provider_dir(prov, STEP) / "multi" / phase
+            jobs = [Job(unit, n, phase, folder / n.name, ckpt_root(n, run, unit), node_rank=i,
+                        nnodes=len(order), master=master, port=port,
+                        extra=phase_extra(params, phase)) for i, n in enumerate(order)]
+            with stage("execute"):
+                _done, failures = run_phase(self.pool, run, self.suite, jobs)
+            with stage("judge"):
+                for name, exc in failures.items():
+                    _launch_failed(jd, phase, name, exc, folder / name)
+                out = read_phase(phase, [(j.node.name, j.local_dir) for j in jobs
+                                         if j.node.name not in failures])
+                if failures or not self._judge_phase(jd, phase, out, names,
+                                                     [n.name for n in order]):
+                    break
+        _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, unit))
+                                          for p in members])
+        return UnitResult(jd.findings, jd.measurements, {"nodes": names, "shared": shared})
+
+
+def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
+              pool: ExecutorPool | None = None, accept_new_host_keys: bool = False,
+              progress: ProgressHook | None = None) -> Driven:
+    """Probe, then the single-node units, then the multi-node ones (never both at once on
+    the same GPUs); each unit recorded as it ends."""
+    params = suite.train
+    with step_pool(inv, pool, accept_new_host_keys) as p:
+        probes, failures = probe_nodes(p, inv, nodes, run, need_torch=not params.command)
+        step = Step(inv, run, suite, p, probes)
+        singles: list[Unit] = []
+        multis: list[Unit] = []
+        for prov in dict.fromkeys(n.provider for n in nodes):
+            members = [probes[n.name] for n in nodes if n.provider == prov and n.name in probes]
+            if params.single or params.command:
+                for g in share_groups(members):
+                    work = functools.partial(_single, step, g)
+                    singles.append(node_unit(g[0].node, work) if len(g) == 1 else provider_unit(
+                        prov, "single-" + "+".join(q.node.name for q in g), work))
+            if params.multi and not params.command and len(members) >= 2 \
+                    and len({m.gpus for m in members}) == 1:
+                multis.append(provider_unit(prov, "multi", functools.partial(_multi, step, members)))
+        for name, exc in failures.items():
+            code = "NODE_UNREACHABLE" if _unreachable(exc) else "TRAIN_PROBE_FAILED"
+            err = UnitFailed(exc.what, code, [], node=name, hint=exc.hint)
+            singles.append(node_unit(inv.node(name), functools.partial(_raise, err)))
+        done = {u.key for u in singles + multis if run.is_done(u.key, STEP)}
+        run.retract(keep_units=done, step=STEP)
+        driven = drive(run, STEP, singles, concurrency=inv.settings.concurrency,
+                       progress=progress)
+        more = drive(run, STEP, multis, concurrency=inv.settings.concurrency)
+        driven.done.update(more.done)
+        driven.failed.update(more.failed)
+        driven.skipped += more.skipped
+        return driven
+
+
+def _single(step: Step, group: list[Probe], stage: StageTracker) -> UnitResult:
+    return step.single(group, stage)
+
+
+def _multi(step: Step, members: list[Probe], stage: StageTracker) -> UnitResult:
+    return step.multi(members, stage)
+
+
+def _raise(exc: GpuvetError, stage: StageTracker) -> UnitResult:
+    raise exc
+
+
+def _unreachable(exc: GpuvetError) -> bool:
+    from orchestrator.errors import ConnectionFailed
+
+    return isinstance(exc, ConnectionFailed) or isinstance(exc.__cause__, ConnectionFailed)

@@ -1,0 +1,747 @@
+"""Turn the training step's saved outputs into measurements and findings.
+
+Reads only files: each node's rank event files (payload/train/protocol.py),
+the supervisor's document, torchrun's output and the GPU telemetry. The same
+rules judge a live run and captured fixtures. A phase is judged as soon as it
+is back, and says whether the protocol can go on (no restore of a run that
+never saved).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from orchestrator import parsers
+from orchestrator.errors import ParseError
+from orchestrator.records import Finding, Measurement, Severity, finding
+from orchestrator.suite import Suite, TrainParams
+from payload.train import protocol
+
+STEP = "train"
+STDOUT, STDERR = "torchrun.stdout", "torchrun.stderr"
+_NCCL_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|"
+                           r"collective operation timeout|DistBackendError.*[Tt]imed out")
+_NCCL_WARN = re.compile(r"NCCL WARN")
+_CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
+_EPHEMERAL_FS = {"overlay", "tmpfs", "ramfs", "devtmpfs", "squashfs", "aufs"}
+_INSTANCE_STORE = re.compile(r"Instance Storage|EphemeralDisk|nvme_card", re.I)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+@dataclass
+class NodeOutput:
+    """One node's files of one phase."""
+
+    node: str
+    dir: Path
+    supervise: dict[str, Any]
+    events: dict[int, list[dict[str, Any]]]  # global rank -> events
+
+    def file(self, name: str) -> Path:
+        return self.dir / name
+
+
+@dataclass
+class PhaseOutput:
+    phase: str
+    nodes: list[NodeOutput]  # in node-rank order
+
+    @property
+    def ranks(self) -> dict[int, list[dict[str, Any]]]:
+        out: dict[int, list[dict[str, Any]]] = {}
+        for n in self.nodes:
+            out.update(n.events)
+        return dict(sorted(out.items()))
+
+    def node_of(self, rank: int) -> str:
+        for n in self.nodes:
+            if rank in n.events:
+                return n.node
+        return "?"
+
+    def rank0(self) -> list[dict[str, Any]]:
+        return self.ranks.get(0, [])
+
+    def steps(self, rank: int = 0) -> dict[int, dict[str, Any]]:
+        return {int(e["step"]): e for e in self.ranks.get(rank, [])
+                if e.get("event") == protocol.STEP}
+
+    def first(self, kind: str, rank: int = 0) -> dict[str, Any] | None:
+        return next((e for e in self.ranks.get(rank, []) if e.get("event") == kind), None)
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        return [e for evs in self.ranks.values() for e in evs if e.get("event") == kind]
+
+
+def read_node(node: str, folder: Path) -> NodeOutput:
+    import json
+
+    sup: dict[str, Any] = {}
+    doc = folder / "supervise.json"
+    if doc.is_file():
+        try:
+            loaded = json.loads(doc.read_text())
+            sup = loaded if isinstance(loaded, dict) else {}
+        except ValueError:
+            sup = {}
+    events: dict[int, list[dict[str, Any]]] = {}
+    for path in sorted(folder.glob("rank*.jsonl")):
+        m = re.fullmatch(r"rank(\d+)\.jsonl", path.name)
+        if m:
+            events[int(m.group(1))] = list(protocol.parse_lines(
+                path.read_text(errors="replace")))
+    return NodeOutput(node, folder, sup, events)
+
+
+def read_phase(phase: str, folders: list[tuple[str, Path]]) -> PhaseOutput:
+    return PhaseOutput(phase, [read_node(n, d) for n, d in folders])
+
+
+# --------------------------------------------------------------------------- peaks
+
+
+@functools.lru_cache(maxsize=1)
+def _peak_table() -> list[dict[str, Any]]:
+    from ruamel.yaml import YAML
+
+    text = resources.files("orchestrator").joinpath("data/gpu_peaks.yaml").read_text()
+    doc = YAML(typ="safe").load(text)
+    return list(doc["peaks"])
+
+
+def peak_tflops(gpu_name: str | None, provider: str,
+                params: TrainParams) -> tuple[float | None, str]:
+    """(dense bf16 peak, where it came from); None where the GPU is not known."""
+    if provider in params.peak_tflops:
+        return float(params.peak_tflops[provider]), f"suite train.peak_tflops.{provider}"
+    if not gpu_name:
+        return None, "no GPU"
+    for row in _peak_table():
+        if str(row["match"]).lower() in gpu_name.lower():
+            if row.get("tflops") is None:
+                return None, f"gpu_peaks.yaml lists {row['match']!r} without a figure"
+            return float(row["tflops"]), f"gpu_peaks.yaml {row['match']!r}"
+    return None, f"{gpu_name!r} is not in gpu_peaks.yaml"
+
+
+# --------------------------------------------------------------------------- judging
+
+
+def p90(values: list[float]) -> float:
+    """Nearest-rank 90th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-9 * len(ordered) // 10) - 1)]
+
+
+@dataclass
+class Subject:
+    """Who a unit's records are about: one node (single) or a provider (multi)."""
+
+    provider: str
+    node: str | None
+    nodes: list[str]
+    label: str  # single | multi
+
+
+@dataclass
+class Judge:
+    run_id: str
+    suite: Suite
+    subject: Subject
+    rel: Callable[[Path], str]
+    findings: list[Finding] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    ref: PhaseOutput | None = None
+    kill_out: PhaseOutput | None = None
+    inexact: list[str] = field(default_factory=list)  # why losses may not match bit for bit
+
+    @property
+    def params(self) -> TrainParams:
+        return self.suite.train
+
+    def add(self, code: str, sev: Severity, msg: str, evidence: list[Path] | None = None,
+            **details: Any) -> None:
+        ev = [self.rel(p) for p in evidence or [] if p.is_file()]
+        self.findings.append(finding(self.run_id, STEP, provider=self.subject.provider,
+                                     node=self.subject.node, code=code, severity=sev,
+                                     message=f"[{self.subject.label}] {msg}", evidence=ev,
+                                     **details))
+
+    def measure(self, metric: str, value: float, unit: str, **tags: Any) -> None:
+        self.measurements.append(Measurement(
+            run_id=self.run_id, provider=self.subject.provider, nodes=self.subject.nodes,
+            step=STEP, metric=metric, value=float(value), unit=unit,
+            suite_hash=self.suite.hash, scope="train", engine="train", tags=tags))
+
+    def _rank_file(self, out: PhaseOutput, rank: int) -> Path:
+        for n in out.nodes:
+            if rank in n.events:
+                return n.file(f"rank{rank}.jsonl")
+        return out.nodes[0].file(f"rank{rank}.jsonl") if out.nodes else Path("?")
+
+    # ------------------------------------------------------------------ failures
+
+    def failed(self, out: PhaseOutput, *, killed_ok: bool = False) -> bool:
+        """Findings for a phase that broke; True when it did."""
+        bad = False
+        for ev in out.all(protocol.ERROR):
+            rank = int(ev.get("rank", -1))
+            where = f"rank {rank} on {out.node_of(rank)}"
+            ev_file = self._rank_file(out, rank)
+            kind = ev.get("kind")
+            if kind == "oom":
+                self.add("TRAIN_OOM", "FAIL", f"{out.phase}: CUDA out of memory on {where}: "
+                         f"{str(ev.get('message'))[:300]}", [ev_file], phase=out.phase)
+            elif kind == "nonfinite":
+                self.add("TRAIN_NAN", "FAIL", f"{out.phase}: {ev.get('message')} ({where})",
+                         [ev_file], phase=out.phase, first_step=ev.get("step"))
+            elif kind == "no_checkpoint":
+                continue  # the restore judges this itself
+            else:
+                self.add("TRAIN_FAILED", "FAIL", f"{out.phase}: {ev.get('type')} on {where}: "
+                         f"{str(ev.get('message'))[:300]}", [ev_file], phase=out.phase)
+            bad = True
+            if rank == 0 or kind in ("oom", "nonfinite"):
+                break  # one rank's error is every rank's: report the first
+        bad = self._scan_logs(out) or bad
+        for n in out.nodes:
+            sup = n.supervise
+            if not sup:
+                self.add("TRAIN_FAILED", "FAIL", f"{out.phase}: no supervisor document from "
+                         f"{n.node}", [n.file("supervise.json")], phase=out.phase)
+                return True
+            if sup.get("timed_out"):
+                self.add("TRAIN_TIMEOUT", "FAIL", f"{out.phase}: still running on {n.node} "
+                         f"after {self.params.timeout_s:.0f} s; killed", [n.file(STDERR)],
+                         phase=out.phase)
+                bad = True
+        ended = out.first(protocol.END) is not None
+        killed = any(n.supervise.get("killed") for n in out.nodes)
+        if not bad and not ended and not (killed_ok and killed):
+            rcs = {n.node: n.supervise.get("rc") for n in out.nodes}
+            tail = _tail(out.nodes[0].file(STDERR))
+            self.add("TRAIN_FAILED", "FAIL", f"{out.phase}: the job ended without finishing "
+                     f"(exit status {rcs}){': ' + tail if tail else ''}",
+                     [n.file(STDERR) for n in out.nodes], phase=out.phase)
+            bad = True
+        return bad
+
+    def _scan_logs(self, out: PhaseOutput) -> bool:
+        bad = False
+        for n in out.nodes:
+            for name in (STDERR, STDOUT):
+                path = n.file(name)
+                if not path.is_file():
+                    continue
+                lines = path.read_text(errors="replace").splitlines()
+                timeouts = [(i, ln) for i, ln in enumerate(lines, 1) if _NCCL_TIMEOUT.search(ln)]
+                if timeouts:
+                    i, ln = timeouts[0]
+                    self.add("TRAIN_NCCL_TIMEOUT", "FAIL", f"{out.phase}: collective timeout on "
+                             f"{n.node} ({name}:{i}): {ln.strip()[:240]}", [path],
+                             phase=out.phase, line=i)
+                    bad = True
+                warns = [(i, ln) for i, ln in enumerate(lines, 1) if _NCCL_WARN.search(ln)]
+                if warns:
+                    i, ln = warns[0]
+                    self.add("TRAIN_NCCL_WARN", "WARN", f"{out.phase}: {len(warns)} NCCL WARN "
+                             f"line(s) on {n.node}, first at {name}:{i}: {ln.strip()[:240]}",
+                             [path], phase=out.phase, line=i, count=len(warns))
+                if not out.all(protocol.ERROR):
+                    ooms = [(i, ln) for i, ln in enumerate(lines, 1) if _CUDA_OOM.search(ln)]
+                    if ooms:
+                        i, ln = ooms[0]
+                        self.add("TRAIN_OOM", "FAIL", f"{out.phase}: CUDA out of memory on "
+                                 f"{n.node} ({name}:{i}): {ln.strip()[:240]}", [path],
+                                 phase=out.phase, line=i)
+                        bad = True
+        return bad
+
+    # ------------------------------------------------------------------ reference
+
+    def reference(self, out: PhaseOutput) -> bool:
+        """Performance, health and the losses the restore must reproduce."""
+        self.ref = out
+        if self.failed(out):
+            return False
+        self._nondeterministic(out)
+        steps = out.steps()
+        start = out.first(protocol.START) or {}
+        ev = [self._rank_file(out, 0)]
+        skip = min(self.params.stats_skip_steps, max(0, len(steps) - 3))
+        timed = [s for k, s in sorted(steps.items()) if k > skip]
+        times = [float(s["step_time_s"]) for s in timed]
+        med, tail90 = statistics.median(times), p90(times)
+        tokens = int(timed[0]["tokens"])
+        tps = tokens / med
+        gpu = (start.get("versions") or {}).get("gpu_name")
+        cuda = str(start.get("device", "")).startswith("cuda")
+        tags = {"world": start.get("world"), "gpu": gpu, "parallel": start.get("parallel"),
+                "compiled": start.get("compiled"), "model": self.params.model,
+                "params": start.get("params"), "torch": (start.get("versions") or {}).get("torch"),
+                "steps_timed": len(times)}
+        self.measure("step_time_s", med, "s", stat="median", **tags)
+        self.measure("step_time_p90_s", tail90, "s", stat="p90", **tags)
+        per = "gpu" if cuda else "rank"
+        self.measure(f"tokens_per_s_per_{per}", tps, "tokens/s", **tags)
+        mfu_text = ""
+        if cuda:
+            peak, source = peak_tflops(gpu, self.subject.provider, self.params)
+            if peak is not None:
+                achieved = float(start.get("flops_per_token") or 0) * tps / 1e12
+                self.measure("mfu", achieved / peak, "ratio", peak_tflops=peak,
+                             peak_source=source, achieved_tflops=achieved, **tags)
+                mfu_text = f", MFU {achieved / peak:.1%} ({achieved:.0f} of {peak:.0f} TFLOP/s)"
+            else:
+                self.add("TRAIN_NO_MFU", "INFO", f"no MFU: {source}; set "
+                         f"train.peak_tflops.{self.subject.provider} in the suite", ev, gpu=gpu)
+        self._memory(out)
+        losses = [float(s["loss"]) for _, s in sorted(steps.items())]
+        q = max(1, len(losses) // 4)
+        first, last = statistics.fmean(losses[:q]), statistics.fmean(losses[-q:])
+        if not last < first - self.params.thresholds.loss_drop_min:
+            self.add("TRAIN_LOSS_NOT_DECREASING", "WARN", f"loss did not fall: first quarter "
+                     f"mean {first:.4f}, last quarter {last:.4f}", ev, first=first, last=last)
+        shares = [float(s["data_wait_s"]) / float(s["step_time_s"]) for s in timed
+                  if float(s["step_time_s"]) > 0]
+        if shares and statistics.median(shares) > self.params.thresholds.input_bound_share:
+            self.add("TRAIN_INPUT_BOUND", "WARN", f"input pipeline: waiting for data takes "
+                     f"{statistics.median(shares):.0%} of a step (median)", ev,
+                     share=statistics.median(shares))
+        if cuda:  # CPU ranks share cores with everything else: their spread is not a GPU's
+            self._stragglers(out, skip)
+        self._telemetry(out, steps)
+        self.add("TRAIN_REFERENCE", "INFO", f"reference: {len(steps)} steps on "
+                 f"{start.get('world')} rank(s) ({start.get('device')}, {start.get('parallel')}"
+                 f"{', compiled' if start.get('compiled') else ''}), loss {losses[0]:.4f} -> "
+                 f"{losses[-1]:.4f}, step {med:.4g} s median (p90 {tail90:.4g} s), "
+                 f"{tps:,.0f} tokens/s per {per}{mfu_text}", ev)
+        return True
+
+    def _nondeterministic(self, out: PhaseOutput) -> None:
+        for ev in out.all("nondeterministic"):
+            reason = f"an operation without a deterministic kernel: {ev.get('message')}"
+            if reason not in self.inexact:
+                self.inexact.append(reason)
+        start = out.first(protocol.START) or {}
+        if not (start.get("deterministic") or {}).get("use_deterministic_algorithms"):
+            reason = "deterministic mode is off (suite train.deterministic: false)"
+            if reason not in self.inexact:
+                self.inexact.append(reason)
+
+    def _memory(self, out: PhaseOutput) -> None:
+        for rank, evs in out.ranks.items():
+            last = next((e for e in reversed(evs) if e.get("event") in (protocol.END,
+                                                                        protocol.STEP)), None)
+            if last is None:
+                continue
+            node = out.node_of(rank)
+            for key, metric in (("mem_alloc_peak", "peak_mem_allocated_bytes"),
+                                ("mem_reserved_peak", "peak_mem_reserved_bytes"),
+                                ("rss_peak", "peak_rss_bytes")):
+                if last.get(key) is not None:
+                    self.measure(metric, float(last[key]), "bytes", rank=rank, node=node)
+
+    def _stragglers(self, out: PhaseOutput, skip: int) -> None:
+        fwd: dict[int, float] = {}
+        for rank in out.ranks:
+            vals = [float(s["fwd_s"]) for k, s in sorted(out.steps(rank).items())
+                    if k > skip and s.get("fwd_s") is not None]
+            if vals:
+                fwd[rank] = statistics.median(vals)
+        if len(fwd) < 2:
+            return
+        slow = max(fwd, key=lambda r: fwd[r])
+        others = statistics.median([v for r, v in fwd.items() if r != slow])
+        if others > 0 and fwd[slow] / others >= self.params.thresholds.straggler_ratio:
+            self.add("TRAIN_STRAGGLER", "WARN", f"rank {slow} on {out.node_of(slow)} is slow: "
+                     f"forward {fwd[slow]:.4g} s median vs {others:.4g} s on the other ranks "
+                     f"({fwd[slow] / others:.2f}x)", [self._rank_file(out, slow)], rank=slow,
+                     node_of_rank=out.node_of(slow), ratio=fwd[slow] / others)
+
+    # ------------------------------------------------------------------ telemetry
+
+    def _telemetry(self, out: PhaseOutput, steps: dict[int, dict[str, Any]]) -> None:
+        if steps:
+            self._telemetry_window(
+                out, min(float(s["t"]) - float(s["step_time_s"]) for s in steps.values()),
+                max(float(s["t"]) for s in steps.values()))
+
+    def _telemetry_window(self, out: PhaseOutput, t_first: float, t_last: float) -> None:
+        for n in out.nodes:
+            tele = n.supervise.get("telemetry") or {}
+            if not tele.get("file"):
+                self.add("TRAIN_NO_TELEMETRY", "INFO", f"{n.node}: "
+                         f"{tele.get('note') or 'no GPU telemetry'}",
+                         [n.file("supervise.json")], node_of_sample=n.node)
+                continue
+            path = n.file(str(tele["file"]))
+            try:
+                series = read_telemetry(path, str(tele.get("source")), self.rel(path))
+            except (ParseError, OSError) as exc:
+                what = exc.what if isinstance(exc, ParseError) else str(exc)
+                self.add("TRAIN_TELEMETRY_UNREADABLE", "WARN", f"{n.node}: {what}", [path])
+                continue
+            started = float(tele.get("started") or 0)
+            interval = float(tele.get("interval_s") or 1)
+            for gpu, samples in series.items():
+                window = [s for k, s in enumerate(samples)
+                          if t_first <= started + (k + 1) * interval <= t_last + interval]
+                self._judge_gpu(n.node, gpu, window, path, len(samples))
+
+    def _judge_gpu(self, node: str, gpu: int, window: list[dict[str, Any]], path: Path,
+                   total: int) -> None:
+        th = self.params.thresholds
+        if not window:
+            self.add("TRAIN_TELEMETRY_SHORT", "INFO", f"{node} GPU {gpu}: none of {total} "
+                     "telemetry samples fell inside the training steps (a run shorter than "
+                     "the sampling interval)", [path])
+            return
+
+        def med(key: str) -> float | None:
+            vals = [float(s[key]) for s in window if s.get(key) is not None]
+            return statistics.median(vals) if vals else None
+
+        for key, metric, unit in (("sm", "gpu_util_pct", "%"), ("pwr", "gpu_power_w", "W"),
+                                  ("pclk", "sm_clock_mhz", "MHz"),
+                                  ("mclk", "mem_clock_mhz", "MHz"),
+                                  ("rxpci", "pcie_rx_mbs", "MB/s"),
+                                  ("txpci", "pcie_tx_mbs", "MB/s")):
+            v = med(key)
+            if v is not None:
+                self.measure(metric, v, unit, stat="median", node=node, gpu=gpu,
+                             samples=len(window))
+        for key, metric, unit in (("gtemp", "gpu_temp_max_c", "C"),
+                                  ("fb", "gpu_mem_used_max_mb", "MB")):
+            vals = [float(s[key]) for s in window if s.get(key) is not None]
+            if vals:
+                self.measure(metric, max(vals), unit, stat="max", node=node, gpu=gpu)
+        util = med("sm")
+        if util is not None and util < th.gpu_idle_util_pct:
+            self.add("TRAIN_GPU_IDLE", "WARN", f"{node} GPU {gpu}: SM utilisation "
+                     f"{util:.0f}% (median of {len(window)} samples while training)", [path],
+                     gpu=gpu, util_pct=util)
+        throttled = [s for s in window
+                     if (s.get("pviol") or 0) > th.power_violation_pct or (s.get("tviol") or 0) > 0
+                     or s.get("slowdown")]
+        if throttled:
+            s = throttled[0]
+            why = s.get("slowdown") or [k for k in ("pviol", "tviol") if (s.get(k) or 0) > 0]
+            self.add("TRAIN_THROTTLED", "WARN", f"{node} GPU {gpu}: throttled in "
+                     f"{len(throttled)} of {len(window)} samples while training "
+                     f"({', '.join(map(str, why))}, line {s.get('line')})", [path], gpu=gpu,
+                     samples=len(throttled), line=s.get("line"))
+
+    # ------------------------------------------------------------------ kill
+
+    def kill(self, out: PhaseOutput) -> bool:
+        self.kill_out = out
+        if self.failed(out, killed_ok=True):
+            return False
+        self._nondeterministic(out)
+        killers = [n for n in out.nodes if n.supervise.get("killed")]
+        if not killers:
+            self.add("TRAIN_KILL_MISSED", "FAIL", "kill: the job finished before the kill point "
+                     f"({self.params.kill} at step {self.params.kill_step})",
+                     [n.file("supervise.json") for n in out.nodes])
+            return False
+        saved = next((e for e in out.all(protocol.SAVED)
+                      if int(e.get("step", -1)) == self.params.ckpt_step and e.get("rank") == 0),
+                     None)
+        ev = [self._rank_file(out, 0)]
+        if saved is None or saved.get("problems"):
+            self.add("TRAIN_CKPT_SAVE_FAILED", "FAIL", f"kill: no complete checkpoint of step "
+                     f"{self.params.ckpt_step} before the kill"
+                     + (f": {saved['problems'][:3]}" if saved and saved.get("problems") else ""),
+                     ev)
+            return False
+        size, write_s = float(saved["bytes"]), float(saved["write_s"])
+        self.measure("ckpt_size_bytes", size, "bytes", files=saved.get("files"))
+        self.measure("ckpt_save_s", float(saved["save_s"]), "s")
+        if write_s > 0:
+            self.measure("ckpt_write_gbs", size / write_s / 1e9, "GB/s", write_s=write_s)
+        self._prefix_matches(out)
+        kev = killers[0].supervise.get("kill_event") or {}
+        self.add("TRAIN_KILLED", "INFO", f"kill: checkpoint of step {self.params.ckpt_step} "
+                 f"saved ({size / 1e6:.1f} MB in {saved['save_s']:.3g} s, written at "
+                 f"{size / max(write_s, 1e-9) / 1e9:.2f} GB/s); SIGKILLed on "
+                 f"{', '.join(n.node for n in killers)} at {kev.get('event')} of step "
+                 f"{kev.get('step')}", ev + [killers[0].file("supervise.json")])
+        return True
+
+    def _prefix_matches(self, out: PhaseOutput) -> None:
+        """The killed run repeats the reference up to the kill: if not, the platform itself
+        is not deterministic, whatever the restore does."""
+        if self.ref is None:
+            return
+        ref, got = self.ref.steps(), out.steps()
+        for k in sorted(got):
+            if k in ref and ref[k]["loss_hex"] != got[k]["loss_hex"]:
+                reason = (f"two uninterrupted runs from the same seed differ at step {k} "
+                          f"({ref[k]['loss']} vs {got[k]['loss']})")
+                self.inexact.append(reason)
+                return
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(self, out: PhaseOutput, *, saved_on: list[str], restored_on: list[str],
+                ) -> None:
+        ev = [self._rank_file(out, 0)]
+        K, N = self.params.ckpt_step, self.params.steps
+        where = (f"saved on {'+'.join(saved_on)}, restored on {'+'.join(restored_on)}"
+                 + ("" if saved_on != restored_on else " (the same node)"))
+        no_ckpt = next((e for e in out.all(protocol.ERROR) if e.get("kind") == "no_checkpoint"),
+                       None)
+        self._skips(out)
+        if no_ckpt is not None:
+            self.add("TRAIN_RESTORE_FAILED", "FAIL", f"restore: {no_ckpt.get('message')} "
+                     f"({where})", ev)
+            return
+        loaded = [e for e in out.all(protocol.LOADED)]
+        if not loaded:
+            self.failed(out)
+            self.add("TRAIN_RESTORE_FAILED", "FAIL", f"restore: no checkpoint was loaded "
+                     f"({where})", ev + [n.file(STDERR) for n in out.nodes])
+            return
+        self._nondeterministic(out)
+        problems: list[str] = []
+        lead = min(loaded, key=lambda e: int(e.get("rank", 0)))
+        if int(lead["step"]) != K:
+            problems.append(f"restored step {lead['step']}, the last complete save was step {K}")
+        saved = {int(e["rank"]): e.get("hashes") for e in (self.kill_out.all(protocol.SAVED)
+                                                           if self.kill_out else [])
+                 if int(e.get("step", -1)) == K}
+        for e in sorted(loaded, key=lambda e: int(e.get("rank", 0))):
+            r = int(e.get("rank", 0))
+            for part, want in (e.get("hashes_saved") or {}).items():
+                got = (e.get("hashes_loaded") or {}).get(part)
+                if got != want:
+                    problems.append(f"rank {r}: {part} state after load {str(got)[:12]} differs "
+                                    f"from the saved {str(want)[:12]}")
+            if r in saved and saved[r] != e.get("hashes_saved"):
+                problems.append(f"rank {r}: the checkpoint's recorded hashes differ from those "
+                                "the saving run logged")
+        ref_steps = self.ref.steps() if self.ref else {}
+        if K in ref_steps and lead.get("lr_last") != ref_steps[K]["lr"]:
+            problems.append(f"LR at step {K}: restored {lead.get('lr_last')!r}, reference "
+                            f"{ref_steps[K]['lr']!r}")
+        if K + 1 in ref_steps and lead.get("lr_next") != ref_steps[K + 1]["lr"]:
+            problems.append(f"LR for step {K + 1}: restored {lead.get('lr_next')!r}, reference "
+                            f"{ref_steps[K + 1]['lr']!r}")
+        got = out.steps()
+        failed = self.failed(out)
+        mismatch = self._losses(ref_steps, got, K, N)
+        if mismatch:
+            problems.append(mismatch)
+        self.measure("ckpt_load_s", float(lead["load_s"]), "s", verify_s=lead.get("verify_s"))
+        self._restart(out, got, K)
+        if problems or failed:
+            detail = "; ".join(problems) if problems else "the restored run did not finish"
+            self.add("TRAIN_RESTORE_MISMATCH", "FAIL", f"restore ({where}): {detail}",
+                     ev + [self._rank_file(self.ref, 0)] if self.ref else ev,
+                     problems=problems)
+            return
+        exact = all(ref_steps[k]["loss_hex"] == got[k]["loss_hex"] for k in range(K + 1, N + 1))
+        how = (f"losses of steps {K + 1}..{N} equal the reference bit for bit" if exact else
+               f"losses of steps {K + 1}..{N} within {self.params.loss_tolerance:g} of the "
+               f"reference (not exact: {'; '.join(self.inexact)})")
+        lost = self._lost(K)
+        restart = next((m.value for m in reversed(self.measurements)
+                        if m.metric == "restart_s"), None)
+        self.add("TRAIN_RESTORE_OK", "PASS" if exact else "WARN",
+                 f"restore verified ({where}): step {K} restored, model/optimizer/RNG state "
+                 f"hashes equal on every rank, LR equal, {how}"
+                 + (f"; restart {restart:.1f} s" if restart is not None else "")
+                 + (f", {lost} step(s) of work lost" if lost is not None else ""),
+                 ev, exact=exact, inexact=self.inexact, saved_on=saved_on,
+                 restored_on=restored_on)
+
+    def _skips(self, out: PhaseOutput) -> None:
+        skips = [e for e in out.ranks.get(0, []) if e.get("event") == protocol.SKIP_CKPT]
+        for s in skips:
+            self.add("TRAIN_CKPT_SKIPPED", "INFO", f"restore: checkpoint of step {s.get('step')} "
+                     f"skipped: {'; '.join(s.get('reasons') or [])}",
+                     [self._rank_file(out, 0)], ckpt_step=s.get("step"))
+        if self.params.kill != "after-step" and not skips:
+            self.add("TRAIN_CKPT_SKIPPED", "INFO", f"restore: nothing to skip: the kill landed "
+                     f"before the save of step {self.params.kill_step} wrote its directory",
+                     [self._rank_file(out, 0)])
+
+    def _losses(self, ref: dict[int, dict[str, Any]], got: dict[int, dict[str, Any]], K: int,
+                N: int) -> str | None:
+        tol = self.params.loss_tolerance
+        for k in range(K + 1, N + 1):
+            if k not in got:
+                return f"the restored run stopped before step {k}"
+            if k not in ref:
+                return f"the reference has no step {k}"
+            if ref[k]["loss_hex"] == got[k]["loss_hex"]:
+                continue
+            a, b = float(ref[k]["loss"]), float(got[k]["loss"])
+            if self.inexact and tol > 0 and abs(a - b) <= tol * max(abs(a), 1e-12):
+                continue
+            return (f"first differing step {k}: reference loss {ref[k]['loss']} "
+                    f"({ref[k]['loss_hex']}), restored {got[k]['loss']} ({got[k]['loss_hex']})"
+                    + (f"; not deterministic here: {'; '.join(self.inexact)}"
+                       if self.inexact else ""))
+        return None
+
+    def _lost(self, K: int) -> int | None:
+        if self.kill_out is None:
+            return None
+        done = self.kill_out.steps()
+        return (max(done) - K) if done else None
+
+    def _restart(self, out: PhaseOutput, got: dict[int, dict[str, Any]], K: int) -> None:
+        """SIGKILL until the job was dead (the killing node's clock), plus relaunch until the
+        first restored step completed (the restoring node's clock); the controller's own
+        time between the two is left out."""
+        if self.kill_out is None or K + 1 not in got or not out.nodes:
+            return
+        deaths = [float(n.supervise["end_time"]) - float(n.supervise["kill_time"])
+                  for n in self.kill_out.nodes
+                  if n.supervise.get("kill_time") and n.supervise.get("end_time")]
+        start = out.nodes[0].supervise.get("start_time")
+        if not deaths or not start:
+            return
+        relaunch = float(got[K + 1]["t"]) - float(start)
+        self.measure("restart_s", max(deaths) + relaunch, "s", dying_s=max(deaths),
+                     relaunch_to_first_step_s=relaunch)
+        lost = self._lost(K)
+        if lost is not None:
+            self.measure("steps_lost", lost, "steps")
+
+
+    # ------------------------------------------------------------------ your own command
+
+    def command(self, out: PhaseOutput) -> bool:
+        """The user's script: exit status, wall time, telemetry; with the restore contract,
+        that the relaunch resumed at or after the last step it saved."""
+        n = out.nodes[0]
+        sup, log = n.supervise, n.file("command.stdout")
+        ev = [log, n.file("command.stderr"), n.file("supervise.json")]
+        if not sup:
+            self.add("TRAIN_FAILED", "FAIL", f"{out.phase}: no supervisor document from "
+                     f"{n.node}", ev, phase=out.phase)
+            return False
+        steps, saves = command_steps(log)
+        self.measure("command_wall_s", float(sup.get("wall_s") or 0), "s", phase=out.phase,
+                     rc=sup.get("rc"))
+        self._telemetry_window(out, float(sup.get("start_time") or 0),
+                               float(sup.get("end_time") or 0))
+        if sup.get("timed_out"):
+            self.add("TRAIN_TIMEOUT", "FAIL", f"{out.phase}: your command ran past "
+                     f"{self.params.timeout_s:.0f} s and was killed", ev, phase=out.phase)
+            return False
+        if out.phase == "kill":
+            if not sup.get("killed"):
+                self.add("TRAIN_KILL_MISSED", "FAIL", "kill: your command ended before it logged "
+                         f"step={self.params.command_kill_after_step}", ev)
+                return False
+            self.kill_out = out
+            self.add("TRAIN_KILLED", "INFO", f"kill: SIGKILLed after step={max(steps or [0])}"
+                     + (f"; last save logged at step={max(saves)}" if saves else
+                        "; no `saved ... step=N` line seen"), ev)
+            return True
+        if sup.get("rc") != 0:
+            self.add("TRAIN_COMMAND_FAILED", "FAIL", f"{out.phase}: your command exited with "
+                     f"status {sup.get('rc')}: {_tail(n.file('command.stderr'))}", ev)
+            return False
+        if out.phase == "reference":
+            self.add("TRAIN_COMMAND_OK", "INFO", f"your command finished in {sup.get('wall_s')} s"
+                     f" ({len(steps)} step lines)", ev)
+            return True
+        before, saved = command_steps(self.kill_out.nodes[0].file("command.stdout")) \
+            if self.kill_out else ([], [])
+        first = min(steps) if steps else None
+        need = max(saved) if saved else (min(before) + 1 if before else 1)
+        if first is None or first < need:
+            self.add("TRAIN_RESTORE_MISMATCH", "FAIL", "restore: your command "
+                     + (f"started again at step={first}" if first is not None else
+                        "logged no step") + f", expected step={need} or later"
+                     + (" (the last saved step)" if saved else " (it started over)"), ev,
+                     first_step=first, expected=need)
+            return True
+        lost = (max(before) - first) if before else None
+        if lost is not None:
+            self.measure("steps_lost", max(lost, 0), "steps")
+        self.add("TRAIN_RESTORE_OK", "PASS", f"restore: your command resumed at step={first} "
+                 f"(last saved {need if saved else 'unknown'}); finished in "
+                 f"{sup.get('wall_s')} s", ev, first_step=first)
+        return True
+
+
+_SAVED = re.compile(r"sav(?:e|ed|ing)\b", re.I)
+
+
+def command_steps(path: Path) -> tuple[list[int], list[int]]:
+    """`step=N` lines of the user's command; those that also say "saved" mark checkpoints."""
+    from payload.train.supervise import STEP_LINE
+
+    steps: list[int] = []
+    saves: list[int] = []
+    if not path.is_file():
+        return [], []
+    for line in path.read_text(errors="replace").splitlines():
+        m = STEP_LINE.search(line)
+        if m:
+            (saves if _SAVED.search(line) else steps).append(int(m.group(1)))
+    return steps, saves
+
+
+def _tail(path: Path, n: int = 3) -> str:
+    if not path.is_file():
+        return ""
+    lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()
+             if ln.strip() and not ln.startswith("*")]
+    return " | ".join(lines[-n:])[-400:]
+
+
+def read_telemetry(path: Path, source: str, rel: str) -> dict[int, list[dict[str, Any]]]:
+    """Per GPU, its samples in order: dmon column names (sm, pwr, gtemp, pclk, mclk, pviol,
+    tviol, rxpci, txpci) and `line`; the query loop's fields mapped onto them."""
+    text = path.read_text(errors="replace")
+    out: dict[int, list[dict[str, Any]]] = {}
+    if source == "dmon":
+        facts = parsers.parse("dmon", text, source=rel)
+        for s in facts.samples:  # type: ignore[attr-defined]
+            out.setdefault(s.gpu, []).append({**s.values, "line": s.line_no})
+        return out
+    facts = parsers.parse("nvidia-smi-query-gpu", text, source=rel)
+    for i, g in enumerate(facts.gpus, 2):  # type: ignore[attr-defined]
+        reasons = g.clocks_event_reasons
+        out.setdefault(g.index if g.index is not None else 0, []).append({
+            "sm": g.utilization_gpu_pct, "pwr": g.power_draw_w, "gtemp": g.temperature_gpu_c,
+            "pclk": g.clocks_sm_mhz, "mclk": g.clocks_mem_mhz, "line": i,
+            "slowdown": reasons.slowdown if reasons is not None else []})
+    return out
+
+
+def storage_findings(judge: Judge, node: str, doc: dict[str, Any], probe_file: Path,
+                     configured: bool) -> None:
+    """Where the checkpoint directory lives: a filesystem that dies with the instance."""
+    path = doc.get("path") or {}
+    mount = path.get("mount") or {}
+    fstype = mount.get("fstype")
+    model = doc.get("block_model") or ""
+    where = (f"{doc.get('ckpt_dir')} is on {fstype or '?'} (mount {mount.get('mount_point')}, "
+             f"source {mount.get('source')}{', device ' + model if model else ''})")
+    if not configured:
+        judge.add("CKPT_DIR_DEFAULT", "INFO", f"{node}: no ckpt_dir in the inventory: "
+                  f"checkpoints go under the work dir; {where}", [probe_file])
+    if fstype in _EPHEMERAL_FS:
+        judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: the checkpoint would not "
+                  "survive the instance", [probe_file], reason="ephemeral-fs", fstype=fstype)
+    elif _INSTANCE_STORE.search(model):
+        judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: an instance store, lost "
+                  "when the instance stops", [probe_file], reason="instance-store",
+                  fstype=fstype)

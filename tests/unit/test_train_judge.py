@@ -1,0 +1,413 @@
+"""Judging the training step's outputs: a real CPU run (tests/fixtures/train), then
+the same files with one thing broken at a time, each of which must produce its
+finding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.records import Finding
+from orchestrator.steps.train_judge import (
+    Judge,
+    PhaseOutput,
+    Subject,
+    command_steps,
+    p90,
+    peak_tflops,
+    read_phase,
+    storage_findings,
+)
+from orchestrator.suite import Suite, TrainParams, load_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "train" / "cpu-2node-gloo"
+H200_DMON = ROOT / "tests" / "fixtures" / "h200x2" / "commands" / "dmon.txt"
+SUITE = load_suite(ROOT / "suites" / "train-cpu.yaml")
+ORDER = {"reference": ["a", "b"], "kill": ["a", "b"], "restore": ["b", "a"]}
+
+
+@pytest.fixture()
+def fx(tmp_path: Path) -> Path:
+    return Path(shutil.copytree(FIX, tmp_path / "fx"))
+
+
+def phase(root: Path, name: str) -> PhaseOutput:
+    return read_phase(name, [(n, root / name / n) for n in ORDER[name]])
+
+
+def judge(root: Path, suite: Suite = SUITE, *, through: str = "restore") -> Judge:
+    j = Judge("run-1", suite, Subject("cpu", None, ["a", "b"], "multi"),
+              rel=lambda p: str(p.relative_to(root)))
+    if not j.reference(phase(root, "reference")) or through == "reference":
+        return j
+    if not j.kill(phase(root, "kill")) or through == "kill":
+        return j
+    j.restore(phase(root, "restore"), saved_on=["a", "b"], restored_on=["b", "a"])
+    return j
+
+
+def edit(path: Path, fn: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+    out = []
+    for line in path.read_text().splitlines():
+        ev = fn(json.loads(line))
+        if ev is not None:
+            out.append(json.dumps(ev))
+    path.write_text("\n".join(out) + "\n")
+
+
+def codes(j: Judge) -> dict[str, Finding]:
+    return {f.code: f for f in j.findings}
+
+
+def metrics(j: Judge) -> dict[str, float]:
+    return {m.metric: m.value for m in j.measurements}
+
+
+# --------------------------------------------------------------------------- the real run
+
+
+def test_captured_cpu_run_restores_bit_for_bit(fx: Path) -> None:
+    j = judge(fx)
+    c = codes(j)
+    ok = c["TRAIN_RESTORE_OK"]
+    assert ok.severity == "PASS" and ok.details["exact"] is True
+    assert "losses of steps 6..12 equal the reference bit for bit" in ok.message
+    assert "saved on a+b, restored on b+a" in ok.message
+    assert not [f for f in j.findings if f.severity in ("FAIL", "WARN")], j.findings
+    assert c["TRAIN_CKPT_SKIPPED"].details["ckpt_step"] == 7
+    assert "no manifest" in c["TRAIN_CKPT_SKIPPED"].message
+    m = metrics(j)
+    assert m["steps_lost"] == 2
+    assert 0 < m["restart_s"] < 60
+    assert m["ckpt_size_bytes"] > 1e6 and m["ckpt_write_gbs"] > 0
+    assert m["step_time_p90_s"] >= m["step_time_s"] > 0
+    assert "mfu" not in m  # a CPU run has no MFU
+    assert {mm.tags.get("rank") for mm in j.measurements if mm.metric == "peak_rss_bytes"} == {0, 1}
+    assert all(mm.scope == "train" and mm.suite_hash == SUITE.hash for mm in j.measurements)
+    # every evidence path is relative and exists
+    for f in j.findings:
+        assert f.evidence and all((fx / e).is_file() for e in f.evidence), f
+
+
+def test_a_changed_loss_after_restore_names_the_first_differing_step(fx: Path) -> None:
+    def bump(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step" and ev["step"] in (9, 11):
+            v = float(ev["loss"]) + 1e-6
+            ev.update(loss=repr(v), loss_hex=v.hex())
+        return ev
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", bump)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f.severity == "FAIL"
+    assert "first differing step 9: reference loss" in f.message
+    ref9 = next(json.loads(ln) for ln in (fx / "reference/a/rank0.jsonl").read_text().splitlines()
+                if '"step": 9,' in ln and '"event": "step"' in ln)
+    assert ref9["loss_hex"] in f.message
+
+
+def test_tolerance_applies_only_where_the_run_cannot_be_exact(fx: Path) -> None:
+    def nudge(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step" and ev["step"] == 9:
+            v = float(ev["loss"]) * (1 + 1e-7)
+            ev.update(loss=repr(v), loss_hex=v.hex())
+        return ev
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", nudge)
+    tolerant = SUITE.model_copy(update={"train": SUITE.train.model_copy(
+        update={"loss_tolerance": 1e-4})})
+    assert "TRAIN_RESTORE_MISMATCH" in codes(judge(fx, tolerant))  # deterministic: no excuse
+    with (fx / "reference" / "a" / "rank0.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "nondeterministic", "rank": 0, "t": 0,
+                            "message": "scatter_add_ has no deterministic kernel"}) + "\n")
+    ok = codes(judge(fx, tolerant))["TRAIN_RESTORE_OK"]
+    assert ok.severity == "WARN" and ok.details["exact"] is False
+    assert "scatter_add_" in ok.message
+
+
+@pytest.mark.parametrize("part", ["model", "optimizer", "rng"])
+def test_a_loaded_state_that_differs_from_the_saved_one_fails(fx: Path, part: str) -> None:
+    def spoil(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "loaded":
+            ev["hashes_loaded"][part] = "0" * 64
+        return ev
+
+    edit(fx / "restore" / "a" / "rank1.jsonl", spoil)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f"rank 1: {part} state after load" in f.message
+
+
+def test_a_checkpoint_whose_recorded_hashes_differ_from_the_save_fails(fx: Path) -> None:
+    def spoil(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "saved" and ev["step"] == 5:
+            ev["hashes"]["model"] = "f" * 64
+        return ev
+
+    edit(fx / "kill" / "a" / "rank0.jsonl", spoil)
+    assert "the checkpoint's recorded hashes differ" in codes(judge(fx))[
+        "TRAIN_RESTORE_MISMATCH"].message
+
+
+def test_restoring_the_half_written_checkpoint_fails(fx: Path) -> None:
+    def later(ev: dict[str, Any]) -> dict[str, Any] | None:
+        if ev["event"] == "skip_ckpt":
+            return None
+        if ev["event"] == "loaded":
+            ev["step"] = 7
+        return ev
+
+    for r, n in ((0, "b"), (1, "a")):
+        edit(fx / "restore" / n / f"rank{r}.jsonl", later)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert "restored step 7, the last complete save was step 5" in f.message
+
+
+def test_an_lr_that_is_not_the_references_fails(fx: Path) -> None:
+    def lr(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "loaded":
+            ev["lr_next"] = ev["lr_next"] * 2
+        return ev
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", lr)
+    assert "LR for step 6" in codes(judge(fx))["TRAIN_RESTORE_MISMATCH"].message
+
+
+def test_no_complete_checkpoint_is_a_failed_restore(fx: Path) -> None:
+    for r, n in ((0, "b"), (1, "a")):
+        edit(fx / "restore" / n / f"rank{r}.jsonl",
+             lambda ev: None if ev["event"] not in ("start", "warmup", "skip_ckpt") else ev)
+        with (fx / "restore" / n / f"rank{r}.jsonl").open("a") as f:
+            f.write(json.dumps({"event": "error", "kind": "no_checkpoint", "rank": r, "t": 0,
+                                "message": "no complete checkpoint under /ck"}) + "\n")
+    f = codes(judge(fx))["TRAIN_RESTORE_FAILED"]
+    assert f.severity == "FAIL" and "no complete checkpoint" in f.message
+
+
+# --------------------------------------------------------------------------- failures
+
+
+@pytest.mark.parametrize("kind,code", [("nonfinite", "TRAIN_NAN"), ("oom", "TRAIN_OOM"),
+                                       ("exception", "TRAIN_FAILED")])
+def test_an_error_event_stops_the_protocol_with_its_code(fx: Path, kind: str, code: str
+                                                         ) -> None:
+    ref = fx / "reference" / "a" / "rank0.jsonl"
+    edit(ref, lambda ev: None if ev["event"] == "end" or ev.get("step", 0) > 3 else ev)
+    with ref.open("a") as f:
+        f.write(json.dumps({"event": "error", "kind": kind, "rank": 0, "t": 0, "step": 3,
+                            "type": "RuntimeError", "message": "loss is nan at step 3"}) + "\n")
+    j = judge(fx)
+    f = codes(j)[code]
+    assert f.severity == "FAIL" and f.evidence == ["reference/a/rank0.jsonl"]
+    assert "TRAIN_KILLED" not in codes(j)  # no kill or restore after a broken reference
+
+
+def test_nccl_warn_and_collective_timeout_lines(fx: Path) -> None:
+    (fx / "reference" / "b" / "torchrun.stderr").write_text(
+        "node2:1:1 [0] NCCL INFO Bootstrap\n"
+        "node2:1:9 [0] transport/net_socket.cc:474 NCCL WARN NET/Socket : peer closed\n"
+        "[rank1]:[E] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+        "OpType=ALLREDUCE) ran for 300000 milliseconds before timing out.\n")
+    c = codes(judge(fx, through="reference"))
+    assert c["TRAIN_NCCL_WARN"].severity == "WARN" and c["TRAIN_NCCL_WARN"].details["line"] == 2
+    assert c["TRAIN_NCCL_TIMEOUT"].severity == "FAIL"
+    assert "torchrun.stderr:3" in c["TRAIN_NCCL_TIMEOUT"].message
+
+
+def test_a_kill_that_never_came_fails(fx: Path) -> None:
+    for n in ("a", "b"):
+        doc = json.loads((fx / "kill" / n / "supervise.json").read_text())
+        doc.update(killed=False, kill_time=None, rc=0)
+        (fx / "kill" / n / "supervise.json").write_text(json.dumps(doc))
+    assert "the job ended without finishing" in codes(judge(fx))["TRAIN_FAILED"].message
+    for n, r in (("a", 0), ("b", 1)):  # it ran to the end: the kill point was never reached
+        with (fx / "kill" / n / f"rank{r}.jsonl").open("a") as f:
+            f.write(json.dumps({"event": "end", "rank": r, "t": 0, "steps": 12}) + "\n")
+    assert codes(judge(fx))["TRAIN_KILL_MISSED"].severity == "FAIL"
+
+
+def test_a_missing_supervisor_document_fails(fx: Path) -> None:
+    (fx / "reference" / "b" / "supervise.json").unlink()
+    assert "no supervisor document from b" in codes(judge(fx))["TRAIN_FAILED"].message
+
+
+def test_a_loss_that_does_not_fall(fx: Path) -> None:
+    def flat(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step":
+            ev.update(loss="5.5", loss_hex=(5.5).hex())
+        return ev
+
+    edit(fx / "reference" / "a" / "rank0.jsonl", flat)
+    assert codes(judge(fx, through="reference"))["TRAIN_LOSS_NOT_DECREASING"].severity == "WARN"
+
+
+def test_an_input_pipeline_that_eats_the_step(fx: Path) -> None:
+    def slow(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step":
+            ev["data_wait_s"] = ev["step_time_s"] * 0.4
+        return ev
+
+    edit(fx / "reference" / "a" / "rank0.jsonl", slow)
+    f = codes(judge(fx, through="reference"))["TRAIN_INPUT_BOUND"]
+    assert "40%" in f.message
+
+
+# --------------------------------------------------------------------------- GPU runs
+
+
+def as_gpu(root: Path, dmon: str | None) -> None:
+    """Make the captured reference look like a GPU run sampled by dmon."""
+    t0 = 1000.0
+    for n, r in (("a", 0), ("b", 1)):
+        path = root / "reference" / n / f"rank{r}.jsonl"
+
+        def gpu(ev: dict[str, Any], r: int = r) -> dict[str, Any]:
+            if ev["event"] == "start":
+                ev.update(device="cuda:0", versions={**ev["versions"], "gpu_name": "NVIDIA H200"})
+            if ev["event"] == "step":
+                ev.update(t=t0 + ev["step"], step_time_s=1.0, data_wait_s=0.001, tokens=16384,
+                          fwd_s=0.30 if r == 1 else 0.15)
+            if ev["event"] in ("step", "end"):
+                ev.pop("rss_peak", None)
+                ev.update(mem_alloc_peak=40e9, mem_reserved_peak=50e9)
+            return ev
+
+        edit(path, gpu)
+        doc = json.loads((root / "reference" / n / "supervise.json").read_text())
+        doc["telemetry"] = ({"source": "dmon", "file": "dmon.txt", "started": t0,
+                             "interval_s": 1, "note": None} if dmon is not None else
+                            {"source": None, "file": None, "note": "dmon exited with 3: x"})
+        (root / "reference" / n / "supervise.json").write_text(json.dumps(doc))
+        if dmon is not None:
+            (root / "reference" / n / "dmon.txt").write_text(dmon)
+
+
+def test_gpu_run_gets_mfu_from_the_peak_table_and_idle_gpus_are_named(fx: Path) -> None:
+    as_gpu(fx, H200_DMON.read_text())  # the capture: two idle H200s
+    j = judge(fx, through="reference")
+    m = {mm.metric: mm for mm in j.measurements}
+    tps = 16384 / 1.0
+    flops = json.loads((fx / "reference/a/rank0.jsonl").read_text().splitlines()[0])[
+        "flops_per_token"]
+    assert m["tokens_per_s_per_gpu"].value == tps
+    assert m["mfu"].value == pytest.approx(flops * tps / 989e12)
+    assert m["mfu"].tags["peak_source"] == "gpu_peaks.yaml 'H200'"
+    assert m["peak_mem_allocated_bytes"].value == 40e9
+    idle = [f for f in j.findings if f.code == "TRAIN_GPU_IDLE"]
+    assert {f.details["gpu"] for f in idle} == {0, 1}
+    assert all(f.evidence[0].endswith("dmon.txt") for f in idle)
+    assert m["gpu_power_w"].value == 80 and m["gpu_temp_max_c"].value in (33, 34)
+    strag = codes(j)["TRAIN_STRAGGLER"]
+    assert strag.details["rank"] == 1 and strag.details["node_of_rank"] == "b"
+
+
+def test_throttling_in_the_training_window_is_reported(fx: Path) -> None:
+    dmon = ("#Time        gpu    pwr  gtemp     sm   pclk   mclk  pviol  tviol\n"
+            "#HH:MM:SS    Idx      W      C      %    MHz    MHz      %   bool\n"
+            + "".join(f"12:00:{k:02d}      0    690     71     99   1980   3201      "
+                      f"{40 if k == 4 else 0}      0\n" for k in range(14)))
+    as_gpu(fx, dmon)
+    c = codes(judge(fx, through="reference"))
+    assert "TRAIN_GPU_IDLE" not in c
+    f = c["TRAIN_THROTTLED"]
+    assert "pviol" in f.message and f.details["line"] == 7
+
+
+def test_no_telemetry_is_said_and_an_unknown_gpu_gets_no_mfu(fx: Path) -> None:
+    as_gpu(fx, None)
+    for n, r in (("a", 0), ("b", 1)):
+        edit(fx / "reference" / n / f"rank{r}.jsonl", lambda ev: {
+            **ev, "versions": {**ev["versions"], "gpu_name": "Tesla V100-SXM2-32GB"}}
+            if ev["event"] == "start" else ev)
+    j = judge(fx, through="reference")
+    assert "mfu" not in metrics(j)
+    c = codes(j)
+    assert "not in gpu_peaks.yaml" in c["TRAIN_NO_MFU"].message
+    assert "dmon exited with 3" in c["TRAIN_NO_TELEMETRY"].message
+
+
+def test_peak_table() -> None:
+    p = TrainParams()
+    assert peak_tflops("NVIDIA H100 80GB HBM3", "x", p)[0] == 989
+    assert peak_tflops("NVIDIA H100 PCIe", "x", p)[0] == 756
+    assert peak_tflops("NVIDIA H100 NVL", "x", p)[0] == 835
+    assert peak_tflops("NVIDIA H200", "x", p)[0] == 989
+    assert peak_tflops("NVIDIA A100-SXM4-80GB", "x", p)[0] == 312
+    assert peak_tflops("NVIDIA L40S", "x", p)[0] == 362
+    assert peak_tflops("NVIDIA L4", "x", p)[0] == 121
+    assert peak_tflops("NVIDIA A10G", "x", p)[0] is None
+    assert peak_tflops("Tesla V100-SXM2-16GB", "x", p)[0] is None
+    own = TrainParams(peak_tflops={"x": 500.0})
+    assert peak_tflops("NVIDIA H200", "x", own) == (500.0, "suite train.peak_tflops.x")
+
+
+def test_p90_is_nearest_rank() -> None:
+    assert p90([float(i) for i in range(1, 11)]) == 9.0
+    assert p90([3.0]) == 3.0
+
+
+# --------------------------------------------------------------------------- storage
+
+
+def _probe_doc(fstype: str, source: str, model: str | None = None) -> dict[str, Any]:
+    return {"ckpt_dir": "/ck", "block_model": model,
+            "path": {"mount": {"fstype": fstype, "source": source, "mount_point": "/"}}}
+
+
+@pytest.mark.parametrize("doc,reason", [
+    (_probe_doc("overlay", "overlay"), "ephemeral-fs"),
+    (_probe_doc("tmpfs", "tmpfs"), "ephemeral-fs"),
+    (_probe_doc("xfs", "/dev/nvme1n1", "Amazon EC2 NVMe Instance Storage"), "instance-store"),
+    (_probe_doc("ext4", "/dev/vda"), None),
+    (_probe_doc("nfs4", "fs:/export"), None),
+])
+def test_checkpoint_directories_that_die_with_the_instance(tmp_path: Path, doc: dict[str, Any],
+                                                           reason: str | None) -> None:
+    probe = tmp_path / "probe.json"
+    probe.write_text("{}")
+    j = Judge("r", SUITE, Subject("p", "n1", ["n1"], "single"), rel=lambda p: p.name)
+    storage_findings(j, "n1", doc, probe, configured=True)
+    got = [f for f in j.findings if f.code == "CKPT_NOT_PERSISTENT"]
+    assert [f.details["reason"] for f in got] == ([reason] if reason else [])
+    if reason:
+        assert got[0].evidence == ["probe.json"] and doc["path"]["mount"]["fstype"] in \
+            got[0].message
+    storage_findings(j, "n1", doc, probe, configured=False)
+    assert any(f.code == "CKPT_DIR_DEFAULT" for f in j.findings)
+
+
+# --------------------------------------------------------------------------- your own command
+
+
+def _command_phase(root: Path, phase: str, lines: str, **sup: Any) -> PhaseOutput:
+    d = root / phase / "n1"
+    d.mkdir(parents=True)
+    (d / "command.stdout").write_text(lines)
+    (d / "command.stderr").write_text("")
+    doc = {"rc": 0, "wall_s": 3.0, "start_time": 0, "end_time": 3, "killed": False,
+           "telemetry": {"note": "no GPU telemetry: nvidia-smi not found"}, **sup}
+    (d / "supervise.json").write_text(json.dumps(doc))
+    return read_phase(phase, [("n1", d)])
+
+
+def test_your_command_resumes_at_the_last_saved_step(tmp_path: Path) -> None:
+    suite = Suite(train=TrainParams(command="python train.py", resume_flag="--resume",
+                                    command_kill_after_step=6))
+    j = Judge("r", suite, Subject("p", "n1", ["n1"], "single"), rel=lambda p: p.name)
+    assert j.command(_command_phase(tmp_path, "reference", "step=1\nstep=2\n"))
+    assert j.command(_command_phase(tmp_path, "kill", "step=1\nsaved step=4\nstep=5\nstep=6\n",
+                                    killed=True, rc=-9))
+    assert j.command(_command_phase(tmp_path, "restore", "resuming\nstep=5\nstep=6\n"))
+    ok = codes(j)["TRAIN_RESTORE_OK"]
+    assert "resumed at step=5 (last saved 4)" in ok.message
+    assert metrics(j)["steps_lost"] == 1
+    j2 = Judge("r", suite, Subject("p", "n1", ["n1"], "single"), rel=lambda p: p.name)
+    j2.command(_command_phase(tmp_path / "2", "kill", "saved step=4\nstep=6\n", killed=True))
+    j2.command(_command_phase(tmp_path / "2", "restore", "step=1\nstep=2\n"))
+    assert "started again at step=1, expected step=4" in codes(j2)[
+        "TRAIN_RESTORE_MISMATCH"].message
+    assert command_steps(tmp_path / "nope") == ([], [])

@@ -1,0 +1,138 @@
+"""Planning the training step: suite validation, share groups, what each phase asks of
+the supervisor; and the whole step driven on local nodes with a command of the
+user's own (no torch needed), restore contract included."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import stat
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from orchestrator import inventory
+from orchestrator.inventory import Node
+from orchestrator.steps import train
+from orchestrator.store import Run
+from orchestrator.suite import Suite, TrainParams, load_suite
+from payload.train.protocol import KILL_POINTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_suite_train_section_is_checked() -> None:
+    assert typing.get_args(TrainParams.model_fields["kill"].annotation) == KILL_POINTS
+    with pytest.raises(ValidationError, match="must stay below steps"):
+        TrainParams(steps=10, ckpt_step=8, kill_offset=2)
+    with pytest.raises(ValidationError, match="multiple of n_heads"):
+        TrainParams(model="tiny", n_heads=3)
+    with pytest.raises(ValidationError, match="restore contract needs both"):
+        TrainParams(command="x", resume_flag="--resume")
+    s = load_suite(ROOT / "suites" / "train-cpu.yaml")
+    assert s.train.model == "tiny" and s.train.kill_step == 7
+    assert s.hash != Suite().hash
+    other = s.model_copy(update={"train": s.train.model_copy(update={"seed": 1})})
+    assert other.hash != s.hash  # every training parameter is part of the hash
+
+
+def _nodes(tmp_path: Path, *names: str) -> dict[str, Node]:
+    path = tmp_path / "inv.yaml"
+    path.write_text("version: 1\nproviders:\n  p:\n    executor: local\n    nodes:\n" + "".join(
+        f"      - {{name: {n}, work_dir: '/w/{n} x'}}\n" for n in names))
+    return {n.name: n for n in inventory.load(path).nodes}
+
+
+def test_share_groups_need_mutual_sight_and_equal_gpus(tmp_path: Path) -> None:
+    nodes = _nodes(tmp_path, "a", "b", "c", "d", "e", "f")
+
+    def probe(name: str, sees: set[str], gpus: int = 0) -> train.Probe:
+        return train.Probe(nodes[name], {"gpus": gpus}, Path("probe.json"), sees)
+
+    a, b, c = probe("a", {"b"}), probe("b", {"a"}), probe("c", {"a", "b"})
+    d = probe("d", set(), 0)
+    assert [[p.node.name for p in g] for g in train.share_groups([a, b, c, d])] == [
+        ["a", "b"], ["c"], ["d"]]
+    e, f = probe("e", {"f"}, 8), probe("f", {"e"}, 4)
+    assert len(train.share_groups([e, f])) == 2
+
+
+@pytest.mark.parametrize("kill,flags", [
+    ("after-step", ["--save-at", "8", "--kill-after-step", "10"]),
+    ("mid-save", ["--save-at", "8", "--save-at", "10", "--kill-at-save", "10"]),
+    ("before-manifest", ["--save-at", "8", "--save-at", "10", "--kill-at-commit", "10"]),
+])
+def test_the_kill_phase_saves_at_k_and_kills_where_the_suite_says(kill: str,
+                                                                  flags: list[str]) -> None:
+    params = TrainParams(kill=kill)  # type: ignore[arg-type]
+    assert train.phase_extra(params, "kill") == flags
+    assert train.phase_extra(params, "reference") == []
+    assert train.phase_extra(params, "restore") == []
+
+
+def test_supervisor_arguments_carry_the_suite(tmp_path: Path) -> None:
+    run = Run.create(tmp_path / "r", command="train", suite_hash="h", suite={},
+                     inventory_path=None)
+    node = _nodes(tmp_path, "n1")["n1"]
+    job = train.Job("n1", node, "kill", tmp_path, "/ck/x", extra=["--save-at", "8"])
+    args = train._supervise_args(job, run, TrainParams(model="350m", seed=7))
+    assert args[args.index("--out") + 1] == f"/w/n1 x/train-runs/{run.run_id}/n1/kill"
+    params = json.loads(args[args.index("--params") + 1])
+    assert params["model"] == "350m" and params["seed"] == 7
+    assert args[-2:] == ["--save-at", "8"]
+    assert train.ckpt_root(node, run, "n1") == f"/w/n1 x/ckpt/gpuvet-train/{run.run_id}/n1"
+    own = train._supervise_args(job, run, TrainParams(command="-x run.sh", resume_flag="-r",
+                                                      command_kill_after_step=3))
+    assert "--command=-x run.sh" in own and "--resume-flag=-r" in own
+
+
+FAKE_TRAINER = """#!/bin/sh
+# A user's trainer: step lines, a checkpoint at step 4 in $GPUVET_CKPT_DIR, --resume.
+start=1
+if [ "$1" = "--resume" ] && [ -f "$GPUVET_CKPT_DIR/state" ]; then
+  start=$(( $(cat "$GPUVET_CKPT_DIR/state") + 1 ))
+  echo "resuming at $start"
+fi
+i=$start
+while [ $i -le 8 ]; do
+  echo "step=$i"
+  if [ $i -eq 4 ]; then echo $i > "$GPUVET_CKPT_DIR/state"; echo "saved step=$i"; fi
+  sleep 0.2
+  i=$(( i + 1 ))
+done
+"""
+
+
+def test_your_command_on_two_local_nodes_restores_on_the_other(tmp_path: Path) -> None:
+    script = tmp_path / "trainer.sh"
+    script.write_text(FAKE_TRAINER)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    inv_path = tmp_path / "inv.yaml"
+    shared = tmp_path / "shared"
+    inv_path.write_text(
+        "version: 1\nproviders:\n  lab:\n    executor: local\n"
+        f"    access: {{python: {sys.executable}, ckpt_dir: {shared}}}\n    nodes:\n"
+        + "".join(f"      - {{name: {n}, work_dir: {tmp_path / n}}}\n" for n in ("n1", "n2")))
+    inv = inventory.load(inv_path)
+    suite = Suite(train=TrainParams(command=shlex.quote(str(script)), resume_flag="--resume",
+                                    command_kill_after_step=6, timeout_s=60))
+    run = Run.create(tmp_path / "results", command="train", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=inv_path)
+    driven = train.run_train(inv, inv.nodes, run, suite)
+    assert not driven.failed, driven.failed
+    assert list(driven.done) == ["provider:lab/single-n1+n2"]
+    fs = run.findings()
+    oks = {f.node: f for f in fs if f.code == "TRAIN_RESTORE_OK"}
+    assert set(oks) == {"n1", "n2"}, [f.message for f in fs]
+    assert "resumed at step=5 (last saved 4)" in oks["n1"].message
+    assert {f.node for f in fs if f.code == "CKPT_SHARED"} == {"n1", "n2"}
+    # n1's run was restored on n2: its files came back under n1's unit
+    assert (run.dir / "nodes/n1/train/restore/n2/command.stdout").read_text().startswith(
+        "resuming at 5")
+    assert not (shared / "gpuvet-train" / run.run_id).exists() or not any(
+        (shared / "gpuvet-train" / run.run_id).iterdir())  # checkpoints removed afterwards
+    ms = {(m.metric, m.nodes[0]) for m in run.measurements()}
+    assert ("steps_lost", "n1") in ms and ("command_wall_s", "n2") in ms
