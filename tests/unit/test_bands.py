@@ -98,3 +98,18 @@ def test_readme_inventory_example_is_accepted(tmp_path: Path) -> None:
     doc = InventoryFile.model_validate(data)
     band = doc.providers["alpha-cloud"].expect.nccl_busbw
     assert band is not None
+
+
+def test_judged_value_keeps_the_band_note() -> None:
+    """The note says where a shipped figure came from; a report shows it beside the verdict."""
+    band = Band(value=285, lower=250, upper=360, note="H200 x2, NVLink, capture of 2025")
+    assert band.judge(300).note == "H200 x2, NVLink, capture of 2025"
+    assert Band(value=285, lower=250, upper=360).judge(300).note is None
+
+
+def test_applicable_bands_come_smallest_size_first_whatever_their_order() -> None:
+    bands = [Band(value=360, lower=300, upper=400, size="4G"),
+             Band(value=285, lower=250, upper=360, size="128M"),
+             Band(value=100, lower=50, upper=150, size="1M")]
+    assert [b.size for b in applicable(bands, [1 << 20, 128 << 20, 4 << 30])] == ["1M", "128M", "4G"]
+    assert [b.size for b in applicable(bands, [4 << 30, 1 << 20])] == ["1M", "4G"]

@@ -76,3 +76,24 @@ def test_suite_refuses_a_bad_size_before_any_node_runs(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("nccl:\n  max_bytes: 4G\n")
     assert parse_size(load_suite(good).nccl.max_bytes) == 4 << 30
+
+
+def test_a_round_exactly_at_the_tolerance_is_not_a_drop() -> None:
+    """Only a round more than the tolerance below the median is a drop."""
+    (st,) = stability([{1: 100.0}, {1: 75.0}, {1: 100.0}])
+    assert st.drops(0.25) == []  # 75 is exactly 25 % below: not more
+    assert st.drops(0.24) == [2]
+
+
+def test_drops_are_judged_on_a_fabric_slower_than_one_gbps() -> None:
+    """A TCP fallback measures well under 1 GB/s; its drops still count."""
+    (st,) = stability([{1: 0.8}, {1: 0.2}, {1: 0.8}])
+    assert st.median == 0.8
+    assert st.drops(0.1) == [2]
+
+
+def test_cv_of_two_rounds_and_of_a_slow_fabric() -> None:
+    (two,) = stability([{1: 90.0}, {1: 110.0}])
+    assert two.cv == pytest.approx(14.142135 / 100.0)
+    (slow,) = stability([{1: 0.5}, {1: 1.0}, {1: 0.0}])  # mean 0.5, sample stdev 0.5
+    assert slow.cv == pytest.approx(1.0)

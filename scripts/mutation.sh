@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Mutation testing of the modules that judge (`make mutation`; not part of CI).
+#
+# A test suite that passes proves little until it is shown to fail on wrong
+# code. mutmut plants one small bug at a time (a flipped comparison, a changed
+# constant, a dropped argument) and runs the unit tests that cover the module;
+# a mutant the tests do not notice is a bug they would let through.
+#
+#   scripts/mutation.sh                      every judging module, one after another
+#   scripts/mutation.sh orchestrator/stats.py payload/scrub.py
+#   MUTATION_MIN=90 MUTATION_OUT=DIR scripts/mutation.sh
+#
+# mutmut rewrites source files, so everything runs in a temporary clone of HEAD
+# (committed code only; the working tree is never touched). One worker, since
+# the development machines are small. Per module it writes DIR/<module>.txt
+# (the surviving mutants as diffs) and prints a table of kill ratios; docs/
+# reliability.md says which survivors were judged harmless and why. Exit 1 when
+# the overall ratio is below MUTATION_MIN percent.
+set -euo pipefail
+
+ROOT=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+PY=${PY:-$ROOT/.venv/bin/python}
+OUT=${MUTATION_OUT:-$ROOT/results/mutation}
+MIN=${MUTATION_MIN:-90}
+
+# module -> the unit tests that exercise it (mutmut runs, per mutant, only those
+# of them that reach the mutated function).
+declare -A TESTS=(
+    [orchestrator/stats.py]="tests/unit/test_stats.py tests/unit/test_bands.py"
+    [orchestrator/bands.py]="tests/unit/test_bands.py tests/unit/test_stats.py"
+    [orchestrator/store.py]="tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
+    [orchestrator/steps/nccl_judge.py]="tests/unit/test_nccl_judge.py tests/unit/test_gpu_capture.py tests/unit/test_import_cli.py"
+    [orchestrator/collectdoc.py]="tests/unit/test_collectdoc_fuzz.py tests/unit/test_preflight.py"
+    [orchestrator/verdicts.py]="tests/unit/test_mutation_pins_verdicts.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
+    [payload/scrub.py]="tests/unit/payload/test_scrub.py tests/unit/test_store.py"
+    [payload/ncclbuild.py]="tests/unit/test_ncclbuild.py tests/unit/test_nccl_plan.py"
+    [orchestrator/checks.py]="tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/parsers/dmon.py]="tests/unit/parsers/test_dmon.py"
+    [orchestrator/parsers/gpus.py]="tests/unit/parsers/test_gpus.py"
+    [orchestrator/parsers/ibstat.py]="tests/unit/parsers/test_ibstat.py"
+    [orchestrator/parsers/nccl_debug.py]="tests/unit/parsers/test_nccl_debug.py"
+    [orchestrator/parsers/nccl_tests.py]="tests/unit/parsers/test_nccl_tests.py"
+    [orchestrator/parsers/_nccl_common.py]="tests/unit/parsers/test_nccl_tests.py tests/unit/parsers/test_nccl_debug.py"
+    [orchestrator/parsers/_nccl_tests_json.py]="tests/unit/parsers/test_nccl_tests.py"
+    [orchestrator/parsers/nvidia_smi.py]="tests/unit/parsers/test_nvidia_smi.py"
+    [orchestrator/parsers/nvidia_smi_q.py]="tests/unit/parsers/test_nvidia_smi_q.py"
+    [orchestrator/parsers/nvidia_smi_table.py]="tests/unit/parsers/test_nvidia_smi_table.py"
+    [orchestrator/parsers/nvidia_smi_xml.py]="tests/unit/parsers/test_nvidia_smi.py"
+    [orchestrator/parsers/system.py]="tests/unit/parsers/test_system.py"
+    [orchestrator/parsers/topology.py]="tests/unit/parsers/test_topology.py"
+)
+# Parts of a module left out, as mutmut's line patterns (a matching `def` line
+# leaves out the whole function). ncclbuild's source fetching and archive
+# extraction are guarded by their own tests and the archive fault tests.
+declare -A SKIP=(
+    [payload/ncclbuild.py]='^def safe_extract\( ^def fetch_source\('
+)
+ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/store.py orchestrator/steps/nccl_judge.py
+       orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
+       orchestrator/checks.py orchestrator/parsers/*.py)
+
+if [ $# -gt 0 ]; then modules=("$@"); else modules=("${ORDER[@]}"); fi
+cd "$ROOT"
+for m in "${modules[@]}"; do
+    case "$m" in */__init__.py) continue ;; esac
+    if [ -z "${TESTS[$m]:-}" ]; then
+        echo "mutation: no tests listed for $m; known: ${!TESTS[*]}" >&2
+        exit 2
+    fi
+done
+"$PY" -c 'import mutmut' 2>/dev/null || {
+    echo "mutation: mutmut is not installed in $PY (make setup installs the dev extra)" >&2; exit 2; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpuvet-mutation.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+git clone -q --no-hardlinks "$ROOT" "$TMP/src"
+mkdir -p "$OUT"
+echo "mutation: HEAD $(git -C "$TMP/src" rev-parse --short HEAD), results in $OUT"
+
+# Rewrite the clone's [tool.mutmut] for one module (the base settings stay).
+configure() {
+    "$PY" - "$TMP/src/pyproject.toml" "$1" "$2" "$3" <<'EOF'
+import json, re, sys, tomllib
+path, module, tests, skip = sys.argv[1:]
+text = open(path).read()
+conf = tomllib.loads(text)["tool"]["mutmut"]
+conf.update(only_mutate=[module], pytest_add_cli_args_test_selection=tests.split(),
+            do_not_mutate_patterns=skip.split())
+body = "".join("%s = %s\n" % (k, json.dumps(v)) for k, v in conf.items())
+start = text.index("[tool.mutmut]\n")
+nxt = re.search(r"^\[", text[start + 1:], re.M)
+end = start + 1 + nxt.start() if nxt else len(text)
+open(path, "w").write(text[:start] + "[tool.mutmut]\n" + body + "\n" + text[end:])
+EOF
+}
+
+rows=()
+tk=0; tt=0
+for m in "${modules[@]}"; do
+    case "$m" in */__init__.py) continue ;; esac
+    configure "$m" "${TESTS[$m]}" "${SKIP[$m]:-}"
+    name=${m%.py}; name=${name//\//.}
+    echo "mutation: $m (tests: ${TESTS[$m]})"
+    (
+        cd "$TMP/src"
+        rm -rf mutants
+        "$PY" -m mutmut run --max-children 1 > "$OUT/$name.log" 2>&1 || {
+            echo "mutation: mutmut failed on $m; see $OUT/$name.log" >&2; tail -20 "$OUT/$name.log" >&2; exit 1; }
+        "$PY" -m mutmut export-cicd-stats > /dev/null
+        cp mutants/mutmut-cicd-stats.json "$OUT/$name.json"
+        : > "$OUT/$name.txt"
+        "$PY" -m mutmut results 2>/dev/null | sed -n 's/^ *\([^ :]*\): \(survived\|no tests\|suspicious\)$/\1 \2/p' |
+            while read -r mutant status; do
+                { echo "### $mutant ($status)"; "$PY" -m mutmut show "$mutant" | grep -E '^[-+][^-+]'; echo; } \
+                    >> "$OUT/$name.txt"
+            done
+    )
+    read -r k t <<< "$("$PY" -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+caught = s["killed"] + s["timeout"] + s["segfault"]
+print(caught, s["total"] - s["skipped"])' "$OUT/$name.json")"
+    rows+=("$(printf '%-40s %5s / %-5s %s' "$m" "$k" "$t" "$("$PY" -c "print('%.1f%%' % (100 * $k / max($t, 1)))")")")
+    tk=$((tk + k)); tt=$((tt + t))
+done
+
+echo
+printf '%-40s %s\n' "module" "killed / total"
+printf '%s\n' "${rows[@]}"
+pct=$("$PY" -c "print('%.1f' % (100 * $tk / max($tt, 1)))")
+printf '%-40s %5s / %-5s %s%%\n' "all" "$tk" "$tt" "$pct"
+echo "surviving mutants: $OUT/*.txt"
+"$PY" -c "import sys; sys.exit(0 if $tk * 100 >= $MIN * $tt else 1)" || {
+    echo "mutation: $pct% killed, below MUTATION_MIN=$MIN%" >&2; exit 1; }
