@@ -1,0 +1,242 @@
+"""payload.ncclbuild past the early exits: what is compiled, how, and when a build is reused.
+
+A reused build that was compiled for another GPU architecture, CUDA, NCCL or
+MPI is the worst outcome: it runs, and its numbers are wrong or it fails with a
+message about the GPU. The node's commands are scripted here (nvcc --version,
+nvidia-smi, make, the binary's -h); everything else is ncclbuild's own code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from payload import ncclbuild
+
+COMMIT = "c" * 40
+HELP = "USAGE: all_reduce_perf\n\t[-b,--minbytes <min size in bytes>]\n\t[-J,--output_file <file>]\n" \
+       "\t[-T,--timeout <time in seconds>]\n\t[-e,--maxbytes <max size in bytes>]\n"
+
+
+class FakeNode:
+    """The commands a build runs, answered as a node with this toolchain would."""
+
+    def __init__(self, caps: tuple[str, ...] = ("9.0",), cuda: str = "12.4") -> None:
+        self.caps = caps
+        self.cuda = cuda
+        self.make_rc = 0
+        self.make_output = ""
+        self.make_writes_binary = True
+        self.make_timed_out = False
+        self.calls: list[list[str]] = []
+        self.make_env: dict[str, str] = {}
+
+    def run_command(self, argv: list[str], timeout: float, cap: int = 0,
+                    env: dict[str, str] | None = None) -> dict[str, Any]:
+        self.calls.append(list(argv))
+        out, rc, timed_out = "", 0, False
+        if argv[0].endswith("nvcc"):
+            out = f"Cuda compilation tools, release {self.cuda}, V{self.cuda}.131\n"
+        elif argv[:2] == ["nvidia-smi", "--query-gpu=compute_cap"]:
+            out = "".join(c + "\n" for c in self.caps)
+        elif argv[:2] == ["nvidia-smi", "-L"]:
+            out = "".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i})\n" for i in range(len(self.caps)))
+        elif argv[0] == "make":
+            self.make_env = dict(env or {})
+            build_dir = next(a.split("=", 1)[1] for a in argv if a.startswith("BUILDDIR="))
+            if self.make_writes_binary:
+                os.makedirs(build_dir, exist_ok=True)
+                Path(build_dir, ncclbuild.BINARY).write_text("binary\n")
+            out, rc, timed_out = self.make_output, self.make_rc, self.make_timed_out
+            if timed_out:
+                rc = None  # type: ignore[assignment]
+        elif argv[-1] == "-h":
+            out = HELP
+        else:
+            raise AssertionError(f"unexpected command {argv}")
+        return {"argv": argv, "rc": rc, "stdout": out, "stderr": "", "timed_out": timed_out}
+
+    def makes(self) -> list[list[str]]:
+        return [c for c in self.calls if c[0] == "make"]
+
+
+@pytest.fixture
+def node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
+    fake = FakeNode()
+    monkeypatch.setattr(ncclbuild, "run_command", fake.run_command)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    def fetch(src: str, commit: str, *a: Any, **k: Any) -> str:
+        os.makedirs(src, exist_ok=True)
+        return commit
+
+    monkeypatch.setattr(ncclbuild, "fetch_source", fetch)
+    return fake
+
+
+def args(tmp_path: Path, *extra: str, commit: str = COMMIT) -> argparse.Namespace:
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True, exist_ok=True)
+    nccl = tmp_path / "nccl"
+    nccl.mkdir(exist_ok=True)
+    p = argparse.ArgumentParser()
+    ncclbuild.add_arguments(p)
+    return p.parse_args(["--cache", str(tmp_path / "cache"), "--commit", commit,
+                         "--url", "https://nccl-tests.invalid/x.git", "--cuda-home", str(cuda),
+                         "--nccl-home", str(nccl), "--no-mpi", "--jobs", "3", "--timeout", "60",
+                         *extra])
+
+
+def test_a_build_for_one_gpu_architecture_is_not_reused_for_another(tmp_path: Path,
+                                                                    node: FakeNode) -> None:
+    """An sm_80 build (A100) in a shared cache must not be run on sm_90 (H100/H200)."""
+    node.caps = ("8.0",)
+    a100 = ncclbuild.build(args(tmp_path))
+    assert a100["ok"] and not a100["cached"]
+    assert a100["gencode"] == "-gencode=arch=compute_80,code=sm_80"
+    node.caps = ("9.0",)
+    h200 = ncclbuild.build(args(tmp_path))
+    assert h200["ok"] and not h200["cached"]
+    assert h200["cache_key"] != a100["cache_key"]
+    assert h200["build_dir"] != a100["build_dir"]
+    assert [m[-1] for m in node.makes()] == ["NVCC_GENCODE=-gencode=arch=compute_80,code=sm_80",
+                                             "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"]
+    # an explicit --gencode counts the same as a detected one
+    explicit = ncclbuild.build(args(tmp_path, "--gencode=-gencode=arch=compute_80,code=sm_80"))
+    assert explicit["cached"] and explicit["cache_key"] == a100["cache_key"]
+    assert len(node.makes()) == 2
+
+
+def test_mixed_gpus_build_for_every_architecture_once(tmp_path: Path, node: FakeNode) -> None:
+    node.caps = ("9.0", "8.0", "9.0", "not a number")
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["gencode"] == ("-gencode=arch=compute_80,code=sm_80 "
+                              "-gencode=arch=compute_90,code=sm_90")
+
+
+def test_no_compute_capability_builds_without_a_gencode(tmp_path: Path, node: FakeNode) -> None:
+    """nvcc's default architectures, rather than a guess."""
+    node.caps = ()
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["ok"] and doc["gencode"] is None
+    assert not any(a.startswith("NVCC_GENCODE") for a in node.makes()[0])
+
+
+@pytest.mark.parametrize("change", ["cuda", "commit", "nccl_home", "mpi_home"])
+def test_cache_key_follows_every_part_of_the_toolchain(tmp_path: Path, node: FakeNode,
+                                                       change: str) -> None:
+    first = ncclbuild.build(args(tmp_path))
+    again = ncclbuild.build(args(tmp_path))
+    assert again["cached"] and again["cache_key"] == first["cache_key"]
+    extra: list[str] = []
+    commit = COMMIT
+    if change == "cuda":
+        node.cuda = "12.8"
+    elif change == "commit":
+        commit = "d" * 40
+    elif change == "nccl_home":
+        other = tmp_path / "nccl-2.21"
+        other.mkdir()
+        extra = ["--nccl-home", str(other)]
+    else:
+        extra = ["--mpi-home", "/opt/openmpi"]
+    a = args(tmp_path, *extra, commit=commit)
+    if change == "mpi_home":
+        a.no_mpi = False
+    other_doc = ncclbuild.build(a)
+    assert not other_doc["cached"]
+    assert other_doc["cache_key"] != first["cache_key"]
+    assert len(node.makes()) == 2
+
+
+def test_make_line_and_runpath(tmp_path: Path, node: FakeNode) -> None:
+    a = args(tmp_path, "--mpi-home", "/opt/openmpi")
+    a.no_mpi = False
+    doc = ncclbuild.build(a)
+    (make,) = node.makes()
+    cache = tmp_path / "cache"
+    assert make[:3] == ["make", "-j3", "-C"]
+    assert make[3] == str(cache / f"src-{COMMIT}")
+    assert make[4] == "BUILDDIR=" + doc["build_dir"]
+    assert Path(doc["build_dir"]).parent.name == f"nccl-tests-{COMMIT[:12]}-{doc['cache_key']}"
+    assert len(doc["cache_key"]) == 12
+    assert make[5:] == [f"CUDA_HOME={tmp_path / 'cuda'}", f"NCCL_HOME={tmp_path / 'nccl'}",
+                        "MPI=1", "MPI_HOME=/opt/openmpi",
+                        "NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90"]
+    assert doc["make"] == make and doc["mpi"] is True and doc["mpi_home"] == "/opt/openmpi"
+    # the binary finds libnccl through its RUNPATH, under mpirun too
+    assert node.make_env["LD_RUN_PATH"] == str(tmp_path / "nccl" / "lib") == doc["rpath"]
+    assert doc["cuda_version"] == "12.4" and doc["built_commit"] == COMMIT
+    assert doc["binary"] == os.path.join(doc["build_dir"], ncclbuild.BINARY)
+    assert doc["log"] == os.path.join(Path(doc["build_dir"]).parent, "build.log")
+    assert "$ make -j3" in Path(doc["log"]).read_text()
+
+
+def test_without_mpi_or_nccl_home_the_make_line_says_neither(tmp_path: Path, node: FakeNode,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """NCCL from /usr: no NCCL_HOME, no runpath; --no-mpi: no MPI=1."""
+    monkeypatch.setattr(ncclbuild, "nccl_home_for", lambda cache, env, explicit: {
+        "home": None, "version": "2.21.5", "source": "system", "header": "/usr/include/nccl.h"})
+    a = args(tmp_path)
+    doc = ncclbuild.build(a)
+    (make,) = node.makes()
+    assert not any(x.startswith(("NCCL_HOME", "MPI")) for x in make)
+    assert "LD_RUN_PATH" not in node.make_env and doc["rpath"] is None
+    assert doc["mpi"] is False and doc["mpi_home"] is None
+
+
+def test_a_finished_build_is_recorded_and_reused_with_todays_gpu_count(
+        tmp_path: Path, node: FakeNode, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = ncclbuild.build(args(tmp_path))
+    assert first["flags"] == ["-J", "-T", "-b", "-e"]
+    assert first["gpus"] == 1
+    assert first["diagnosis"] is None and first["tool"] == "gpuvet-nccl-build"
+    assert first["requested_commit"] == COMMIT
+    recorded = json.loads((Path(first["build_dir"]).parent / "build.json").read_text())
+    assert recorded == json.loads(json.dumps(first))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2")
+    again = ncclbuild.build(args(tmp_path))
+    assert again["cached"] is True and again["gpus"] == 3
+    assert {k: v for k, v in again.items() if k not in ("cached", "gpus")} == \
+        {k: v for k, v in recorded.items() if k not in ("cached", "gpus")}
+    # the binary gone (a cleaned cache) means building again, not trusting build.json
+    os.remove(first["binary"])
+    third = ncclbuild.build(args(tmp_path))
+    assert third["cached"] is False and len(node.makes()) == 2
+
+
+def test_failed_builds_say_why_and_are_not_recorded(tmp_path: Path, node: FakeNode) -> None:
+    node.make_rc, node.make_writes_binary = 2, False
+    node.make_output = "src/common.h:9:10: fatal error: nccl.h: No such file or directory\n"
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["ok"] is False and doc["diagnosis"].startswith("nccl.h not found")
+    build_json = Path(doc["build_dir"]).parent / "build.json"
+    assert not build_json.exists()
+    assert "nccl.h: No such file" in Path(doc["log"]).read_text()
+    node.make_output = "something else\n"
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["diagnosis"] == f"make failed (rc=2); see {doc['log']}"
+    # rc 0 without the binary is a failure too
+    node.make_rc = 0
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["ok"] is False and doc["diagnosis"] == f"make failed (rc=0); see {doc['log']}"
+    node.make_timed_out = True
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["diagnosis"] == "build timed out after 60 s"
+    assert not build_json.exists()
+    assert len(node.makes()) == 4
+
+
+def test_no_nccl_anywhere_stops_before_fetching(tmp_path: Path, node: FakeNode,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ncclbuild, "nccl_home_for", lambda cache, env, explicit: {
+        "home": None, "version": None, "source": None})
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["ok"] is False and doc["diagnosis"].startswith("NCCL not found")
+    assert "pip install nvidia-nccl-cu12" in doc["diagnosis"]
+    assert not node.makes() and "cache_key" not in doc
