@@ -32,10 +32,10 @@ GROUPS = (
     "orchestrator.cli.parse",
     "orchestrator.cli.index",
     "orchestrator.cli.runs",
+    "orchestrator.cli.compare",
 )
 OPTIONAL_GROUPS = (  # command groups that arrive with later steps
     "orchestrator.cli.train",
-    "orchestrator.cli.compare",
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",
 )

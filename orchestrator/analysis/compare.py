@@ -1,0 +1,422 @@
+"""Providers side by side, measured under identical parameters.
+
+Which runs: each provider's latest complete run of every step (preflight, nccl,
+train), or the runs named. The identical-parameters gate comes first: runs whose
+suite hashes differ are different experiments, and the comparison stops with
+the parameters that differ. Then the numbers, next to the environment they
+were measured in:
+
+- busbw per message size and scope: median, min and max over rounds and nodes,
+  and the ratio of each provider to the first with a 95% bootstrap interval
+  (resampling each side's rounds x nodes, ratio of medians, fixed seed);
+- stability: coefficient of variation per size, round drops, timeouts, #wrong;
+- transports NCCL used, torch.distributed vs nccl-tests agreement;
+- from the training step where it ran: step time, tokens/s/GPU, MFU, peak memory,
+  restore, restart time, checkpoint persistence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis import frames
+from orchestrator.errors import UsageError
+from orchestrator.records import Finding
+from orchestrator.verdicts import Table
+
+STEPS = ("preflight", "nccl", "train")
+COMPLETE = ("passed", "failed")  # finished runs; running/interrupted/error ones are attempts
+BOOTSTRAP = 2000
+SEED = 20250101
+STABLE_FROM = 16 << 20  # as the nccl judge: below 16 MiB round-to-round noise is latency
+
+
+class SuiteMismatch(UsageError):
+    """Runs of different suites: not the same experiment (exit 2)."""
+
+
+@dataclass
+class Selection:
+    providers: list[str]
+    runs: pd.DataFrame  # the selected runs
+    chosen: dict[str, dict[str, str]]  # provider -> step -> run id
+    all_runs: pd.DataFrame  # every run of these providers (cost: failed attempts)
+
+    def run_ids(self, provider: str | None = None) -> list[str]:
+        ps = [provider] if provider else self.providers
+        return list(dict.fromkeys(r for p in ps for r in self.chosen.get(p, {}).values()))
+
+    @property
+    def paths(self) -> dict[str, Path]:
+        return {str(r): Path(str(p)) for r, p in zip(self.runs["run_id"], self.runs["path"],
+                                                      strict=True)}
+
+
+def _unknown(root: Path, want: Sequence[str], have: Sequence[str]) -> None:
+    missing = [r for r in want if r not in set(have)]
+    if missing:
+        raise UsageError(f"no run {', '.join(missing)} under {root}",
+                         hint=f"see `gpuvet runs --results {root}`")
+
+
+def select(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
+           ) -> Selection:
+    """Each provider's latest complete run per step (or the latest of the runs named)."""
+    everything = frames.runs(root)
+    if everything.empty:
+        raise UsageError(f"the results store {root} holds no runs",
+                         hint="run `gpuvet preflight` / `gpuvet nccl` first")
+    if run_ids:
+        _unknown(root, run_ids, list(everything["run_id"]))
+        pool = everything[everything["run_id"].isin(list(run_ids))]
+    else:
+        pool = everything[everything["status"].isin(COMPLETE)]
+    if not providers:
+        providers = sorted({p for ps in pool["providers"] for p in ps})
+    known = sorted({p for ps in everything["providers"] for p in ps})
+    unknown = [p for p in providers if p not in known]
+    if unknown:
+        raise UsageError(f"no runs of provider {', '.join(unknown)} under {root} "
+                         f"(providers with runs: {', '.join(known) or 'none'})")
+    pool = pool[pool["providers"].map(lambda ps: bool(set(ps) & set(providers)))]
+    steps = frames.steps_of(root, list(pool["run_id"])) if not pool.empty else \
+        pd.DataFrame(columns=["run_id", "provider", "step"])
+    order = {r: i for i, r in enumerate(pool["run_id"])}  # oldest first
+    chosen: dict[str, dict[str, str]] = {}
+    for p in providers:
+        mine = steps[steps["provider"] == p]
+        chosen[p] = {}
+        for step in STEPS:
+            ids = sorted(set(mine[mine["step"] == step]["run_id"]), key=order.__getitem__)
+            if ids:
+                chosen[p][step] = ids[-1]
+        if not chosen[p]:
+            what = "of the runs named" if run_ids else "complete (passed or failed)"
+            raise UsageError(f"provider {p} has no {what} run with records under {root}",
+                             hint="finish a run (`--resume`) or name runs with --runs")
+    picked = {r for c in chosen.values() for r in c.values()}
+    runs = everything[everything["run_id"].isin(picked)].reset_index(drop=True)
+    mine_all = everything[everything["providers"].map(lambda ps: bool(set(ps) & set(providers)))]
+    return Selection(list(providers), runs, chosen, mine_all.reset_index(drop=True))
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict):
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): d}
+
+
+def suite_gate(sel: Selection, docs: dict[str, dict[str, Any]]) -> None:
+    """Refuse runs of different suites, naming every parameter that differs."""
+    hashes = dict(zip(sel.runs["run_id"], sel.runs["suite_hash"], strict=True))
+    if len(set(hashes.values())) <= 1:
+        return
+    by_hash: dict[str, str] = {}
+    for rid in sel.runs["run_id"]:
+        by_hash.setdefault(hashes[rid], rid)
+    flat = {h: _flatten((docs.get(rid) or {}).get("suite") or {}) for h, rid in by_hash.items()}
+    keys = sorted(set().union(*flat.values()))
+    differ = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
+    owners = {h: ", ".join(f"{rid} ({', '.join(p for p in sel.providers if rid in sel.run_ids(p))})"
+                           for rid in sel.runs["run_id"] if hashes[rid] == h) for h in flat}
+    lines = [f"suite {h}: runs {owners[h]}" for h in flat]
+    lines += [f"{k}: " + " vs ".join(f"{flat[h].get(k)!r} ({h})" for h in flat) for k in differ]
+    raise SuiteMismatch("the runs were measured with different suites, so they are not "
+                        "compared:\n  " + "\n  ".join(lines),
+                        hint="run every provider with the same --suite, or pick runs of one "
+                             "suite with --runs")
+
+
+# --- busbw side by side --------------------------------------------------------------------
+
+def busbw_values(ms: pd.DataFrame, provider: str, scope: str) -> dict[int, np.ndarray]:
+    """busbw (out-of-place, nccl-tests) per size: every round of every node."""
+    sel = ms[(ms["provider"] == provider) & (ms["metric"] == "busbw") & (ms["scope"] == scope)
+             & (ms["engine"] == "nccl-tests") & (ms["inplace"] == False)]  # noqa: E712
+    return {int(float(str(s))): g.to_numpy(dtype=float) for s, g in sel.groupby("size")["value"]}
+
+
+def ratio_ci(a: np.ndarray, b: np.ndarray, *, n: int = BOOTSTRAP, seed: int = SEED
+             ) -> tuple[float, float, float]:
+    """median(b)/median(a) and its 95% percentile-bootstrap interval: each side's values
+    (rounds x nodes) resampled with replacement, the ratio of medians recomputed."""
+    ma = float(np.median(a))
+    point = float(np.median(b)) / ma if ma > 0 else float("nan")
+    if len(a) < 2 or len(b) < 2 or ma <= 0:
+        return point, float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    ra = np.median(a[rng.integers(0, len(a), (n, len(a)))], axis=1)
+    rb = np.median(b[rng.integers(0, len(b), (n, len(b)))], axis=1)
+    ok = ra > 0
+    ratios = rb[ok] / ra[ok]
+    lo, hi = np.percentile(ratios, [2.5, 97.5])
+    return point, float(lo), float(hi)
+
+
+def size_label(n: int) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"
+
+
+def _r(v: float, nd: int = 3) -> float | None:
+    return None if v != v else round(v, nd)  # NaN -> None (JSON, tables)
+
+
+def busbw_table(ms: pd.DataFrame, providers: Sequence[str], *, min_size: int = 1 << 20
+                ) -> Table:
+    """Per scope and size: each provider's median [min-max] busbw, and each other
+    provider's ratio to the first with its interval."""
+    base = providers[0]
+    cols: list[str] = ["scope", "size"]
+    for p in providers:
+        cols += [f"{p} median GB/s", f"{p} min-max"]
+    for p in providers[1:]:
+        cols += [f"{p}/{base}", f"{p}/{base} 95% CI"]
+    rows = []
+    for scope in ("single", "multi"):
+        vals = {p: busbw_values(ms, p, scope) for p in providers}
+        sizes = sorted({s for v in vals.values() for s in v if s >= min_size})
+        for s in sizes:
+            row: list[Any] = [scope, size_label(s)]
+            for p in providers:
+                v = vals[p].get(s)
+                row += [None, None] if v is None else [
+                    round(float(np.median(v)), 2), f"{v.min():.2f}-{v.max():.2f}"]
+            for p in providers[1:]:
+                a, b = vals[base].get(s), vals[p].get(s)
+                if a is None or b is None:
+                    row += [None, None]
+                    continue
+                point, lo, hi = ratio_ci(a, b)
+                row += [_r(point), "-" if lo != lo else f"{lo:.3f}-{hi:.3f}"]
+            rows.append(tuple(row))
+    return Table("busbw (all_reduce, out-of-place)", tuple(cols), rows)
+
+
+def stability_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequence[str]
+                    ) -> Table:
+    """Round-to-round stability per provider and scope, from 16 MiB up."""
+    rows = []
+    for p in providers:
+        fs = [f for f in findings if f.provider == p and f.step == "nccl"]
+        for scope in ("single", "multi"):
+            sel = ms[(ms["provider"] == p) & (ms["metric"] == "busbw") & (ms["scope"] == scope)
+                     & (ms["engine"] == "nccl-tests") & (ms["inplace"] == False)  # noqa: E712
+                     & (ms["size"] >= STABLE_FROM)]
+            if sel.empty:
+                continue
+            g = sel.groupby(["nodes", "size"])["value"]
+            cv = (g.std(ddof=1) / g.mean()).dropna()
+            scoped = [f for f in fs if (f.details.get("scope") or scope) == scope]
+            count = {c: sum(f.code == c for f in scoped) for c in
+                     ("NCCL_ROUND_DROP", "NCCL_TIMEOUT", "NCCL_TEST_FAILURE")}
+            rows.append((p, scope, int(sel["round"].nunique()), int(sel["nodes"].nunique()),
+                         _r(float(cv.median()) if len(cv) else float("nan"), 4),
+                         _r(float(cv.max()) if len(cv) else float("nan"), 4),
+                         count["NCCL_ROUND_DROP"], count["NCCL_TIMEOUT"],
+                         count["NCCL_TEST_FAILURE"]))
+    return Table("stability (busbw from 16 MiB)", ("provider", "scope", "rounds", "series",
+                                                   "cv median", "cv max", "round drops",
+                                                   "timeouts", "failures/#wrong"), rows)
+
+
+def transports_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
+    rows = []
+    for p in providers:
+        for f in findings:
+            if f.provider == p and f.code == "NCCL_TRANSPORTS":
+                rows.append((p, f.subject, ", ".join(f.details.get("transports") or []) or "-",
+                             f.message))
+    return Table("transports NCCL used", ("provider", "where", "transports", "message"), rows)
+
+
+def agreement_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
+    rows = [(f.provider, f.subject, f.severity, f.message) for f in findings
+            if f.provider in providers and f.code == "TORCH_VS_NCCL_TESTS"]
+    return Table("torch.distributed vs nccl-tests", ("provider", "where", "severity", "message"),
+                 rows)
+
+
+# --- training ------------------------------------------------------------------------------
+
+TRAIN_METRICS = (("step_time_s", "step time (median)", "s", "median"),
+                 ("step_time_p90_s", "step time (p90)", "s", "median"),
+                 ("tokens_per_s_per_gpu", "tokens/s per GPU", "tokens/s", "median"),
+                 ("mfu", "MFU", "ratio", "median"),
+                 ("peak_mem_allocated_bytes", "peak memory allocated", "GB", "max"),
+                 ("peak_mem_reserved_bytes", "peak memory reserved", "GB", "max"),
+                 ("ckpt_size_bytes", "checkpoint size", "GB", "max"),
+                 ("ckpt_save_s", "checkpoint save", "s", "median"),
+                 ("ckpt_load_s", "checkpoint load", "s", "median"),
+                 ("restart_s", "restart (kill to first step)", "s", "median"),
+                 ("steps_lost", "steps lost", "steps", "max"))
+RESTORE_CODES = ("TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH", "TRAIN_RESTORE_FAILED")
+PERSIST_CODES = ("CKPT_NOT_PERSISTENT", "CKPT_SHARED", "CKPT_DIR", "CKPT_DIR_EPHEMERAL")
+
+
+def train_value(ms: pd.DataFrame, provider: str, metric: str, how: str = "median"
+                ) -> float | None:
+    sel = ms[(ms["provider"] == provider) & (ms["scope"] == "train") & (ms["metric"] == metric)]
+    if sel.empty:
+        return None
+    v = float(sel["value"].max() if how == "max" else sel["value"].median())
+    return v / 1e9 if metric.endswith("_bytes") else v
+
+
+def train_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequence[str]
+                ) -> Table:
+    """Training results side by side; empty (no rows) where no provider trained."""
+    rows: list[tuple[Any, ...]] = []
+    if ms.empty or not (ms["scope"] == "train").any():
+        return Table("training", ("what", *providers), rows)
+    for metric, label, unit, how in TRAIN_METRICS:
+        vals = [train_value(ms, p, metric, how) for p in providers]
+        if all(v is None for v in vals):
+            continue
+        rows.append((f"{label} ({unit})", *(None if v is None else round(v, 4) for v in vals)))
+    for label, codes in (("restore", RESTORE_CODES), ("checkpoint storage", PERSIST_CODES)):
+        cells = []
+        for p in providers:
+            fs = [f for f in findings if f.provider == p and f.code in codes]
+            cells.append("; ".join(f"{f.severity} {f.code}" for f in fs) or "not measured")
+        rows.append((label, *cells))
+    return Table("training", ("what", *providers), rows)
+
+
+# --- the whole comparison ------------------------------------------------------------------
+
+@dataclass
+class Comparison:
+    root: Path
+    selection: Selection
+    findings: list[Finding]
+    measurements: pd.DataFrame
+    env: pd.DataFrame  # latest environment facts of the selected runs
+    verdicts: list[Any]  # verdict.ProviderVerdict
+    costs: list[Any]  # cost.PocCost (empty with --no-cost)
+    units: list[Any]  # cost.UnitCost
+    currencies_apart: list[str]
+    tables: list[Table]
+
+    @property
+    def providers(self) -> list[str]:
+        return self.selection.providers
+
+    def as_json(self) -> dict[str, Any]:
+        return {"providers": self.providers, "runs": self.selection.chosen,
+                "verdicts": [{"provider": v.provider, "verdict": v.verdict,
+                              "reasons": [r.__dict__ for r in v.reasons]} for v in self.verdicts],
+                "currencies_apart": self.currencies_apart,
+                "tables": [t.as_json() for t in self.tables]}
+
+
+def _pricing(sel: Selection, provider: str, inventory_text: str | None,
+             inventory_name: str) -> Any:
+    from orchestrator.analysis import cost
+
+    if inventory_text is not None:
+        pr = cost.pricing_of(inventory_text, provider, inventory_name)
+        where = inventory_name
+    else:
+        newest = sel.runs[sel.runs["run_id"].isin(sel.run_ids(provider))].iloc[-1]
+        pr = cost.run_pricing(Path(str(newest["path"])), provider)
+        where = f"the inventory copy of run {newest['run_id']}"
+    if pr is None:
+        raise cost.NoPrice(f"provider {provider} has no price ({where} has no "
+                           f"providers.{provider}.pricing), so its cost cannot be computed",
+                           hint="add pricing: {gpu_hour: ..., currency: ..., "
+                                "billing_granularity: ...} to the inventory and pass it with "
+                                "-i, or leave the cost out with --no-cost")
+    return pr
+
+
+def _dir_gb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e9
+
+
+def costs_of(sel: Selection, ms: pd.DataFrame, env: pd.DataFrame,
+             inventory_text: str | None = None, inventory_name: str = "-i",
+             ) -> tuple[list[Any], list[Any]]:
+    """PoC and per-unit cost of every selected provider (NoPrice when one has no price)."""
+    from orchestrator.analysis import cost
+    from orchestrator.analysis.environment import gpu_total, provider_values
+
+    prices = {p: _pricing(sel, p, inventory_text, inventory_name) for p in sel.providers}
+    pocs, units = [], []
+    for p in sel.providers:
+        ids = sel.run_ids(p)
+        mine = sel.runs[sel.runs["run_id"].isin(ids)]
+        useful = sum(cost.hours_between(str(s), f if isinstance(f, str) else None)
+                     for s, f in zip(mine["started"], mine["finished"], strict=True))
+        start = str(mine["started"].min())
+        end = max(str(f) for f in mine["finished"] if isinstance(f, str)) if \
+            mine["finished"].notna().any() else start
+        others = sel.all_runs[(~sel.all_runs["run_id"].isin(ids))
+                              & (sel.all_runs["started"] >= start)
+                              & (sel.all_runs["started"] <= end)
+                              & sel.all_runs["providers"].map(lambda ps, p=p: p in ps)]
+        failed = sum(cost.hours_between(str(s), f if isinstance(f, str) else None)
+                     for s, f in zip(others["started"], others["finished"], strict=True))
+        gpus = gpu_total(env, p)
+        if gpus is None:
+            raise UsageError(f"provider {p}: no node reported its GPU count (no preflight "
+                             "facts in the selected runs), so GPU-hours cannot be counted",
+                             hint="run `gpuvet preflight` on the provider, or leave the cost "
+                                  "out with --no-cost")
+        per_node = provider_values(env, p, "gpu_count")
+        ckpt = train_value(ms, p, "ckpt_size_bytes", "max") or 0.0
+        transfer = sum(_dir_gb(Path(str(x))) for x in
+                       pd.concat([mine, others])["path"] if Path(str(x)).is_dir())
+        window = cost.hours_between(start, end)
+        pocs.append(cost.poc_cost(p, prices[p], gpus, useful, failed, ckpt, window, transfer))
+        units.append(cost.unit_cost(p, prices[p], gpus,
+                                    int(per_node[0]) if len(per_node) == 1 else None,
+                                    train_value(ms, p, "tokens_per_s_per_gpu")))
+    return pocs, units
+
+
+def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = (), *,
+          with_cost: bool = True, inventory: Path | None = None,
+          rates: dict[str, float] | None = None) -> Comparison:
+    """Select, gate, load, and make every table the terminal, JSON and report show."""
+    from orchestrator.analysis import cost, environment, verdict
+
+    sel = select(root, providers, run_ids)
+    ids = list(sel.runs["run_id"])
+    suite_gate(sel, frames.run_documents(root, ids))
+    inv_text = None
+    if inventory is not None:
+        try:
+            inv_text = inventory.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot read {inventory}: {exc.strerror}") from None
+    # each provider's records from its own chosen runs only
+    allowed = {(p, r) for p in sel.providers for r in sel.run_ids(p)}
+    fs = [f for f in frames.finding_records(root, ids) if (f.provider, f.run_id) in allowed]
+    ms = frames.measurements(root, ids)
+    ms = ms[[(p, r) in allowed for p, r in zip(ms["provider"], ms["run_id"], strict=True)]]
+    env = environment.latest(environment.environment(sel.runs), sel.runs)
+    pocs: list[Any] = []
+    units: list[Any] = []
+    if with_cost:
+        pocs, units = costs_of(sel, ms, env, inv_text, str(inventory))
+    vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths) for p in sel.providers]
+    apart = cost.currencies_apart(pocs, rates or {})
+    tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs),
+              environment.diff_table(env, sel.providers), busbw_table(ms, sel.providers),
+              stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
+              agreement_table(fs, sel.providers), train_table(ms, fs, sel.providers)]
+    if with_cost:
+        tables += [cost.cost_table(pocs, rates or {}), cost.unit_table(units)]
+    return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables)

@@ -1,0 +1,93 @@
+"""`gpuvet compare` and `gpuvet report`: providers side by side, with cost and verdicts."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from orchestrator.cli._common import emit_json, err, json_option, out, render, results_option
+from orchestrator.errors import UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+RATE_RE = re.compile(r"^([A-Z]{3})=(\d+(?:\.\d+)?)$")
+
+
+def _rates(values: tuple[str, ...]) -> dict[str, float]:
+    rates = {}
+    for v in values:
+        m = RATE_RE.match(v)
+        if not m:
+            raise UsageError(f"--rate {v!r} is not CUR=VALUE",
+                             hint="e.g. --rate EUR=1.08: one EUR is 1.08 of the first "
+                                  "provider's currency")
+        rates[m.group(1)] = float(m.group(2))
+    return rates
+
+
+def _options(f: F) -> F:
+    f = click.option("--rate", "rates", multiple=True, metavar="CUR=VALUE",
+                     help="Exchange rate into the first provider's currency (repeatable); "
+                          "without one, other currencies are shown apart.")(f)
+    f = click.option("--no-cost", is_flag=True,
+                     help="Leave the cost out (providers without a price).")(f)
+    f = click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
+                     help="Take prices from this inventory instead of the runs' own copies.")(f)
+    f = click.option("--runs", "run_ids", multiple=True, metavar="RUN",
+                     help="Compare these runs (repeatable); default: each provider's latest "
+                          "complete run of every step.")(f)
+    f = click.option("-p", "--provider", "providers", multiple=True, metavar="NAME",
+                     help="A provider to compare (repeatable; the first is the baseline of "
+                          "the ratios).")(f)
+    return results_option(f)
+
+
+def register(root: click.Group) -> None:
+    @root.command("compare")
+    @_options
+    @json_option
+    def compare(results: Path, providers: tuple[str, ...], run_ids: tuple[str, ...],
+                inventory: Path | None, no_cost: bool, rates: tuple[str, ...],
+                as_json: bool) -> int:
+        """Compare providers measured with identical parameters: numbers, environment,
+        cost and a verdict per provider. Exit 2 when the suites differ."""
+        from orchestrator.analysis import compare as cmp
+
+        c = cmp.build(results, providers, run_ids, with_cost=not no_cost, inventory=inventory,
+                      rates=_rates(rates))
+        if as_json:
+            emit_json(c.as_json())
+        else:
+            for t in c.tables:
+                if t.rows:
+                    render(t)
+            if c.currencies_apart:
+                out.print(f"currencies shown apart (no rate): {', '.join(c.currencies_apart)}")
+        return 1 if any(v.verdict == "NO-GO" for v in c.verdicts) else 0
+
+    @root.command("report")
+    @_options
+    @click.argument("run_args", metavar="[RUN...]", nargs=-1)
+    @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False),
+                  required=True, help="report.html or report.md (the other twin is written "
+                                      "beside it).")
+    def report(results: Path, providers: tuple[str, ...], run_ids: tuple[str, ...],
+               inventory: Path | None, no_cost: bool, rates: tuple[str, ...],
+               run_args: tuple[str, ...], output: Path) -> int:
+        """Write the comparison as one self-contained HTML file and its Markdown twin."""
+        from orchestrator.analysis import compare as cmp
+
+        if output.suffix not in (".html", ".md"):
+            raise UsageError(f"-o {output}: the report is .html or .md")
+        c = cmp.build(results, providers, tuple(run_ids) + run_args, with_cost=not no_cost,
+                      inventory=inventory, rates=_rates(rates))
+        from orchestrator.report import write_report
+
+        html, md = write_report(c, output.with_suffix(".html"), output.with_suffix(".md"))
+        out.print(f"{html}\n{md}")
+        for v in c.verdicts:
+            err.print(f"{v.provider}: {v.verdict}")
+        return 0

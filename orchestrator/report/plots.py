@@ -1,0 +1,229 @@
+"""The report's plots: matplotlib figures rendered to inline SVG strings.
+
+Text is drawn as paths, so the SVG needs no font and no network when opened;
+the SVG's date metadata is left out, so a report of the same data is the same
+file. Each function returns None when there is nothing to draw: the report
+leaves a plot out rather than show an empty frame.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "path", "font.size": 9, "axes.grid": True,
+                         "grid.alpha": 0.3, "figure.dpi": 100})
+    return plt
+
+
+def _svg(fig: Any) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    _plt().close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]  # the XML prolog and doctype have no place inside HTML
+    # the RDF metadata block only names its vocabularies (purl.org, creativecommons.org)
+    return re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+
+
+def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
+    """busbw vs message size per provider: median line, min-max band, log x."""
+    from orchestrator.analysis.compare import busbw_values, size_label
+
+    scopes = [s for s in ("single", "multi")
+              if any(busbw_values(ms, p, s) for p in providers)]
+    if not scopes:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(scopes), figsize=(6.2 * len(scopes), 3.6), squeeze=False)
+    for ax, scope in zip(axes[0], scopes, strict=True):
+        for i, p in enumerate(providers):
+            vals = busbw_values(ms, p, scope)
+            if not vals:
+                continue
+            sizes = sorted(vals)
+            med = [float(np.median(vals[s])) for s in sizes]
+            ax.fill_between(sizes, [vals[s].min() for s in sizes], [vals[s].max() for s in sizes],
+                            color=COLORS[i % len(COLORS)], alpha=0.25, linewidth=0)
+            ax.plot(sizes, med, marker=".", color=COLORS[i % len(COLORS)], label=p)
+        ax.set_xscale("log", base=2)
+        ticks = [s for s in sorted({s for p in providers for s in busbw_values(ms, p, scope)})
+                 if s >= 1 << 10][::3]
+        ax.set_xticks(ticks, [size_label(t) for t in ticks], rotation=30)
+        ax.set_title(f"all_reduce busbw, {scope}-node (median, min-max band)")
+        ax.set_xlabel("message size")
+        ax.set_ylabel("busbw GB/s")
+        ax.legend()
+    return _svg(fig)
+
+
+def stability(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
+    """busbw per round at the largest size of every series: a drop shows as a dip."""
+    sel = ms[(ms["metric"] == "busbw") & (ms["engine"] == "nccl-tests")
+             & (ms["inplace"] == False) & ms["size"].notna()]  # noqa: E712
+    if sel.empty or sel["round"].nunique() < 2:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.2, 3.2))
+    for i, p in enumerate(providers):
+        mine = sel[sel["provider"] == p]
+        for (scope, nodes), g in mine.groupby(["scope", "nodes"]):
+            top = g[g["size"] == g["size"].max()].sort_values("round")
+            ax.plot(top["round"], top["value"], marker="o", color=COLORS[i % len(COLORS)],
+                    linestyle="-" if scope == "single" else "--",
+                    label=f"{p} {scope} {nodes}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("busbw GB/s at the largest size")
+    ax.set_title("round-to-round stability")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.legend(fontsize=7)
+    return _svg(fig)
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue  # a torn line of a killed process
+            if isinstance(ev, dict):
+                out.append(ev)
+    return out
+
+
+def train_steps(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """Rank 0's step events per phase (reference, kill, restore) of a training run."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    patterns = ("nodes/*/train/*/*/rank0.jsonl", "providers/*/train/multi/*/*/rank0.jsonl")
+    for pat in patterns:
+        for f in sorted(run_dir.glob(pat)):
+            phase = f.parent.parent.name
+            steps = [e for e in _events(f) if e.get("event") == "step" and "loss" in e]
+            if steps and phase not in found:
+                found[phase] = steps
+    return found
+
+
+def losses(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    """Reference and restored loss curves overlaid, one panel per provider."""
+    provs = [p for p, ph in train.items() if "reference" in ph]
+    if not provs:
+        return None
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(provs), figsize=(4.4 * len(provs), 3.2), squeeze=False)
+    for ax, p in zip(axes[0], provs, strict=True):
+        for phase, style in (("reference", "-"), ("restore", "--")):
+            steps = train[p].get(phase) or []
+            if steps:
+                ax.plot([int(s["step"]) for s in steps], [float(s["loss"]) for s in steps],
+                        linestyle=style, marker="." if phase == "restore" else None,
+                        label="restored" if phase == "restore" else phase)
+        ax.set_title(f"{p}: loss, reference vs restored")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.legend()
+    return _svg(fig)
+
+
+def step_times(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    data = {p: [float(s["step_time_s"]) for s in ph.get("reference", [])
+                if s.get("step_time_s") is not None] for p, ph in train.items()}
+    data = {p: v for p, v in data.items() if v}
+    if not data:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.2, 3.0))
+    ax.boxplot(list(data.values()), orientation="horizontal")
+    ax.set_yticks(range(1, len(data) + 1), list(data))
+    ax.set_xlabel("step time s (reference phase)")
+    ax.set_title("step-time distribution")
+    return _svg(fig)
+
+
+def telemetry_series(run_dir: Path) -> dict[str, list[float | None]] | None:
+    """GPU 0's dmon samples of the first training unit that kept telemetry."""
+    from orchestrator import parsers
+    from orchestrator.errors import ParseError
+
+    for sup in sorted(run_dir.glob("nodes/*/train/reference/*/supervise.json")):
+        try:
+            tele = (json.loads(sup.read_text()) or {}).get("telemetry") or {}
+        except ValueError:
+            continue
+        path = sup.parent / str(tele.get("file") or "")
+        if tele.get("source") != "dmon" or not path.is_file():
+            continue
+        try:
+            facts = parsers.parse("dmon", path.read_text(errors="replace"), source=str(path))
+        except ParseError:
+            continue
+        gpu = min(facts.gpus) if facts.gpus else None  # type: ignore[attr-defined]
+        if gpu is None:
+            continue
+        return {c: facts.series(gpu, c)  # type: ignore[attr-defined]
+                for c in ("pwr", "pclk", "gtemp", "pviol", "tviol")}
+    return None
+
+
+def telemetry(series: dict[str, dict[str, list[float | None]]]) -> str | None:
+    if not series:
+        return None
+    plt = _plt()
+    panels = (("pwr", "power W"), ("pclk", "SM clock MHz"), ("gtemp", "temperature C"),
+              ("pviol", "throttle: power violation % / thermal"))
+    fig, axes = plt.subplots(1, 4, figsize=(13, 2.8))
+    for ax, (col, label) in zip(axes, panels, strict=True):
+        for i, (p, s) in enumerate(series.items()):
+            ys = s.get(col) or []
+            if col == "pviol":
+                ys = [(a or 0) + 100 * (b or 0) for a, b in zip(ys, s.get("tviol") or [0] * len(ys),
+                                                              strict=False)]
+            ax.plot(range(len(ys)), [np.nan if v is None else v for v in ys],
+                    color=COLORS[i % len(COLORS)], label=p)
+        ax.set_title(label)
+        ax.set_xlabel("seconds (GPU 0)")
+    axes[0].legend()
+    return _svg(fig)
+
+
+def cost_bars(units: Sequence[Any]) -> str | None:
+    """Cost per 1M training tokens and per job-hour, one group per currency: amounts in
+    different currencies never share an axis."""
+    rows = [u for u in units if u.per_1m_tokens is not None or u.per_job_hour]
+    if not rows:
+        return None
+    currencies = sorted({u.currency for u in rows})
+    plt = _plt()
+    fig, axes = plt.subplots(len(currencies), 2, figsize=(8.4, 2.6 * len(currencies)),
+                             squeeze=False)
+    for row, cur in zip(axes, currencies, strict=True):
+        mine = [u for u in rows if u.currency == cur]
+        for ax, attr, title in ((row[0], "per_1m_tokens", "per 1M training tokens"),
+                                (row[1], "per_job_hour", "per hour of the job")):
+            vals = [getattr(u, attr) or 0 for u in mine]
+            ax.barh([u.provider for u in mine], vals,
+                    color=[COLORS[i % len(COLORS)] for i in range(len(mine))])
+            for y, v in enumerate(vals):
+                ax.annotate(f"{v:,.4g}", (v, y), xytext=(3, 0), textcoords="offset points",
+                            va="center", fontsize=8)
+            ax.set_title(f"{title} ({cur})")
+    fig.tight_layout()
+    return _svg(fig)
