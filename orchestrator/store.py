@@ -46,7 +46,7 @@ SCHEMA_VERSION = 2
 DEFAULT_ROOT = Path("results")
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 Status = Literal["running", "passed", "failed", "interrupted", "error"]
-R = TypeVar("R", Finding, Measurement)
+R = TypeVar("R", Finding, Measurement, "BaselineRecord")
 
 
 class StoreError(GpuvetError):
@@ -199,7 +199,46 @@ CREATE INDEX IF NOT EXISTS measurements_run ON measurements(run_id, metric);
 CREATE INDEX IF NOT EXISTS measurements_series ON measurements(provider, suite_hash, metric,
     scope, engine, size);
 CREATE INDEX IF NOT EXISTS runs_started ON runs(started);
+CREATE TABLE IF NOT EXISTS baselines (set_id TEXT, provider TEXT, gpu_model TEXT,
+    gpu_count INTEGER, suite_hash TEXT, scope TEXT, engine TEXT, metric TEXT, size INTEGER,
+    span TEXT, n INTEGER, mean REAL, std REAL, median REAL, unit TEXT, set_at TEXT,
+    set_by TEXT, json TEXT);
+CREATE INDEX IF NOT EXISTS baselines_key ON baselines(provider, suite_hash);
 """
+BASELINES_FILE = "baselines.jsonl"
+
+
+class BaselineRecord(BaseModel):
+    """One series' baseline: what a provider measured in the runs someone accepted.
+
+    Not derived from any run's files, so it has its own record, `baselines.jsonl`
+    under the results root (append-only: every `baseline set` adds its rows, the
+    latest set for a provider, machine class and suite wins); the index table is
+    rebuilt from it like the rest.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    set_id: str
+    provider: str
+    gpu_model: str
+    gpu_count: int
+    suite_hash: str
+    scope: str
+    engine: str
+    metric: str
+    size: int  # bytes; -1 where the metric has no message size
+    span: str  # single | multi
+    n: int
+    mean: float
+    std: float
+    median: float
+    min: float
+    max: float
+    unit: str
+    runs: list[str]
+    set_at: str
+    set_by: str
+    how: str  # "runs RUN..." or "last N"
 
 
 def _finding_row(f: Finding) -> tuple[Any, ...]:
@@ -299,6 +338,29 @@ class Index:
             rows = db.execute("SELECT json FROM runs ORDER BY started, run_id").fetchall()
         return [RunMeta.model_validate_json(r[0]) for r in rows]
 
+    def replace_baselines(self, records: list[BaselineRecord]) -> None:
+        """A new set replaces every earlier row of its provider, machine class and suite."""
+        with self._connect() as db:
+            for key in {(r.provider, r.gpu_model, r.gpu_count, r.suite_hash) for r in records}:
+                db.execute("DELETE FROM baselines WHERE provider=? AND gpu_model=? AND "
+                           "gpu_count=? AND suite_hash=?", key)
+            db.executemany("INSERT INTO baselines VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           [(r.set_id, r.provider, r.gpu_model, r.gpu_count, r.suite_hash,
+                             r.scope, r.engine, r.metric, r.size, r.span, r.n, r.mean, r.std,
+                             r.median, r.unit, r.set_at, r.set_by, r.model_dump_json())
+                            for r in records])
+
+    def baselines(self, provider: str | None = None,
+                  suite_hash: str | None = None) -> list[BaselineRecord]:
+        q, args = "SELECT json FROM baselines WHERE 1=1", []
+        for col, val in (("provider", provider), ("suite_hash", suite_hash)):
+            if val is not None:
+                q += f" AND {col}=?"
+                args.append(val)
+        with self._connect() as db:
+            rows = db.execute(q + " ORDER BY provider, suite_hash, metric, size", args).fetchall()
+        return [BaselineRecord.model_validate_json(r[0]) for r in rows]
+
     def counts(self, run_id: str) -> tuple[int, int]:
         with self._connect() as db:
             nf = db.execute("SELECT count(*) FROM findings WHERE run_id=?", (run_id,)).fetchone()
@@ -335,12 +397,31 @@ def rebuild_index(root: Path) -> tuple[int, list[str]]:
             idx.add_findings(findings)
             idx.add_measurements(ms)
             n += 1
+        for group in _baseline_sets(root):
+            idx.replace_baselines(group)
         os.replace(tmp, root / "index.sqlite")
     except OSError as exc:
         raise _store_error(exc, root / "index.sqlite") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return n, problems
+
+
+def add_baselines(root: Path, records: list[BaselineRecord]) -> None:
+    """Record a baseline set: the JSONL file first (the record), then the index."""
+    if not records:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    _append_lines(root / BASELINES_FILE, [r.model_dump_json() for r in records])
+    Index(root).replace_baselines(records)
+
+
+def _baseline_sets(root: Path) -> list[list[BaselineRecord]]:
+    """Every baseline set in the order it was made; replaying them rebuilds the table."""
+    sets: dict[str, list[BaselineRecord]] = {}
+    for r in read_jsonl(root / BASELINES_FILE, BaselineRecord):
+        sets.setdefault(r.set_id, []).append(r)
+    return list(sets.values())
 
 
 def file_sha256(path: Path) -> str:

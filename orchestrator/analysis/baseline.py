@@ -1,0 +1,347 @@
+"""Baselines: what a provider measured when it was accepted, per series.
+
+A baseline is per (provider, GPU model, GPU count, suite hash, metric,
+message size or training preset): the preset is part of the suite, so of its
+hash. It is built from accepted history: runs someone named (`gpuvet baseline
+set --runs`), the provider's last N complete runs (`--last N`), or, when none
+was set by hand, the last N complete runs before the judged one, with failed
+runs and runs with a FAIL finding of that provider left out (a known-bad run
+is not what "normal" looks like).
+
+Samples are read through the one loader (analysis/frames.py): for nccl the
+out-of-place busbw of every (round, node) at each message size from
+`MIN_SIZE` up (below it a round lasts microseconds and differences are
+latency jitter, as the round-stability judge says too); for training the
+step time, throughput, MFU and checkpoint timings.
+
+The machine class (GPU model, GPUs per node) comes from the run's own
+preflight facts, never from the inventory: the inventory says what was
+ordered, and a node swapped for another model is exactly what a baseline
+must not absorb. A run without preflight facts has an unknown class, which
+matches any.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis import frames
+from orchestrator.errors import UsageError
+from orchestrator.store import BaselineRecord, Index, add_baselines
+
+MIN_SIZE = 16 << 20
+DEFAULT_LAST = 10
+UNKNOWN = "unknown"
+
+# metric -> +1 when higher is better, -1 when lower is better
+METRICS: dict[str, int] = {
+    "busbw": +1,
+    "step_time_s": -1,
+    "step_time_p90_s": -1,
+    "tokens_per_s_per_gpu": +1,
+    "tokens_per_s_per_rank": +1,
+    "mfu": +1,
+    "ckpt_save_s": -1,
+    "ckpt_load_s": -1,
+    "ckpt_write_gbs": +1,
+    "restart_s": -1,
+}
+
+
+@dataclass(frozen=True, order=True)
+class SeriesKey:
+    """One comparable series of a provider."""
+
+    provider: str
+    scope: str  # single | multi | train
+    engine: str
+    metric: str
+    size: int  # bytes; -1 where the metric has no message size
+    span: str  # "single" (one node's GPUs) or "multi" (across nodes)
+
+    @property
+    def label(self) -> str:
+        size = "" if self.size < 0 else f" {human_size(self.size)}"
+        where = self.scope if self.scope != "train" else f"train {self.span}"
+        eng = "" if self.engine in ("nccl-tests", "train") else f" ({self.engine})"
+        return f"{self.metric} {where}{eng}{size}"
+
+
+@dataclass(frozen=True)
+class Sample:
+    key: SeriesKey
+    value: float
+    node: str | None  # the one node it was measured on; None across nodes
+    run_id: str
+
+
+@dataclass(frozen=True)
+class MachineClass:
+    gpu_model: str = UNKNOWN
+    gpu_count: int = 0  # GPUs per node
+
+    @property
+    def known(self) -> bool:
+        return self.gpu_model != UNKNOWN
+
+    def matches(self, other: MachineClass) -> bool:
+        return not (self.known and other.known) or self == other
+
+    def __str__(self) -> str:
+        return f"{self.gpu_count} x {self.gpu_model}" if self.known else UNKNOWN
+
+
+def human_size(n: int) -> str:
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"
+
+
+# --- samples ---------------------------------------------------------------------------------
+
+def sample_frame(root: Path, provider: str, *, min_size: int = MIN_SIZE,
+                 run_ids: Sequence[str] | None = None) -> pd.DataFrame:
+    """The provider's judged measurements, one row per sample, with series columns."""
+    df = frames.measurements(root, run_ids, providers=[provider], metrics=list(METRICS))
+    if df.empty:
+        return df.assign(size_key=pd.Series(dtype=int), span=pd.Series(dtype=str),
+                         node=pd.Series(dtype=object))
+    busbw = df["metric"] == "busbw"
+    keep = ~busbw | ((df["inplace"] == False) & (df["size"].fillna(-1) >= min_size))  # noqa: E712
+    df = df[keep & df["value"].notna()].copy()
+    df["size_key"] = df["size"].fillna(-1).astype(int)
+    many = df["nodes"].fillna("").str.contains(",")
+    df["span"] = np.where((df["scope"] == "multi") | many, "multi", "single")
+    single = (df["span"] == "single") & (df["nodes"].fillna("") != "")
+    df["node"] = df["nodes"].where(single, None)
+    return df
+
+
+def to_samples(df: pd.DataFrame) -> list[Sample]:
+    cols = ["provider", "scope", "engine", "metric", "size_key", "span", "value", "node",
+            "run_id"]
+    return [Sample(SeriesKey(p, sc, e, m, int(sz), sp), float(v),
+                   None if nd is None or (isinstance(nd, float) and np.isnan(nd)) else str(nd),
+                   r)
+            for p, sc, e, m, sz, sp, v, nd, r in df[cols].itertuples(index=False, name=None)]
+
+
+# --- machine class ---------------------------------------------------------------------------
+
+def machine_class(root: Path, run_id: str, nodes: Sequence[str]) -> MachineClass:
+    """GPU model and GPUs per node from the run's preflight facts of these nodes."""
+    names: Counter[str] = Counter()
+    counts: Counter[int] = Counter()
+    for node in nodes:
+        path = root / run_id / "nodes" / node / "preflight" / "facts.json"
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+            gpus = doc["facts"]["query_gpu"]["gpus"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if not isinstance(gpus, list) or not gpus:
+            continue
+        names.update(str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name"))
+        counts[len(gpus)] += 1
+    if not names:
+        return MachineClass()
+    return MachineClass(names.most_common(1)[0][0], counts.most_common(1)[0][0])
+
+
+def provider_nodes(root: Path, run_id: str, provider: str, df: pd.DataFrame) -> list[str]:
+    """The provider's nodes in a run: from its single-node samples and its findings."""
+    nodes = set(df.loc[(df["run_id"] == run_id) & df["node"].notna(), "node"])
+    f = frames.findings(root, [run_id])
+    nodes |= set(f.loc[(f["provider"] == provider) & f["node"].notna(), "node"])
+    return sorted(str(n) for n in nodes)
+
+
+# --- which runs are the baseline ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BaselineSource:
+    kind: str  # "stored" | "automatic"
+    runs: tuple[str, ...]
+    machine: MachineClass
+    suite_hash: str
+    set_at: str | None = None
+    set_by: str | None = None
+    how: str | None = None
+    left_out: tuple[str, ...] = ()  # candidate runs skipped, with why
+
+    @property
+    def describe(self) -> str:
+        if self.kind == "stored":
+            return f"set by {self.set_by} at {self.set_at} ({self.how}; {len(self.runs)} run(s))"
+        if not self.runs:
+            return "none: no complete earlier run of this suite and machine class"
+        return f"the last {len(self.runs)} complete run(s) before this one"
+
+
+def complete_runs(root: Path, provider: str, suite_hash: str, candidates: Sequence[str],
+                  runs: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Candidates that finished as passed with no FAIL finding of this provider."""
+    status = dict(zip(runs["run_id"], runs["status"], strict=True))
+    hashes = dict(zip(runs["run_id"], runs["suite_hash"], strict=True))
+    ok, left = [], []
+    for r in candidates:
+        if hashes.get(r) != suite_hash:
+            left.append(f"{r}: another suite ({hashes.get(r)})")
+        elif status.get(r) != "passed":
+            left.append(f"{r}: status {status.get(r)}")
+        else:
+            ok.append(r)
+    if ok:
+        f = frames.findings(root, ok)
+        bad = set(f.loc[(f["severity"] == "FAIL") & (f["provider"] == provider), "run_id"])
+        left += [f"{r}: has FAIL findings" for r in ok if r in bad]
+        ok = [r for r in ok if r not in bad]
+    return ok, left
+
+
+def automatic(root: Path, provider: str, judged: str, df: pd.DataFrame, runs: pd.DataFrame,
+              machine: MachineClass, last: int = DEFAULT_LAST) -> BaselineSource:
+    """The last `last` complete runs before `judged` of the same suite and machine class."""
+    order = list(runs["run_id"])
+    suite_hash = str(runs.loc[runs["run_id"] == judged, "suite_hash"].iloc[0])
+    # runs that measured what the judged run measured (an nccl run says nothing of training)
+    kinds = ["scope", "engine", "metric", "size_key", "span"]
+    judged_kinds = df.loc[df["run_id"] == judged, kinds].drop_duplicates()
+    with_samples = set(df.merge(judged_kinds, on=kinds)["run_id"])
+    earlier = [r for r in order[:order.index(judged)] if r in with_samples]
+    ok, left = complete_runs(root, provider, suite_hash, earlier, runs)
+    chosen: list[str] = []
+    for r in reversed(ok):
+        if len(chosen) == last:
+            break
+        other = machine_class(root, r, provider_nodes(root, r, provider, df))
+        if machine.matches(other):
+            chosen.append(r)
+        else:
+            left.append(f"{r}: another machine class ({other})")
+    return BaselineSource("automatic", tuple(reversed(chosen)), machine, suite_hash,
+                          how=f"last {last}", left_out=tuple(left))
+
+
+def stored(root: Path, provider: str, suite_hash: str,
+           machine: MachineClass) -> list[BaselineRecord]:
+    """The baseline set by hand for this provider, suite and a matching machine class."""
+    recs = [r for r in Index(root).baselines(provider, suite_hash)
+            if machine.matches(MachineClass(r.gpu_model, r.gpu_count))]
+    if not recs:
+        return []
+    latest = max(r.set_at for r in recs)
+    return [r for r in recs if r.set_at == latest]
+
+
+def resolve(root: Path, provider: str, judged: str, df: pd.DataFrame, runs: pd.DataFrame,
+            last: int = DEFAULT_LAST) -> BaselineSource:
+    """The baseline a run is judged against: set by hand, or else the automatic one."""
+    machine = machine_class(root, judged, provider_nodes(root, judged, provider, df))
+    suite_hash = str(runs.loc[runs["run_id"] == judged, "suite_hash"].iloc[0])
+    recs = stored(root, provider, suite_hash, machine)
+    if recs:
+        r = recs[0]
+        return BaselineSource("stored", tuple(r.runs), machine, suite_hash, r.set_at, r.set_by,
+                              r.how)
+    return automatic(root, provider, judged, df, runs, machine, last)
+
+
+# --- baseline set / show ----------------------------------------------------------------------
+
+def summarize(samples: Sequence[Sample], units: dict[tuple[str, str], str], *, set_id: str,
+              machine: MachineClass, suite_hash: str, runs: Sequence[str], set_at: str,
+              set_by: str, how: str) -> list[BaselineRecord]:
+    by_key: dict[SeriesKey, list[float]] = {}
+    for s in samples:
+        by_key.setdefault(s.key, []).append(s.value)
+    out = []
+    for key in sorted(by_key):
+        v = np.asarray(by_key[key])
+        out.append(BaselineRecord(
+            set_id=set_id, provider=key.provider, gpu_model=machine.gpu_model,
+            gpu_count=machine.gpu_count, suite_hash=suite_hash, scope=key.scope,
+            engine=key.engine, metric=key.metric, size=key.size, span=key.span, n=len(v),
+            mean=float(v.mean()), std=float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+            median=float(np.median(v)), min=float(v.min()), max=float(v.max()),
+            unit=units.get((key.provider, key.metric), ""), runs=list(runs), set_at=set_at,
+            set_by=set_by, how=how))
+    return out
+
+
+def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: int | None = None,
+                 min_size: int = MIN_SIZE, who: str | None = None) -> list[BaselineRecord]:
+    """Record the provider's baseline from named runs or its last N complete runs."""
+    if bool(runs) == (last is not None):
+        raise UsageError("give either --runs RUN... or --last N")
+    all_runs = frames.runs(root)
+    df = sample_frame(root, provider, min_size=min_size)
+    known = set(all_runs["run_id"])
+    if runs:
+        missing = [r for r in runs if r not in known]
+        if missing:
+            raise UsageError(f"no run {', '.join(missing)} under {root}",
+                             hint=f"see `gpuvet runs --results {root}`")
+        empty = [r for r in runs if r not in set(df["run_id"])]
+        if empty:
+            raise UsageError(f"run(s) {', '.join(empty)} have no measurements of provider "
+                             f"{provider} that a baseline uses (busbw from "
+                             f"{human_size(min_size)}, training metrics)")
+        chosen = list(dict.fromkeys(runs))
+        how = "runs " + " ".join(chosen)
+    else:
+        assert last is not None
+        if last < 1:
+            raise UsageError(f"--last needs at least 1 run, got {last}")
+        order = [r for r in all_runs["run_id"] if r in set(df["run_id"])]
+        if not order:
+            raise UsageError(f"provider {provider} has no measured runs under {root}")
+        suite_hash = str(all_runs.loc[all_runs["run_id"] == order[-1], "suite_hash"].iloc[0])
+        ok, _ = complete_runs(root, provider, suite_hash, order, all_runs)
+        if not ok:
+            raise UsageError(f"provider {provider} has no complete run (passed, no FAIL "
+                             f"finding) of suite {suite_hash}",
+                             hint="name the runs to accept with --runs RUN...")
+        chosen = ok[-last:]
+        how = f"last {last}"
+    hashes = {r: str(all_runs.loc[all_runs["run_id"] == r, "suite_hash"].iloc[0]) for r in chosen}
+    if len(set(hashes.values())) > 1:
+        shown = ", ".join(f"{r}={h}" for r, h in hashes.items())
+        raise UsageError(f"the runs were measured with different suites ({shown}): a baseline "
+                         "holds runs of one suite", hint="choose runs of one suite hash")
+    classes = {r: machine_class(root, r, provider_nodes(root, r, provider, df)) for r in chosen}
+    known_classes = {c for c in classes.values() if c.known}
+    if len(known_classes) > 1:
+        shown = ", ".join(f"{r}={c}" for r, c in classes.items())
+        raise UsageError(f"the runs were measured on different machines ({shown})",
+                         hint="a baseline is per GPU model and count: choose runs of one")
+    machine = next(iter(known_classes), MachineClass())
+    sub = df[df["run_id"].isin(chosen)]
+    units = {(p, m): u for p, m, u in sub[["provider", "metric", "unit"]].itertuples(
+        index=False, name=None)}
+    records = summarize(to_samples(sub), units, set_id=uuid.uuid4().hex[:12], machine=machine,
+                        suite_hash=next(iter(hashes.values())), runs=chosen,
+                        set_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        set_by=who or _who(), how=how)
+    add_baselines(root, records)
+    return records
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
