@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install what the integration tests need (sshd, network namespaces, Open MPI)
+# Install what the integration tests need (sshd, network namespaces, Open MPI,
+# and headless Chromium with a font for the report's browser test)
 # on a Debian/Ubuntu machine. Idempotent: does nothing when all is installed.
 # Without root (or without apt) it only reports what is missing; the
 # integration tests then skip, unless GPUVET_REQUIRE_CLUSTER=1 makes that an error.
 set -euo pipefail
 
-PACKAGES=(openssh-server openssh-client iproute2 openmpi-bin libopenmpi-dev procps util-linux passwd)
+PACKAGES=(openssh-server openssh-client iproute2 openmpi-bin libopenmpi-dev procps util-linux passwd
+          chromium fonts-dejavu-core)
 
 installed() {
     [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = "installed" ]
@@ -17,7 +19,8 @@ if command -v dpkg-query >/dev/null 2>&1; then
         installed "$pkg" || missing+=("$pkg")
     done
 else
-    for tool in /usr/sbin/sshd ssh ssh-keygen ip mpirun pgrep nsenter unshare runuser useradd; do
+    for tool in /usr/sbin/sshd ssh ssh-keygen ip mpirun pgrep nsenter unshare runuser useradd \
+                chromium; do
         command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
     done
 fi
