@@ -1,48 +1,187 @@
 """The inventory: providers, their nodes, what was ordered and what it costs.
 
 A YAML file becomes pydantic models with unknown keys forbidden. Every
-problem is reported with file, line and key path, all at once, before
-anything connects: a typo found after an hour of provisioning is an hour lost.
+problem is reported with file, line and key path, all at once and sorted by
+line, before anything connects: a typo found after an hour of provisioning is
+an hour lost. A value is reported where it is written: a key set in a
+provider's ``access`` is reported there, once, not once per node.
+
+The file is read defensively, because an inventory may come from anyone:
+at most ``MAX_BYTES``, UTF-8 without NUL or control characters, nesting at
+most ``MAX_DEPTH`` deep and at most ``MAX_VALUES`` values once aliases are
+expanded (a "billion laughs" file is refused in milliseconds). YAML is read
+as an event stream with ruamel's pure safe parser, whose time is linear in
+the length of comments and whose nesting does not recurse; the round-trip
+loader is quadratic on long comments.
+
+Numbers are strict: ``port: true`` is not port 1 and ``gpu_hour: .nan`` is
+not a price. Hosts must be a hostname, an IPv4/IPv6 address or an ssh_config
+alias, never something ssh would read as an option.
+
+Files named by the inventory are checked only for providers that use ssh, so
+the local-executor demo runs on a machine without ``~/.ssh``:
+
+- ``identity_file`` and ``settings.ssh_config`` must be existing files;
+- ``settings.known_hosts`` may be missing, because ``--accept-new-host-keys``
+  creates it (without that option every node reports its unknown key and
+  the remedy); then its directory must exist, so a typo in the path is not
+  silently created. OpenSSH's own ``~/.ssh/known_hosts`` is exempt: like ssh,
+  gpuvet creates ``~/.ssh`` on a fresh machine.
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import json
 import os
-from collections.abc import Iterator
+import re
+import stat
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    CollectionEndEvent,
+    DocumentStartEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceStartEvent,
+)
+from ruamel.yaml.nodes import ScalarNode
 
 from orchestrator.bands import Band
-from orchestrator.errors import InventoryError
+from orchestrator.errors import InventoryError, UsageError
+from payload.scrub import REDACTED, redact_value, scrub_text
 
 ExecutorName = Literal["ssh", "local", "ray"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
+MAX_BYTES = 128 * 1024  # ~2500 nodes; ruamel's pure parser reads 100-250 KB/s
+MAX_DEPTH = 64
+MAX_VALUES = 20_000  # scalars and collections, aliases expanded: ~2500 nodes; ~0.5 s of parsing
+
+# --- values that reach ssh or a shell ------------------------------------------------------
+
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\Z")
+_LABEL_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
+_SHELL_CHARS = frozenset(";&|`$<>()\\'\"*?!{}[]#~^,=")
+
+
+def _not_blank(v: str) -> str:
+    if not v.strip():
+        raise ValueError("must not be empty")
+    if v != v.strip():
+        raise ValueError(f"{v!r} has leading or trailing spaces")
+    return v
+
+
+def _path_like(v: str) -> str:
+    """A path or program: a leading '-' would be read as an option by the command it reaches."""
+    _not_blank(v)
+    if v.startswith("-"):
+        raise ValueError(f"{v!r} starts with '-', which a command would read as an option")
+    return v
+
+
+def _host(v: str) -> str:
+    _not_blank(v)
+    if v.startswith("-"):
+        raise ValueError(f"{v!r} starts with '-', which ssh would read as an option")
+    if "@" in v:
+        raise ValueError(f"{v!r} holds '@': put the user in `user:`")
+    bad = sorted({c for c in v if c.isspace() or c in _SHELL_CHARS or not c.isprintable()})
+    if bad:
+        raise ValueError(f"{v!r} holds {' '.join(repr(c) for c in bad)}: a host is a hostname, "
+                         "an IP address or an ssh_config alias")
+    if ":" in v:
+        try:
+            ipaddress.IPv6Address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a valid IPv6 address") from None
+        return v
+    if re.fullmatch(r"[0-9.]+", v):
+        try:
+            ipaddress.IPv4Address(v)
+        except ValueError:
+            raise ValueError(f"{v!r} is not a valid IPv4 address") from None
+        return v
+    name = v[:-1] if v.endswith(".") else v
+    if len(name) > 253 or not all(_LABEL_RE.match(label) for label in name.split(".")):
+        raise ValueError(f"{v!r} is not a hostname, an IP address or an ssh_config alias "
+                         "(letters, digits, '-', '_' in dot-separated labels)")
+    return v
+
+
+def _user(v: str) -> str:
+    _not_blank(v)
+    if not _USER_RE.match(v):
+        raise ValueError(f"{v!r} is not a user name (letters, digits, '_', '.', '@', '-'; "
+                         "not starting with '-')")
+    return v
+
+
+def _env_name(v: str) -> str:
+    if not _ENV_NAME_RE.match(v):
+        raise ValueError(f"{v!r} is not an environment variable name (letters, digits and '_', "
+                         "not starting with a digit)")
+    return v
+
+
+def _ray_address(v: str) -> str:
+    if v == "auto":
+        return v
+    hostport = v[len("ray://"):] if v.startswith("ray://") else v
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"{v!r} is not 'auto', HOST:PORT or ray://HOST:PORT")
+    _host(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
+    return v
+
+
+Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
+PathStr = Annotated[str, AfterValidator(_path_like)]
+HostStr = Annotated[str, AfterValidator(_host)]
+UserStr = Annotated[str, AfterValidator(_user)]
+EnvName = Annotated[str, AfterValidator(_env_name)]
+
+
+# --- the document as written ---------------------------------------------------------------
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: YAML's true/false are not numbers and numbers are not strings
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 class Access(_Model):
     """How to reach a node; set per provider (defaults) and per node (overrides)."""
 
-    host: str | None = None
+    host: HostStr | None = None
     port: int | None = Field(default=None, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
-    ssh_alias: str | None = None
-    proxy_jump: str | None = None
-    python: str | None = None
-    work_dir: str | None = None
-    ckpt_dir: str | None = None
-    env: dict[str, str] | None = None
-    connect_timeout_s: float | None = Field(default=None, gt=0)
+    user: UserStr | None = None
+    identity_file: PathStr | None = None
+    ssh_alias: HostStr | None = None
+    proxy_jump: Name | None = None
+    python: PathStr | None = None
+    work_dir: PathStr | None = None
+    ckpt_dir: PathStr | None = None
+    env: dict[EnvName, str] | None = None
+    connect_timeout_s: float | None = Field(default=None, gt=0, le=3600)
 
 
 class Fabric(_Model):
@@ -81,15 +220,15 @@ class Pricing(_Model):
 
 
 class RayOptions(_Model):
-    address: str = "auto"
+    address: Annotated[str, AfterValidator(_ray_address)] = "auto"
 
 
 class NodeSpec(Access):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name
 
 
 class Provider(_Model):
-    name: str = Field(pattern=NAME_PATTERN)
+    name: Name  # always its key in `providers`
     executor: ExecutorName = "ssh"
     access: Access = Access()
     expect: Expectations = Expectations()
@@ -99,15 +238,15 @@ class Provider(_Model):
 
 
 class JumpHost(_Model):
-    host: str
+    host: HostStr
     port: int = Field(default=22, ge=1, le=65535)
-    user: str | None = None
-    identity_file: str | None = None
+    user: UserStr | None = None
+    identity_file: PathStr | None = None
 
 
 class Settings(_Model):
-    known_hosts: str = "~/.ssh/known_hosts"
-    ssh_config: str | None = None
+    known_hosts: PathStr = DEFAULT_KNOWN_HOSTS
+    ssh_config: PathStr | None = None
     concurrency: int = Field(default=32, ge=1, le=1024)
 
 
@@ -116,7 +255,7 @@ class InventoryFile(_Model):
 
     version: Literal[1] = 1
     settings: Settings = Settings()
-    jump_hosts: dict[str, JumpHost] = {}
+    jump_hosts: dict[Name, JumpHost] = {}
     providers: dict[str, Provider]
 
     @model_validator(mode="before")
@@ -131,6 +270,13 @@ class InventoryFile(_Model):
             data = {**data, "providers": provs}
         return data
 
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version_not_bool(cls, v: Any) -> Any:
+        if isinstance(v, bool):  # True == 1 would pass Literal[1]
+            raise ValueError(f"version must be the number 1, got {str(v).lower()}")
+        return v
+
     @field_validator("providers")
     @classmethod
     def _not_empty(cls, v: dict[str, Provider]) -> dict[str, Provider]:
@@ -139,8 +285,12 @@ class InventoryFile(_Model):
         return v
 
 
-class Node(_Model):
+# --- the merged view executors use ---------------------------------------------------------
+
+class Node(BaseModel):
     """A node with its provider's access defaults merged in: what executors use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     provider: str
@@ -165,6 +315,8 @@ class Node(_Model):
         host = self.host or "localhost"
         prefix = f"{self.user}@" if self.user else ""
         suffix = f":{self.port}" if self.port != 22 else ""
+        if suffix and ":" in host:  # an IPv6 address
+            host = f"[{host}]"
         return f"{prefix}{host}{suffix}"
 
 
@@ -190,23 +342,58 @@ class Inventory:
         for n in self.nodes:
             if n.name == name:
                 return n
-        known = ", ".join(n.name for n in self.nodes)
-        raise InventoryError(str(self.path), [f"no node named {name!r} (nodes: {known})"])
+        raise UsageError(_no_such("node", [name], [n.name for n in self.nodes], self.path),
+                         hint=f"`gpuvet inventory check {self.path}` lists the nodes")
 
     def provider_of(self, node: Node) -> Provider:
         return self.doc.providers[node.provider]
 
-    def select(self, names: list[str] | None = None, provider: str | None = None) -> list[Node]:
+    def select(self, names: Sequence[str] | None = None,
+               providers: str | Sequence[str] | None = None, *,
+               provider: str | None = None) -> list[Node]:
+        """The nodes named (-n) that belong to one of the providers (-p): both optional.
+
+        With both, the intersection; an empty intersection is an error rather than a
+        run on nothing. Nodes come in inventory order, each once however often named.
+        Unknown names are the caller's mistake, not the inventory's: UsageError.
+        `provider=` is the single-provider spelling of earlier callers.
+        """
         nodes = self.nodes
+        if isinstance(providers, str):
+            providers = [providers]
         if provider is not None:
-            if provider not in self.doc.providers:
-                known = ", ".join(self.doc.providers)
-                raise InventoryError(str(self.path), [f"no provider named {provider!r} "
-                                                      f"(providers: {known})"])
-            nodes = [n for n in nodes if n.provider == provider]
+            providers = [*(providers or []), provider]
+        if providers:
+            unknown = [p for p in dict.fromkeys(providers) if p not in self.doc.providers]
+            if unknown:
+                raise UsageError(_no_such("provider", unknown, list(self.doc.providers), self.path),
+                                 hint=f"`gpuvet inventory check {self.path}` lists the providers")
+            chosen = set(providers)
+            nodes = [n for n in nodes if n.provider in chosen]
         if names:
-            nodes = [self.node(n) for n in names]
-        return nodes
+            known = [n.name for n in self.nodes]
+            unknown = [n for n in dict.fromkeys(names) if n not in known]
+            if unknown:
+                raise UsageError(_no_such("node", unknown, known, self.path),
+                                 hint=f"`gpuvet inventory check {self.path}` lists the nodes")
+            wanted = set(names)
+            picked = [n for n in nodes if n.name in wanted]
+            if not picked:
+                raise UsageError(
+                    f"none of the nodes {', '.join(dict.fromkeys(names))} belongs to provider "
+                    f"{', '.join(dict.fromkeys(providers or []))}; nothing to run on",
+                    hint="drop -p, or name nodes of the chosen providers with -n")
+            nodes = picked
+        return list(nodes)
+
+
+def _no_such(kind: str, unknown: list[str], known: list[str], path: Path) -> str:
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    listed = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
+    return f"no {kind} named {', '.join(parts)} in {path} ({kind}s: {listed})"
 
 
 def _merge(prov: Provider, spec: NodeSpec) -> Node:
@@ -234,47 +421,338 @@ def _merge(prov: Provider, spec: NodeSpec) -> Node:
     )
 
 
-# --- loading with line numbers ------------------------------------------------
+# --- reading the file ----------------------------------------------------------------------
 
 Loc = tuple[Any, ...]
 
 
-def _plain(node: Any, loc: Loc, lines: dict[Loc, int]) -> Any:
-    """ruamel's round-trip tree -> plain python, remembering each key's line."""
-    if isinstance(node, CommentedMap):
-        out = {}
-        for key in node:
-            kloc = (*loc, key)
-            try:
-                lines[kloc] = node.lc.key(key)[0] + 1
-            except (KeyError, TypeError):
-                pass
-            out[key] = _plain(node[key], kloc, lines)
-        return out
-    if isinstance(node, CommentedSeq):
-        items = []
-        for i, item in enumerate(node):
-            iloc = (*loc, i)
-            try:
-                lines[iloc] = node.lc.item(i)[0] + 1
-            except (KeyError, TypeError):
-                pass
-            items.append(_plain(item, iloc, lines))
-        return items
-    return node
+class Problem(NamedTuple):
+    line: int | None
+    loc: Loc
+    msg: str
 
 
-def _line_for(loc: Loc, lines: dict[Loc, int]) -> int | None:
-    for end in range(len(loc), 0, -1):
-        if loc[:end] in lines:
-            return lines[loc[:end]]
-    return None
+class _Refused(Exception):
+    """The text cannot be read as an inventory at all: one problem, nothing else checked."""
+
+    def __init__(self, line: int | None, msg: str) -> None:
+        super().__init__(msg)
+        self.problem = Problem(line, (), msg)
+
+
+_NOT_YAML_CHARS = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def _read_text(p: Path) -> str:
+    """The file's text, refused before parsing when it is too big, not UTF-8 or holds NULs."""
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise _Refused(None, "no such file") from None
+    except OSError as exc:
+        raise _Refused(None, f"cannot read it: {exc.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise _Refused(None, "not a regular file")
+    too_big = (f"larger than {MAX_BYTES // 1024} KiB, far more than an inventory needs; split "
+               "the fleet into several inventories")
+    if st.st_size > MAX_BYTES:
+        raise _Refused(None, too_big)
+    try:
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise _Refused(None, f"cannot read it: {exc.strerror}") from None
+    if len(raw) > MAX_BYTES:
+        raise _Refused(None, too_big)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        col = exc.start - raw.rfind(b"\n", 0, exc.start)
+        raise _Refused(line, f"byte {exc.start} (0x{raw[exc.start]:02x}, column {col}) is not "
+                             "UTF-8: save the file as UTF-8") from None
+    text = text.removeprefix("\ufeff")
+    m = _NOT_YAML_CHARS.search(text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        col = m.start() - text.rfind("\n", 0, m.start())
+        what = "a NUL character" if m.group() == "\0" else f"control character U+{ord(m.group()):04X}"
+        raise _Refused(line, f"{what} at column {col}: an inventory is plain text")
+    return text
+
+
+_TAG = "tag:yaml.org,2002:"
+_SCALAR_TAGS = frozenset(_TAG + t for t in ("str", "int", "float", "bool", "null"))
+_MERGE_TAG = _TAG + "merge"
+_PLAIN_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+_WORDS = frozenset(["true", "false", "null"])  # the YAML 1.2 core schema's words
+_PLAIN_INT = re.compile(r"-?[1-9][0-9]{0,17}\Z")
+
+
+class _Key:
+    """Markers for the state of a mapping being built."""
+
+    NONE = object()  # the next scalar is a key
+    SKIP = object()  # the key was refused; drop its value
+    MERGE = object()  # '<<'
+
+
+class _Frame:
+    __slots__ = ("container", "anchor", "line", "loc", "weight", "height", "key", "key_line",
+                 "merges")
+
+    def __init__(self, container: dict[Any, Any] | list[Any], anchor: str | None, line: int,
+                 loc: Loc) -> None:
+        self.container = container
+        self.anchor = anchor
+        self.line = line
+        self.loc = loc
+        self.weight = 1  # values below, aliases expanded
+        self.height = 1
+        self.key: Any = _Key.NONE
+        self.key_line = line
+        self.merges: list[tuple[Any, int]] = []
+
+
+Span = tuple[int, int, "str | None"]  # a scalar's text: start, end, its anchor
+
+
+class Source:
+    """The YAML text as plain data, with the line of every key and item.
+
+    Lines and text spans are kept per container (by identity), so a value
+    reached through an alias or a merge key is found where it is written.
+    """
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.data: Any = None
+        self.root_line = 1
+        self.problems: list[Problem] = []
+        self._lines: dict[int, dict[Any, int]] = {}
+        self._spans: dict[int, dict[Any, Span]] = {}
+        self._keep: list[Any] = []  # containers stay alive, so their ids stay theirs
+        self._yaml = YAML(typ="safe", pure=True)
+        self._build()
+
+    def line_of(self, loc: Loc) -> int:
+        node, line = self.data, self.root_line
+        for part in loc:
+            table = self._lines.get(id(node)) if isinstance(node, (dict, list)) else None
+            if table is None or part not in table:
+                break
+            line, node = table[part], node[part]
+        return line
+
+    def span_of(self, container: Any, key: Any) -> Span | None:
+        return self._spans.get(id(container), {}).get(key)
+
+    def _build(self) -> None:
+        anchors: dict[str, tuple[Any, int, int, Span | None]] = {}
+        stack: list[_Frame] = []
+        total = 0
+        line = 1
+        try:
+            for ev in self._yaml.parse(self.text):
+                line = ev.start_mark.line + 1
+                if isinstance(ev, ScalarEvent):
+                    total += 1
+                    value = self._scalar(ev, line, stack)
+                    span: Span = (ev.start_mark.index, ev.end_mark.index, ev.anchor)
+                    if ev.anchor:
+                        anchors[ev.anchor] = (value, 1, 0, span)
+                    self._attach(stack, value, line, 1, 0, span)
+                elif isinstance(ev, AliasEvent):
+                    if ev.anchor not in anchors:
+                        why = ("refers to the value that holds it" if any(
+                            f.anchor == ev.anchor for f in stack) else "has no anchor before it")
+                        raise _Refused(line, f"alias *{ev.anchor} {why}")
+                    value, weight, height, span_ = anchors[ev.anchor]
+                    total += weight
+                    if total > MAX_VALUES:
+                        raise _Refused(line, f"aliases expand the document beyond {MAX_VALUES} "
+                                             f"values (alias *{ev.anchor}); write it out plainly")
+                    if len(stack) + height > MAX_DEPTH:
+                        raise _Refused(line, f"alias *{ev.anchor} nests values deeper than "
+                                             f"{MAX_DEPTH} levels")
+                    self._attach(stack, value, line, weight, height, span_)
+                elif isinstance(ev, (MappingStartEvent, SequenceStartEvent)):
+                    total += 1
+                    if len(stack) >= MAX_DEPTH:
+                        raise _Refused(line, f"values nested deeper than {MAX_DEPTH} levels")
+                    mapping = isinstance(ev, MappingStartEvent)
+                    if ev.tag not in (None, "!", _TAG + ("map" if mapping else "seq")):
+                        self.problems.append(Problem(line, self._loc_here(stack),
+                                                     f"YAML tag {ev.tag} is not allowed here"))
+                    container: dict[Any, Any] | list[Any] = {} if mapping else []
+                    self._keep.append(container)
+                    stack.append(_Frame(container, ev.anchor, line, self._loc_here(stack)))
+                elif isinstance(ev, CollectionEndEvent):
+                    frame = stack.pop()
+                    if frame.merges:
+                        self._merge_keys(frame)
+                    if frame.anchor:
+                        anchors[frame.anchor] = (frame.container, frame.weight, frame.height, None)
+                    self._attach(stack, frame.container, frame.line, frame.weight, frame.height,
+                                 None)
+                elif isinstance(ev, DocumentStartEvent) and (self.data is not None or stack):
+                    raise _Refused(line, "a second YAML document ('---'): an inventory is one "
+                                         "document")
+                if total > MAX_VALUES:
+                    raise _Refused(line, f"more than {MAX_VALUES} values (keys, items and "
+                                         "scalars): far more than an inventory needs; split it")
+        except MarkedYAMLError as exc:
+            mark = exc.problem_mark or exc.context_mark
+            raise _Refused(mark.line + 1 if mark is not None else line,
+                           f"YAML syntax: {exc.problem or exc.context}") from None
+        except YAMLError as exc:
+            raise _Refused(line, f"YAML: {exc}") from None
+
+    def _loc_here(self, stack: list[_Frame]) -> Loc:
+        if not stack:
+            return ()
+        top = stack[-1]
+        if isinstance(top.container, list):
+            return (*top.loc, len(top.container))
+        if top.key is _Key.NONE:  # a collection used as a key
+            return top.loc
+        return (*top.loc, top.key)
+
+    def _scalar(self, ev: ScalarEvent, line: int, stack: list[_Frame]) -> Any:
+        tag = ev.tag
+        if tag is not None and tag != "!" and tag not in _SCALAR_TAGS:
+            self.problems.append(Problem(line, self._loc_here(stack),
+                                         f"YAML tag {tag} is not allowed here"))
+            return ev.value
+        if tag is None and not ev.implicit[0]:
+            tag = _TAG + "str"  # quoted
+        elif tag is None and _PLAIN_WORD.match(ev.value) and ev.value.lower() not in _WORDS:
+            tag = _TAG + "str"  # most keys and names: skip the resolver's regexes
+        elif tag is None and _PLAIN_INT.match(ev.value):
+            return int(ev.value)
+        elif tag is None or tag == "!":
+            tag = str(self._yaml.resolver.resolve(ScalarNode, ev.value, ev.implicit))
+        if tag == _MERGE_TAG:
+            return _Key.MERGE
+        value: Any = ev.value
+        if tag != _TAG + "str":
+            try:
+                value = self._yaml.constructor.construct_object(
+                    ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark))
+            except (YAMLError, ValueError, OverflowError) as exc:
+                self.problems.append(Problem(line, self._loc_here(stack),
+                                             f"cannot read {ev.value!r}: {exc}"))
+        if isinstance(value, str) and "\0" in value:
+            self.problems.append(Problem(line, self._loc_here(stack),
+                                         "a NUL character (written as an escape) in a value"))
+        return value
+
+    def _attach(self, stack: list[_Frame], value: Any, line: int, weight: int, height: int,
+                span: Span | None) -> None:
+        if not stack:
+            self.data, self.root_line = value, line
+            return
+        top = stack[-1]
+        top.weight += weight
+        top.height = max(top.height, height + 1)
+        c = top.container
+        if isinstance(c, list):
+            self._lines.setdefault(id(c), {})[len(c)] = line
+            c.append("<<" if value is _Key.MERGE else value)
+            return
+        if top.key is _Key.NONE:
+            top.key_line = line
+            if isinstance(value, (dict, list)):
+                self.problems.append(Problem(line, top.loc, "a key must be a plain value, "
+                                                            "not a mapping or a list"))
+                top.key = _Key.SKIP
+            else:
+                top.key = value
+            return
+        key, key_line = top.key, top.key_line
+        top.key = _Key.NONE
+        if value is _Key.MERGE:
+            value = "<<"
+        if key is _Key.SKIP:
+            return
+        if key is _Key.MERGE:
+            top.merges.append((value, key_line))
+            return
+        lines = self._lines.setdefault(id(c), {})
+        if key in c:
+            self.problems.append(Problem(key_line, (*top.loc, key),
+                                         f"duplicate key {key!r} (first at line {lines[key]})"))
+            return
+        c[key] = value
+        lines[key] = key_line
+        if span is not None and not isinstance(value, (dict, list)):
+            self._spans.setdefault(id(c), {})[key] = span
+
+    def _merge_keys(self, frame: _Frame) -> None:
+        """YAML merge keys ('<<: *defaults'): keys written in the mapping win, then earlier sources."""
+        c = frame.container
+        assert isinstance(c, dict)
+        lines = self._lines.setdefault(id(c), {})
+        for value, key_line in frame.merges:
+            sources = value if isinstance(value, list) else [value]
+            if not all(isinstance(s, dict) for s in sources):
+                self.problems.append(Problem(key_line, frame.loc, "'<<' needs a mapping or a list "
+                                                                  "of mappings"))
+                continue
+            for src in sources:
+                for key, val in src.items():
+                    if key in c:
+                        continue
+                    c[key] = val
+                    lines[key] = self._lines.get(id(src), {}).get(key, key_line)
+                    span = self.span_of(src, key)
+                    if span is not None:
+                        self._spans.setdefault(id(c), {})[key] = span
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def load(path: str | os.PathLike[str]) -> Inventory:
+    """Parse and validate an inventory; raise InventoryError listing every problem."""
+    p = Path(path)
+    try:
+        source = Source(_read_text(p))
+    except _Refused as exc:
+        raise InventoryError(str(p), _render(p, [exc.problem])) from None
+    problems = list(source.problems)
+    if not isinstance(source.data, dict):
+        problems.append(Problem(source.root_line, (), "expected a mapping with a 'providers' key"))
+        raise InventoryError(str(p), _render(p, problems))
+    doc: InventoryFile | None = None
+    try:
+        doc = InventoryFile.model_validate(source.data, strict=True)
+    except ValidationError as exc:
+        problems.extend(_describe(exc, source))
+    problems.extend(_semantic_problems(source))
+    if problems or doc is None:
+        raise InventoryError(str(p), _render(p, problems))
+    return Inventory(doc, p)
+
+
+def _render(p: Path, problems: list[Problem]) -> list[str]:
+    """Sorted by line, each once: a value shared through an alias is reported where it is written."""
+    seen: set[tuple[Any, ...]] = set()
+    out: list[tuple[int, int, str]] = []
+    for i, prob in enumerate(problems):
+        key = (prob.line, prob.loc[-1:], prob.msg)
+        if key in seen:
+            continue
+        seen.add(key)
+        where = f"{p}:{prob.line}" if prob.line is not None else str(p)
+        text = f"{where}: {_fmt_loc(prob.loc)}: {prob.msg}" if prob.loc else f"{where}: {prob.msg}"
+        out.append((prob.line or 0, i, text))
+    return [text for _, _, text in sorted(out)]
 
 
 def _fmt_loc(loc: Loc) -> str:
     out = ""
     for part in loc:
-        if isinstance(part, int):
+        if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         else:
             out += ("." if out else "") + str(part)
@@ -295,11 +773,15 @@ def _model_at(loc: Loc) -> type[BaseModel] | None:
             model = NodeSpec
             i += 2  # skip the index
             continue
+        if isinstance(part, int):  # an item of a list of models
+            i += 1
+            continue
         field = getattr(model, "model_fields", {}).get(part)
         if field is None:
             return None
         ann = field.annotation
         candidates = [ann, *getattr(ann, "__args__", ())]
+        candidates += [a for c in candidates for a in getattr(c, "__args__", ())]
         nxt = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)),
                    None)
         if nxt is None:
@@ -309,103 +791,324 @@ def _model_at(loc: Loc) -> type[BaseModel] | None:
     return model if isinstance(model, type) and issubclass(model, BaseModel) else None
 
 
-def _friendly_loc(loc: Loc) -> Loc:
-    """pydantic's loc, minus the union/type tags it inserts."""
-    return tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {
-        "function-after", "function-before", "function-wrap"})))
+def _data_loc(source: Source, loc: Loc) -> tuple[Loc, bool]:
+    """pydantic's loc as a path in the data, without the union tags it inserts.
+
+    Returns the path and whether a tag was dropped (the error is about one member of a union).
+    """
+    out: list[Any] = []
+    node = source.data
+    tagged = False
+    for i, part in enumerate(loc):
+        in_map = isinstance(node, dict) and part in node and not isinstance(part, bool)
+        if in_map or (isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
+            out.append(part)
+            node = node[part]
+        elif i == len(loc) - 1 and isinstance(part, str) and (
+                (model := _model_at(tuple(out))) is not None and part in model.model_fields):
+            out.append(part)  # a missing key, or one filled in before validation
+        else:
+            tagged = True
+    return tuple(out), tagged
 
 
-def load(path: str | os.PathLike[str]) -> Inventory:
-    """Parse and validate an inventory; raise InventoryError listing every problem."""
-    p = Path(path)
-    if not p.is_file():
-        raise InventoryError(str(p), [f"{p}: no such file"])
-    text = p.read_text(encoding="utf-8")
-    try:
-        tree = YAML(typ="rt").load(text)
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        line = mark.line + 1 if mark is not None else "?"
-        raise InventoryError(str(p), [f"{p}:{line}: YAML syntax: {exc.problem}"]) from None
-    if not isinstance(tree, CommentedMap):
-        raise InventoryError(str(p), [f"{p}:1: expected a mapping with a 'providers' key"])
-    lines: dict[Loc, int] = {}
-    data = _plain(tree, (), lines)
-    try:
-        doc = InventoryFile.model_validate(data)
-    except ValidationError as exc:
-        raise InventoryError(str(p), _describe(exc, p, lines)) from None
-    inv = Inventory(doc, p)
-    problems = list(_semantic_problems(inv, p, lines))
-    if problems:
-        raise InventoryError(str(p), problems)
-    return inv
+def _got(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"got a boolean ({str(value).lower()})"
+    if value is None:
+        return "got nothing (null)"
+    if isinstance(value, dict):
+        return "got a mapping"
+    if isinstance(value, list):
+        return "got a list"
+    if isinstance(value, (int, float)):
+        return f"got {value!r}"
+    if isinstance(value, str):
+        return f"got {value[:80]!r}"
+    return f"got a {type(value).__name__} ({str(value)[:80]!r}; quote it to make it text)"
 
 
-def _describe(exc: ValidationError, p: Path, lines: dict[Loc, int]) -> list[str]:
-    out = []
-    for err in exc.errors():
-        loc = _friendly_loc(tuple(err["loc"]))
-        line = _line_for(loc, lines)
-        where = f"{p}:{line}" if line else str(p)
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
+def _describe(exc: ValidationError, source: Source) -> list[Problem]:
+    items: list[tuple[Loc, bool, str, Any]] = []
+    for err in exc.errors(include_url=False):
+        loc, tagged = _data_loc(source, tuple(err["loc"]))
+        kind = err["type"]
+        msg = err["msg"].removeprefix("Value error, ")
+        if kind == "extra_forbidden":
             model = _model_at(loc[:-1])
             msg = f"unknown key {loc[-1]!r}"
             if model is not None:
                 known = list(model.model_fields)
                 close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-                msg += f", did you mean {close[0]!r}?" if close else (
-                    f" (allowed: {', '.join(known)})")
-        elif err["type"] == "missing":
+                msg += f", did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(known)})"
+        elif kind == "missing":
             msg = "required key is missing"
-        elif err["type"] == "literal_error":
-            msg = f"{msg}; got {err.get('input')!r}"
-        out.append(f"{where}: {_fmt_loc(loc)}: {msg}")
-    return out
+        elif kind == "string_pattern_mismatch" and err.get("ctx", {}).get("pattern") == NAME_PATTERN:
+            msg = (f"{err.get('input')!r} is not a name: letters, digits, '_', '.', '-', starting "
+                   "with a letter or digit, at most 63 characters")
+        elif kind.endswith("_type") or kind in ("literal_error", "finite_number") or \
+                kind.startswith(("greater_than", "less_than", "string_pattern")):
+            msg = f"{msg}; {_got(err.get('input'))}"
+        items.append((loc, tagged and kind.endswith("_type"), msg, err.get("input")))
+    # A union member whose type does not fit says nothing when another member explains
+    # the value; when no member fits, one line says what would.
+    out: list[Problem] = []
+    members: dict[Loc, list[str]] = {}
+    for loc, member_type, msg, value in items:
+        if not member_type:
+            out.append(Problem(source.line_of(loc), loc, msg))
+        elif not any(not other[1] and other[0][:len(loc)] == loc for other in items):
+            base = msg.split("; got ")[0]
+            if loc not in members:
+                members[loc] = []
+                out.append(Problem(source.line_of(loc), loc, _got(value)))
+            members[loc].append(base)
+    return [Problem(pr.line, pr.loc, f"{' or '.join(members[pr.loc])}; {pr.msg}")
+            if pr.loc in members else pr for pr in out]
 
 
-def _semantic_problems(inv: Inventory, p: Path, lines: dict[Loc, int]) -> Iterator[str]:
-    seen: dict[str, Loc] = {}
-    for pkey, prov in inv.doc.providers.items():
-        for i, spec in enumerate(prov.nodes):
-            loc: Loc = ("providers", pkey, "nodes", i)
-            where = f"{p}:{_line_for(loc, lines) or '?'}"
-            if spec.name in seen:
-                first = _line_for(seen[spec.name], lines)
-                yield (f"{where}: {_fmt_loc(loc)}.name: duplicate node name {spec.name!r} "
-                       f"(first at line {first})")
+# --- problems between values ---------------------------------------------------------------
+
+def _str(m: Any, key: str) -> str | None:
+    v = m.get(key) if isinstance(m, dict) else None
+    return v if isinstance(v, str) else None
+
+
+def _dict(m: Any, key: str) -> dict[Any, Any]:
+    v = m.get(key) if isinstance(m, dict) else None
+    return v if isinstance(v, dict) else {}
+
+
+def _list(m: Any, key: str) -> list[Any]:
+    v = m.get(key) if isinstance(m, dict) else None
+    return v if isinstance(v, list) else []
+
+
+def _valid(check: Any, value: str | None) -> bool:
+    if value is None:
+        return False
+    try:
+        check(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _file_problem(value: str) -> str | None:
+    p = Path(os.path.expanduser(value))
+    if not p.exists():
+        return f"{value} does not exist"
+    if p.is_dir():
+        return f"{value} is a directory, not a file"
+    return None
+
+
+def _known_hosts_problem(value: str) -> str | None:
+    p = Path(os.path.expanduser(value))
+    if p.is_dir():
+        return f"{value} is a directory; name the known_hosts file"
+    if p.exists() or p == Path(os.path.expanduser(DEFAULT_KNOWN_HOSTS)):
+        return None
+    if not p.parent.is_dir():
+        return (f"neither {value} nor its directory {p.parent} exists; --accept-new-host-keys "
+                "records new host keys there: create the directory or fix the path")
+    return None
+
+
+def _semantic_problems(source: Source) -> Iterator[Problem]:
+    data = source.data
+    providers, jump_hosts, settings = (_dict(data, k) for k in ("providers", "jump_hosts",
+                                                                 "settings"))
+    ssh_providers = [k for k, v in providers.items()
+                     if isinstance(v, dict) and v.get("executor", "ssh") == "ssh"]
+
+    specs: list[tuple[Any, int, dict[Any, Any]]] = []  # every node as written: provider, index
+    nodes: dict[str, tuple[Any, int, dict[Any, Any]]] = {}  # each name's first node
+    for pkey, prov in providers.items():
+        if not isinstance(prov, dict):
+            continue
+        explicit = prov.get("name", pkey)
+        if isinstance(explicit, str) and explicit != pkey:
+            msg = (f"name {explicit!r} differs from its key {pkey!r}: a provider is known by its "
+                   f"key; drop `name:` or write {pkey!r}")
+            twin = next((k for k, v in providers.items() if k != pkey and (
+                k == explicit or (isinstance(v, dict) and v.get("name") == explicit))), None)
+            if twin is not None:
+                msg += (f"; {explicit!r} is also the name of provider {twin!r} "
+                        f"(line {source.line_of(('providers', twin))})")
+            yield Problem(source.line_of(("providers", pkey, "name")), ("providers", pkey, "name"),
+                          msg)
+        for i, spec in enumerate(_list(prov, "nodes")):
+            if not isinstance(spec, dict):
+                continue
+            specs.append((pkey, i, spec))
+            name = _str(spec, "name")
+            if name is None:
+                continue
+            loc: Loc = ("providers", pkey, "nodes", i, "name")
+            if name in nodes:
+                first = nodes[name]
+                yield Problem(source.line_of(loc), loc, f"duplicate node name {name!r} (first at "
+                              f"line {source.line_of(('providers', first[0], 'nodes', first[1]))})")
+            elif name in jump_hosts:
+                yield Problem(source.line_of(loc), loc, f"node {name!r} has the name of a jump host "
+                              f"(line {source.line_of(('jump_hosts', name))}): proxy_jump would be "
+                              "ambiguous; rename one")
             else:
-                seen[spec.name] = loc
-    node_names = set(seen)
-    for node in inv.nodes:
-        prov = inv.doc.providers[node.provider]
-        idx = next(i for i, s in enumerate(prov.nodes) if s.name == node.name)
-        loc = ("providers", node.provider, "nodes", idx)
-        where = f"{p}:{_line_for(loc, lines) or '?'}"
-        if node.executor == "ssh":
-            if not node.host and not node.ssh_alias:
-                yield f"{where}: {_fmt_loc(loc)}: node {node.name!r} has neither host nor ssh_alias"
-            if node.identity_file:
-                key = Path(os.path.expanduser(node.identity_file))
-                if not key.is_file():
-                    yield (f"{where}: {_fmt_loc(loc)}.identity_file: {node.identity_file} "
-                           f"does not exist (node {node.name!r})")
-            if node.proxy_jump and node.proxy_jump not in inv.doc.jump_hosts and (
-                    node.proxy_jump not in node_names):
-                known = sorted(set(inv.doc.jump_hosts) | node_names - {node.name})
-                close = difflib.get_close_matches(node.proxy_jump, known, n=1)
-                hint = f", did you mean {close[0]!r}?" if close else (
-                    f" (define it under jump_hosts; known: {', '.join(known) or 'none'})")
-                yield (f"{where}: {_fmt_loc(loc)}.proxy_jump: unknown jump host "
-                       f"{node.proxy_jump!r}{hint}")
-            if node.proxy_jump == node.name:
-                yield (f"{where}: {_fmt_loc(loc)}.proxy_jump: node {node.name!r} "
-                       "jumps through itself")
-        if node.executor == "ray" and not node.host:
-            yield f"{where}: {_fmt_loc(loc)}: ray node {node.name!r} needs host (its node IP)"
-    for jname, jump in inv.doc.jump_hosts.items():
-        if jump.identity_file and not Path(os.path.expanduser(jump.identity_file)).is_file():
-            line = _line_for(("jump_hosts", jname, "identity_file"), lines)
-            yield (f"{p}:{line or '?'}: jump_hosts.{jname}.identity_file: "
-                   f"{jump.identity_file} does not exist")
+                nodes[name] = (pkey, i, spec)
+
+    for pkey, prov in providers.items():
+        if not isinstance(prov, dict):
+            continue
+        access = _dict(prov, "access")
+        executor = prov.get("executor", "ssh")
+        if pkey in ssh_providers:
+            yield from _ssh_values(source, ("providers", pkey, "access"), access, nodes,
+                                   jump_hosts)
+        for nkey, i, spec in specs:
+            if nkey != pkey:
+                continue
+            loc = ("providers", pkey, "nodes", i)
+            name = _str(spec, "name") or f"#{i + 1}"
+            if pkey in ssh_providers:
+                yield from _ssh_values(source, loc, spec, nodes, jump_hosts)
+                if not any(_str(spec, k) or _str(access, k) for k in ("host", "ssh_alias")):
+                    yield Problem(source.line_of(loc), loc,
+                                  f"node {name!r} has neither host nor ssh_alias")
+            elif executor == "ray" and not (_str(spec, "host") or _str(access, "host")):
+                yield Problem(source.line_of(loc), loc,
+                              f"ray node {name!r} needs host (its Ray node IP)")
+    yield from _jump_cycles(source, providers, nodes, jump_hosts)
+
+    if not ssh_providers:
+        return
+    for jname, jump in jump_hosts.items():
+        ident = _str(jump, "identity_file")
+        if _valid(_path_like, ident) and (why := _file_problem(str(ident))):
+            loc = ("jump_hosts", jname, "identity_file")
+            yield Problem(source.line_of(loc), loc, why)
+    ssh_config = _str(settings, "ssh_config")
+    if _valid(_path_like, ssh_config) and (why := _file_problem(str(ssh_config))):
+        yield Problem(source.line_of(("settings", "ssh_config")), ("settings", "ssh_config"), why)
+    known = _str(settings, "known_hosts") if "known_hosts" in settings else DEFAULT_KNOWN_HOSTS
+    if _valid(_path_like, known) and (why := _known_hosts_problem(str(known))):
+        yield Problem(source.line_of(("settings", "known_hosts")), ("settings", "known_hosts"), why)
+
+
+def _ssh_values(source: Source, loc: Loc, m: dict[Any, Any], nodes: dict[str, Any],
+                jump_hosts: dict[Any, Any]) -> Iterator[Problem]:
+    """Checks of values an ssh provider's access block or node sets, reported where set."""
+    ident = _str(m, "identity_file")
+    if _valid(_path_like, ident) and (why := _file_problem(str(ident))):
+        yield Problem(source.line_of((*loc, "identity_file")), (*loc, "identity_file"), why)
+    jump = _str(m, "proxy_jump")
+    if jump and jump not in jump_hosts and jump not in nodes:
+        known = sorted({str(k) for k in jump_hosts} | set(nodes))
+        close = difflib.get_close_matches(jump, known, n=1)
+        hint = f", did you mean {close[0]!r}?" if close else (
+            f" (define it under jump_hosts; known: {', '.join(known) or 'none'})")
+        yield Problem(source.line_of((*loc, "proxy_jump")), (*loc, "proxy_jump"),
+                      f"unknown jump host {jump!r}{hint}")
+
+
+def _jump_cycles(source: Source, providers: dict[Any, Any], nodes: dict[str, Any],
+                 jump_hosts: dict[Any, Any]) -> Iterator[Problem]:
+    """proxy_jump loops of any length, reported once, where the first hop of the loop is set."""
+    hop: dict[str, tuple[str, Loc]] = {}  # node -> (next node, where that is set)
+    for name, (pkey, i, spec) in nodes.items():
+        access = _dict(providers[pkey], "access")
+        own = _str(spec, "proxy_jump")
+        target = own or _str(access, "proxy_jump")
+        if target is None or target in jump_hosts or target not in nodes:
+            continue  # a jump host ends the chain; unknown names are reported elsewhere
+        where = (("providers", pkey, "nodes", i, "proxy_jump") if own
+                 else ("providers", pkey, "access", "proxy_jump"))
+        hop[name] = (target, where)
+    reported: set[frozenset[str]] = set()
+    order = {name: k for k, name in enumerate(nodes)}
+    for start in hop:
+        path: list[str] = []
+        cur: str | None = start
+        while cur is not None and cur in hop and cur not in path:
+            path.append(cur)
+            cur = hop[cur][0]
+        if cur is None or cur not in path:
+            continue
+        cycle = path[path.index(cur):]
+        first = min(range(len(cycle)), key=lambda k: order[cycle[k]])  # as written, top down
+        cycle = cycle[first:] + cycle[:first]
+        if frozenset(cycle) in reported:
+            continue
+        reported.add(frozenset(cycle))
+        where = hop[cycle[0]][1]
+        if len(cycle) == 1:
+            msg = f"node {cycle[0]!r} jumps through itself"
+        else:
+            msg = (f"proxy_jump loop {' -> '.join([*cycle, cycle[0]])}: none of these nodes can "
+                   "be reached")
+        yield Problem(source.line_of(where), where, msg)
+
+
+# --- the copy a run keeps ------------------------------------------------------------------
+
+_PEM_RE = re.compile(
+    r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*)-----.*?(?:-----END [A-Z0-9 ]*-----|\Z)",
+    re.DOTALL)
+
+
+def _scrub_lines(text: str) -> str:
+    """payload.scrub's text rules, without changing the number of lines."""
+    text = _PEM_RE.sub(lambda m: REDACTED + "\n" * m.group(0).count("\n"), text)
+    return "".join(scrub_text(line) for line in text.splitlines(keepends=True))
+
+
+def _env_maps(data: Any) -> Iterator[dict[Any, Any]]:
+    seen: set[int] = set()
+    todo: list[tuple[Any, Any]] = [(None, data)]
+    while todo:
+        key, node = todo.pop()
+        if not isinstance(node, (dict, list)) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        if key == "env" and isinstance(node, dict):
+            yield node
+        children = node.items() if isinstance(node, dict) else ((None, v) for v in node)
+        todo.extend(children)
+
+
+def scrubbed_copy(inv_path: str | os.PathLike[str]) -> str:
+    """The inventory text as a run may keep it: every `env` value passed through payload.scrub.
+
+    Values whose name looks secret, or that hold tokens, URL passwords or PEM
+    blocks, become "***" (quoted, so the copy is still YAML). A replaced value
+    keeps its line breaks, so every other line keeps its number. Comments and
+    other lines go through scrub_text line by line.
+    """
+    p = Path(inv_path)
+    try:
+        text = _read_text(p)
+        source = Source(text)
+    except _Refused as exc:
+        raise InventoryError(str(p), _render(p, [exc.problem])) from None
+    edits: dict[Span, tuple[str, set[str]]] = {}
+    for env in _env_maps(source.data):
+        for name, value in env.items():
+            span = source.span_of(env, name)
+            if span is not None and isinstance(value, str):
+                original, names = edits.setdefault(span, (value, set()))
+                names.add(str(name))
+    out = text
+    for (start, end, anchor), (value, names) in sorted(edits.items(), reverse=True):
+        redacted = [redact_value(n, value) for n in sorted(names)]
+        changed = [r for r in redacted if r != value]
+        if not changed:
+            continue
+        new = REDACTED if REDACTED in changed else str(changed[0])
+        old = text[start:end]
+        repl = (f"&{anchor} " if anchor else "") + json.dumps(new, ensure_ascii=False)
+        breaks = old.count("\n")
+        if breaks:
+            tail = old[old.rfind("\n") + 1:]
+            repl += "\n" * breaks + (tail if not tail.strip() else "")
+        out = out[:start] + repl + out[end:]
+    return _scrub_lines(out)

@@ -164,7 +164,7 @@ def fleet(inventory: Path, nodes: Sequence[str], providers: Sequence[str], label
     from orchestrator.executors import ExecutorPool, options_for
 
     inv = inv_mod.load(inventory)
-    selected = inv.select(list(nodes) or None, list(providers) or None)  # type: ignore[arg-type]
+    selected = inv.select(list(nodes) or None, list(providers) or None)
     with ExecutorPool(options_for(inv, accept_new_host_keys)) as pool, \
             progress(label, len(selected)) as hook:
         yield Fleet(inv, selected, pool, hook, accept_new_host_keys)

@@ -6,6 +6,7 @@ from orchestrator import inventory
 from orchestrator.errors import InventoryError
 
 REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests/fixtures/inventories"
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -34,6 +35,21 @@ def test_shipped_examples_load() -> None:
     local = inventory.load(REPO / "inventories/local.yaml")
     assert [n.env["NCCL_HOSTID"] for n in local.nodes] == ["sim-a", "sim-b"]
     assert {n.executor for n in local.nodes} == {"local"}
+    inventory.load(REPO / "inventories/h200x2-local.yaml")
+
+
+def test_fleet_of_32_nodes_merges_provider_defaults() -> None:
+    inv = inventory.load(FIXTURES / "fleet-32.yaml")
+    assert len(inv.nodes) == 32
+    g1 = inv.node("gamma-01")
+    assert (g1.user, g1.python, g1.proxy_jump, g1.connect_timeout_s) == (
+        "ubuntu", "/usr/bin/python3", "gamma-bastion", 7.5)
+    assert g1.env == {"NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "bond0"}
+    d1, d16 = inv.node("delta-01"), inv.node("delta-16")
+    assert d1.connect_timeout_s == 0.5 and isinstance(d1.connect_timeout_s, float)
+    assert d1.target == "root@[2001:db8::1]:2200" and d16.target == "root@2001:db8::10"
+    bands = inv.provider_of(g1).expect.nccl_busbw
+    assert isinstance(bands, list) and bands[0].size == "8G"
 
 
 def test_node_overrides_provider_access(tmp_path: Path) -> None:
@@ -70,6 +86,66 @@ def test_every_structural_problem_with_line_and_did_you_mean(tmp_path: Path) -> 
     assert ":10: providers.p1.nodes[1].prot" in got[2] and "'port'" in got[2]
 
 
+def test_every_problem_at_once_sorted_by_line_each_once() -> None:
+    """Structural and semantic problems together, in file order; the shared access block once."""
+    path = FIXTURES / "every-problem.yaml"
+    with pytest.raises(InventoryError) as ei:
+        inventory.load(path)
+    got = [p.replace(str(path), "FILE", 1) for p in ei.value.problems]
+    assert got == (FIXTURES / "every-problem.expected").read_text().splitlines()
+    lines = [int(p.split(":")[1]) for p in got]
+    assert lines == sorted(lines)
+    assert len(got) == len(set(got))
+
+
+def test_access_problem_reported_once_where_written(tmp_path: Path) -> None:
+    """A bad value in a provider's access is one problem at its line, not one per node."""
+    got = problems(tmp_path, """providers:
+  p:
+    access:
+      identity_file: /nonexistent/key
+      port: 0
+      proxy_jump: nowhere
+    nodes:
+      - {name: n1, host: h1}
+      - {name: n2, host: h2}
+      - {name: n3, host: h3}
+""")
+    assert [g.split(": ", 1)[0].rsplit(":", 1)[1] for g in got] == ["4", "5", "6"]
+    assert "providers.p.access.identity_file: /nonexistent/key does not exist" in got[0]
+    assert "providers.p.access.port" in got[1]
+    assert "providers.p.access.proxy_jump: unknown jump host 'nowhere'" in got[2]
+
+
+def test_aliases_and_merge_keys_report_where_the_value_is_written(tmp_path: Path) -> None:
+    got = problems(tmp_path, """providers:
+  p:
+    access: &common
+      port: 70000
+    nodes:
+      - &n1 {name: n1, host: h1, connect_timeout_s: -1}
+      - {<<: *n1, name: n2}
+  q:
+    access: *common
+    nodes:
+      - {name: q1, host: h3}
+""")
+    assert len(got) == 2, got
+    assert ":4: providers.p.access.port" in got[0]
+    assert ":6: providers.p.nodes[0].connect_timeout_s" in got[1]
+
+
+def test_merge_key_values_are_used(tmp_path: Path) -> None:
+    inv = inventory.load(write(tmp_path, """providers:
+  p:
+    nodes:
+      - &n1 {name: n1, host: h1, port: 2222, user: ubuntu}
+      - {<<: *n1, name: n2, user: root}
+"""))
+    n2 = inv.node("n2")
+    assert (n2.host, n2.port, n2.user) == ("h1", 2222, "root")
+
+
 def test_semantic_problems_before_connecting(tmp_path: Path) -> None:
     got = problems(tmp_path, """providers:
   p1:
@@ -96,18 +172,21 @@ def test_yaml_syntax_error_has_line(tmp_path: Path) -> None:
     assert len(got) == 1 and "YAML syntax" in got[0] and "inv.yaml:" in got[0]
 
 
+def test_duplicate_keys_and_second_documents(tmp_path: Path) -> None:
+    got = problems(tmp_path, "providers:\n  p:\n    nodes: [{name: n, host: h}]\n"
+                             "    nodes: [{name: m, host: h}]\n")
+    assert got == [f"{tmp_path / 'inv.yaml'}:4: providers.p.nodes: duplicate key 'nodes' "
+                   "(first at line 3)"]
+    got = problems(tmp_path, "providers: {p: {nodes: [{name: n, host: h}]}}\n---\nx: 1\n")
+    assert len(got) == 1 and ":2: a second YAML document" in got[0]
+
+
 def test_missing_file_and_empty_providers(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="no such file"):
         inventory.load(tmp_path / "nope.yaml")
+    with pytest.raises(InventoryError, match="not a regular file"):
+        inventory.load(tmp_path)
     assert "at least one provider" in problems(tmp_path, "providers: {}\n")[0]
     assert "required key is missing" in problems(tmp_path, "settings: {}\n")[0]
-
-
-def test_select_by_provider_and_name() -> None:
-    inv = inventory.load(REPO / "inventories/example-two-providers.yaml")
-    assert [n.name for n in inv.select(provider="beta-gpu")] == ["beta-1", "beta-2"]
-    assert [n.name for n in inv.select(["alpha-2"])] == ["alpha-2"]
-    with pytest.raises(InventoryError, match="no node named 'zzz'"):
-        inv.select(["zzz"])
-    with pytest.raises(InventoryError, match="no provider named 'x'"):
-        inv.select(provider="x")
+    assert "expected a mapping" in problems(tmp_path, "# only a comment\n")[0]
+    assert "expected a mapping" in problems(tmp_path, "- providers\n")[0]
