@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -39,6 +40,10 @@ import pandas as pd
 from orchestrator.analysis import frames
 from orchestrator.errors import UsageError
 from orchestrator.store import BaselineRecord, Index, add_baselines
+
+if TYPE_CHECKING:
+    from orchestrator.bands import Band
+    from orchestrator.verdicts import Table
 
 MIN_SIZE = 16 << 20
 DEFAULT_LAST = 10
@@ -259,6 +264,46 @@ def resolve(root: Path, provider: str, judged: str, df: pd.DataFrame, runs: pd.D
     return automatic(root, provider, judged, df, runs, machine, last)
 
 
+# --- reference bands, shown beside ------------------------------------------------------------
+
+def band_for(root: Path, run_id: str, provider: str, key: SeriesKey, machine: MachineClass,
+             n_nodes: int) -> tuple[Band, str] | None:
+    """The reference band of a busbw series at its own size: the run's inventory's, else the
+    shipped one for the machine class. An expectation, shown beside the measured baseline."""
+    from orchestrator import bands as bands_mod
+
+    if key.metric != "busbw" or key.engine != "nccl-tests":
+        return None
+    own = _inventory_bands(root / run_id / "inventory.yaml", provider)
+    if own is not None:
+        cands, src = own, "inventory"
+    elif machine.known:
+        ref = bands_mod.find_shipped(machine.gpu_model, machine.gpu_count, n_nodes)
+        cands, src = (list(ref.bands) if ref else []), "shipped"
+    else:
+        return None
+    band = next((b for b in cands if b.size_bytes == key.size), None)
+    return None if band is None else (band, src)
+
+
+def _inventory_bands(path: Path, provider: str) -> list[Band] | None:
+    from ruamel.yaml import YAML
+
+    from orchestrator.bands import Band
+
+    try:
+        doc = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+        raw = doc["providers"][provider]["expect"]["nccl_busbw"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if raw is None:
+        return None
+    try:
+        return [Band.model_validate(b) for b in (raw if isinstance(raw, list) else [raw])]
+    except ValueError:
+        return None
+
+
 # --- baseline set / show ----------------------------------------------------------------------
 
 def summarize(samples: Sequence[Sample], units: dict[tuple[str, str], str], *, set_id: str,
@@ -345,3 +390,30 @@ def _who() -> str:
     except (KeyError, OSError):
         user = "unknown"
     return f"{user}@{socket.gethostname()}"
+
+
+def records_table(root: Path, records: Sequence[BaselineRecord], title: str) -> Table:
+    """Baselines with the reference band of the same size beside: history and expectation."""
+    from orchestrator.verdicts import Table
+
+    rows = []
+    for r in sorted(records, key=lambda r: (r.provider, r.suite_hash, r.scope, r.engine,
+                                            r.metric, r.size)):
+        key = SeriesKey(r.provider, r.scope, r.engine, r.metric, r.size, r.span)
+        nodes = 1 if r.span == "single" else _multi_nodes(root, r)
+        band = band_for(root, r.runs[-1], r.provider, key, MachineClass(r.gpu_model, r.gpu_count),
+                        nodes) if r.runs else None
+        shown = None if band is None else (f"{band[0].value:g} ({band[0].lower:g}-"
+                                           f"{band[0].upper:g}, {band[1]})")
+        rows.append((r.provider, str(MachineClass(r.gpu_model, r.gpu_count)), r.suite_hash,
+                     key.label, r.n, float(f"{r.mean:.4g}"), float(f"{r.std:.3g}"),
+                     f"{r.std / r.mean:.1%}" if r.mean else None, r.unit, shown,
+                     len(r.runs), r.set_by, r.set_at))
+    return Table(title, ("provider", "machine", "suite", "series", "n", "mean", "sd", "cv",
+                         "unit", "band", "runs", "set by", "set at"), rows)
+
+
+def _multi_nodes(root: Path, r: BaselineRecord) -> int:
+    ms = frames.measurements(root, r.runs[-1:], providers=[r.provider], metrics=[r.metric])
+    ms = ms[ms["scope"] == r.scope]
+    return max((len(str(n).split(",")) for n in ms["nodes"]), default=1)

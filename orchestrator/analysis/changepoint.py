@@ -84,10 +84,32 @@ def detect(values: Sequence[float], *, min_effect: float = 0.0) -> list[Shift]:
     z = ((x - np.median(x)) / sigma).reshape(-1, 1)
     ends = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT).fit(z).predict(
         pen=penalty(len(x)))
-    bounds = [0, *(int(e) for e in ends)]
+    bounds = _refine([0, *(int(e) for e in ends)], x)
     means = [float(np.mean(x[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)]
     shifts = [Shift(bounds[i], means[i - 1], means[i]) for i in range(1, len(means))]
     return [s for s in shifts if abs(s.change) >= min_effect]
+
+
+def _refine(bounds: list[int], x: np.ndarray) -> list[int]:
+    """Place each change at the best split between its neighbours, down to one run.
+
+    The search keeps MIN_SEGMENT runs on each side so that noise does not make
+    changes; that also means a change in the last two runs would be placed up to
+    two runs early, mixing old and new level. Once a change is found, its place
+    is the split of the two neighbouring segments with the least squared error,
+    whatever their length.
+    """
+    out = list(bounds)
+    for i in range(1, len(out) - 1):
+        a, b = out[i - 1], out[i + 1]
+        best, cost = out[i], math.inf
+        for j in range(a + 1, b):
+            left, right = x[a:j], x[j:b]
+            c = float(((left - left.mean()) ** 2).sum() + ((right - right.mean()) ** 2).sum())
+            if c < cost:
+                best, cost = j, c
+        out[i] = best
+    return out
 
 
 def drift(values: Sequence[float], shifts: Sequence[Shift]) -> float | None:

@@ -51,6 +51,7 @@ from orchestrator.analysis.baseline import (
     MachineClass,
     Sample,
     SeriesKey,
+    band_for,
     resolve,
     sample_frame,
     to_samples,
@@ -495,47 +496,16 @@ def _shifts(df: pd.DataFrame, judged: str, history: list[str], suite_hash: str,
 
 def _bands(root: Path, run_id: str, provider: str, keys: set[SeriesKey], machine: MachineClass,
            df: pd.DataFrame) -> dict[SeriesKey, tuple[Band, str]]:
-    """The reference band of each busbw series at its own size: the inventory's, else the
-    shipped one for the machine class. An expectation, shown beside the measured baseline."""
-    from orchestrator import bands as bands_mod
-
-    own = _inventory_bands(root / run_id / "inventory.yaml", provider)
     out: dict[SeriesKey, tuple[Band, str]] = {}
     for key in keys:
-        if key.metric != "busbw" or key.engine != "nccl-tests":
-            continue
-        if own is not None:
-            cands, src = own, "inventory"
-        elif machine.known:
-            nodes = 1
-            if key.span == "multi":
-                rows = df[(df["run_id"] == run_id) & (df["scope"] == key.scope)]
-                nodes = max((len(str(n).split(",")) for n in rows["nodes"]), default=1)
-            ref = bands_mod.find_shipped(machine.gpu_model, machine.gpu_count, nodes)
-            cands, src = (list(ref.bands) if ref else []), "shipped"
-        else:
-            continue
-        band = next((b for b in cands if b.size_bytes == key.size), None)
-        if band is not None:
-            out[key] = (band, src)
+        nodes = 1
+        if key.span == "multi":
+            rows = df[(df["run_id"] == run_id) & (df["scope"] == key.scope)]
+            nodes = max((len(str(n).split(",")) for n in rows["nodes"]), default=1)
+        found = band_for(root, run_id, provider, key, machine, nodes)
+        if found is not None:
+            out[key] = found
     return out
-
-
-def _inventory_bands(path: Path, provider: str) -> list[Band] | None:
-    from ruamel.yaml import YAML
-
-    from orchestrator.bands import Band
-
-    try:
-        doc = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
-        raw = doc["providers"][provider]["expect"]["nccl_busbw"]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    try:
-        items = raw if isinstance(raw, list) else [raw]
-        return [Band.model_validate(b) for b in items]
-    except ValueError:
-        return None
 
 
 # --- rows for the terminal, --json and reports ------------------------------------------------

@@ -33,10 +33,10 @@ GROUPS = (
     "orchestrator.cli.index",
     "orchestrator.cli.runs",
     "orchestrator.cli.compare",
+    "orchestrator.cli.regress",
 )
 OPTIONAL_GROUPS = (  # command groups that arrive with later steps
     "orchestrator.cli.train",
-    "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",
 )
 

@@ -41,6 +41,7 @@ FAILURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"(?: \(core dumped\))?$|^terminate called after throwing")),
     ("error", re.compile(
         r"^\[Rank \d+\].*\b(?:[Ee]rror|[Aa]bort)|^(?:srun|slurmstepd): error:"
+        r"|^srun: (?:Job step aborted|Terminating (?:job step|StepId))"
         r"|^mlx5: \S+: got completion with error")),
 )
 

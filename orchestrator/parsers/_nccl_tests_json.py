@@ -102,9 +102,22 @@ def parse_json_run(text: str, source: str | None,
                    op_of: Callable[[str | None], str | None]) -> NcclTestsRun:
     try:
         doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ParseError(KIND, f"not valid JSON ({exc.msg}); a run killed before it finished "
-                         "leaves the file unclosed", line_no=exc.lineno, source=source) from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+        raise ParseError(KIND, f"not valid JSON ({msg}); a run killed before it finished "
+                         "leaves the file unclosed",
+                         line_no=getattr(exc, "lineno", None), source=source) from None
+    try:
+        return _run(doc, source, op_of)
+    except (KeyError, IndexError, TypeError, ValueError, OverflowError, AttributeError) as exc:
+        # a value of the wrong type or shape anywhere in the document (pydantic's
+        # ValidationError is a ValueError): refused, with what broke
+        what = str(exc).splitlines()[0][:200]
+        raise ParseError(KIND, f"unexpected JSON structure ({type(exc).__name__}: {what}); "
+                         "is this the -J output of nccl-tests?", source=source) from None
+
+
+def _run(doc: Any, source: str | None, op_of: Callable[[str | None], str | None]) -> NcclTestsRun:
     if not isinstance(doc, dict) or doc.get("version") not in _KNOWN_VERSIONS:
         version = doc.get("version") if isinstance(doc, dict) else None
         raise _fail(f"unknown nccl-tests JSON version {version!r} (known: 1-3)", source)

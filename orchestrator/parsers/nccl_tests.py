@@ -261,9 +261,13 @@ def _raise_partial(st: _State, source: str | None) -> None:
                      f"{st.layout.width}", line_no=line_no, line=line, source=source)
 
 
-def _footer_line(st: _State, line: str, line_no: int) -> None:
+def _footer_line(st: _State, line: str, line_no: int, source: str | None) -> None:
     if m := _AVG.match(line.strip()):
-        st.avg = float(m["bw"])
+        try:
+            st.avg = float(m["bw"])
+        except ValueError:
+            raise ParseError(KIND, "the average bus bandwidth is not a number", line_no=line_no,
+                             line=line, source=source) from None
         st.avg_check = m["chk"]
         if m["chk"] == "FAILED":
             st.failures.append(Failure(line_no=line_no, kind="min-bw", text=line.strip()))
@@ -277,7 +281,7 @@ def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
     for line_no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         if st.footer:
-            _footer_line(st, line, line_no)
+            _footer_line(st, line, line_no, source)
         elif st.layout is not None:
             _table_line(st, line, line_no, source)
         elif not _header_line(st, line, line_no, source):

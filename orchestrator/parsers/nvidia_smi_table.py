@@ -142,6 +142,8 @@ def _num(r: _Reader, n: int, raw: str, unit: str | None, kind: str = "int") -> f
 
 
 def _gpu_rows(r: _Reader, rows: list[tuple[int, list[str]]], three_rows: bool) -> TableGpu:
+    if len(rows) < 2:
+        raise r.fail("GPU block has one row; the header announces two or three", rows[0][0])
     (n1, c1), (n2, c2) = rows[0], rows[1]
     if len(c1) != 3 or len(c2) != 3:
         raise r.fail("GPU row does not have the three cells of the header", n1)

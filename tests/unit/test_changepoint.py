@@ -73,3 +73,13 @@ def test_noise_estimate_ignores_a_level_shift() -> None:
     x = np.random.default_rng(2).normal(0, 1, 400)
     x[200:] += 50
     assert changepoint.noise_sigma(x) == pytest.approx(1.0, rel=0.15)
+
+
+def test_a_change_in_the_last_runs_is_placed_there() -> None:
+    """The search keeps three runs a side; a change it finds is then placed to the run
+    (not two runs early, which would mix the old level into the new one)."""
+    for seed in range(20):
+        x = np.random.default_rng(seed).normal(300, 3, 20)
+        x[18:] *= 0.85
+        (shift,) = changepoint.detect(x)
+        assert shift.index == 18 and shift.change == pytest.approx(-0.15, abs=0.02)

@@ -225,3 +225,83 @@ def test_no_history_is_not_enough_data_and_bad_input_is_refused(tmp_path: Path) 
         regress.evaluate(root, None, ["nope"])
     with pytest.raises(UsageError, match="no results under"):
         regress.evaluate(tmp_path / "empty")
+
+
+# --- the command ----------------------------------------------------------------------------------
+
+def test_regress_command_exit_codes_json_and_textfile(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.unit.clirun import gpuvet
+
+    root = tmp_path / "results"
+    ids = make_history(root, 12, shift_at=11, shift=0.9)
+    res = gpuvet(capsys, "regress", "--results", root)
+    assert res.returncode == 1, res.output
+    assert "REGRESSED" in res.stdout and "as a whole" in res.stdout
+    res = gpuvet(capsys, "regress", ids[10], "--results", root, "--json",
+                 "--prom-file", tmp_path / "g.prom")
+    assert res.returncode == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["providers"][0]["verdict"] == "UNCHANGED" and doc["regressed"] is False
+    assert doc["providers"][0]["baseline"]["runs"] == ids[:10]
+    assert {t["subject"] for t in doc["tests"]} == {"provider:lab", "n1", "n2"}
+    assert all(t["mde"] is not None and t["ci_low"] is not None for t in doc["tests"])
+    assert 'gpuvet_regress_verdict{provider="lab",verdict="UNCHANGED"} 1.0' in \
+        (tmp_path / "g.prom").read_text()
+    res = gpuvet(capsys, "regress", "--results", root, "--test", "welch", "--min-effect",
+                 "0.5", "--json")
+    assert res.returncode == 0 and json.loads(res.stdout)["settings"]["test"] == "welch"
+
+
+def test_regress_command_bad_input_is_exit_2(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.clirun import gpuvet
+
+    root = tmp_path / "results"
+    (only,) = make_history(root, 1)
+    res = gpuvet(capsys, "regress", "--results", root)
+    assert res.returncode == 0 and "NOT ENOUGH DATA" in res.stdout  # no baseline yet
+    for args, msg in ((["20990101-000000-0000"], "no run 20990101-000000-0000"),
+                      (["not-a-run"], "no run not-a-run"),
+                      (["-p", "nope"], "no runs of provider nope"),
+                      (["--prom-file", tmp_path / "x.txt"], "ending in .prom"),
+                      (["--alpha", "2"], "--alpha"),
+                      (["--min-size", "lots"], "--min-size")):
+        res = gpuvet(capsys, "regress", "--results", root, *args)
+        assert res.returncode == 2, (args, res.output)
+        assert msg in res.stderr and "Traceback" not in res.stderr
+    res = gpuvet(capsys, "regress", "--results", tmp_path / "none")
+    assert res.returncode == 2 and "no results under" in res.stderr
+    help_text = gpuvet(capsys, "regress", "--help").stdout
+    assert "NOT ENOUGH DATA" in help_text and "1 REGRESSED" in help_text
+
+
+def test_baseline_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from tests.unit.clirun import gpuvet
+
+    root = tmp_path / "results"
+    ids = make_history(root, 5)
+    res = gpuvet(capsys, "baseline", "show", "--results", root)
+    assert res.returncode == 0 and "no baseline set by hand" in res.stdout
+    res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--runs", ids[0], "--runs", ids[1],
+                 "--results", root)
+    assert res.returncode == 0, res.output
+    assert f"2 series from 2 run(s): {ids[0]}, {ids[1]}" in res.stdout
+    from orchestrator.analysis.baseline import records_table
+    from orchestrator.store import Index
+
+    table = records_table(root, Index(root).baselines(), "t").as_dicts()
+    band = {r["series"]: r["band"] for r in table}
+    assert band == {"busbw single 64 MiB": None,  # no shipped band at that size
+                    "busbw single 128 MiB": "285 (250-320, shipped)"}
+    res = gpuvet(capsys, "baseline", "show", "--results", root, "--json")
+    recs = json.loads(res.stdout)["baselines"]
+    assert {r["size"] for r in recs} == set(SIZES) and recs[0]["runs"] == ids[:2]
+    res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--results", root)
+    assert res.returncode == 2 and "either --runs" in res.stderr
+    res = gpuvet(capsys, "regress", "--results", root, "--json")
+    assert json.loads(res.stdout)["providers"][0]["baseline"]["kind"] == "stored"

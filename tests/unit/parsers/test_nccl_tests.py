@@ -338,3 +338,16 @@ def test_mpirun_tag_output_prefix() -> None:
 def test_a_few_numbered_lines_are_not_a_prefix() -> None:
     run = _text(REAL / "all_reduce_8B-128M_g2_round1.log")
     assert run.launcher_prefix is None
+
+
+def test_srun_own_lines_have_no_label() -> None:
+    """srun's own messages carry no task label; the job's lines still lose theirs."""
+    text = (PUBLIC / "all_reduce_2node-h100_srun-label.log").read_text()
+    lines = text.splitlines()
+    cut = 30  # a few rows in, then one task dies
+    broken = "\n".join([*lines[:cut], "srun: error: node007: task 9: Exited with exit code 1",
+                        "srun: Job step aborted: Waiting up to 32 seconds for job step to finish."])
+    run = parse_nccl_tests(broken + "\n")
+    assert run.launcher_prefix == "srun --label" and len(run.rows) == 7
+    assert [(f.line_no, f.kind) for f in run.failures] == [(31, "error"), (32, "error")]
+    assert run.truncated

@@ -1,0 +1,200 @@
+"""A run's key figures and verdicts in the Prometheus text format, for node_exporter.
+
+Scheduled runs are watched by whatever already watches the fleet: node_exporter's
+textfile collector reads `*.prom` files from one directory at every scrape, so
+alerting on "provider X regressed" or "busbw at 128 MiB fell below 300" needs no
+new service. The collector may read at any moment: the file is written to a
+temporary name in the same directory and renamed over the old one, so a scrape
+sees the old file or the new one, never half of either.
+
+Every name starts with `gpuvet_`; every family has HELP and TYPE lines (all
+gauges: each value describes the latest run, none counts up forever). The run id
+is a label of `gpuvet_run_info` only: on every other series it would start a new
+series at every run.
+"""
+
+from __future__ import annotations
+
+import calendar
+import math
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.errors import UsageError
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.regress import Evaluation
+    from orchestrator.records import Finding
+    from orchestrator.store import RunMeta
+
+NAME_RE = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+VERDICTS = ("REGRESSED", "IMPROVED", "UNCHANGED", "NOT ENOUGH DATA")
+
+
+@dataclass
+class Family:
+    name: str
+    help: str
+    samples: list[tuple[dict[str, str], float]] = field(default_factory=list)
+    type: str = "gauge"
+
+    def add(self, value: float, **labels: object) -> None:
+        self.samples.append(({k: str(v) for k, v in labels.items() if v is not None},
+                             float(value)))
+
+
+def check_path(path: Path) -> Path:
+    """Before a run starts: a file the textfile collector would never read is bad input."""
+    if path.suffix != ".prom":
+        raise UsageError(f"--prom-file {path}: node_exporter's textfile collector reads only "
+                         "files ending in .prom", hint=f"use {path.with_suffix('.prom')}")
+    if not path.parent.is_dir():
+        raise UsageError(f"--prom-file {path}: no such directory {path.parent}",
+                         hint="point it at node_exporter's --collector.textfile.directory")
+    return path
+
+
+def _escape_label(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _escape_help(v: str) -> str:
+    return v.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _value(v: float) -> str:
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    return repr(float(v))
+
+
+def render(families: Iterable[Family]) -> str:
+    """The text exposition format (version 0.0.4), one family after the other."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for fam in families:
+        if not NAME_RE.match(fam.name) or not fam.name.startswith("gpuvet_"):
+            raise ValueError(f"not a gpuvet metric name: {fam.name!r}")
+        if fam.name in seen:
+            raise ValueError(f"metric family {fam.name} given twice")
+        seen.add(fam.name)
+        out.append(f"# HELP {fam.name} {_escape_help(fam.help)}")
+        out.append(f"# TYPE {fam.name} {fam.type}")
+        for labels, value in fam.samples:
+            for k in labels:
+                if not LABEL_RE.match(k) or k.startswith("__"):
+                    raise ValueError(f"not a label name: {k!r}")
+            body = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
+            out.append(f"{fam.name}{{{body}}} {_value(value)}" if body
+                       else f"{fam.name} {_value(value)}")
+    return "\n".join(out) + "\n"
+
+
+def write(path: Path, families: Iterable[Family]) -> None:
+    from orchestrator.store import atomic_write
+
+    atomic_write(path, render(families), mode=0o644)
+
+
+def _epoch(ts: str | None) -> float | None:
+    if not ts:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")))
+    except ValueError:
+        return None
+
+
+def run_families(meta: RunMeta, findings: Sequence[Finding]) -> list[Family]:
+    """What one run did: its identity, times, status, and findings counted by severity."""
+    info = Family("gpuvet_run_info", "The run these figures come from (value is always 1).")
+    info.add(1, run_id=meta.run_id, command=meta.command, suite_hash=meta.suite_hash,
+             status=meta.status)
+    fams = [info]
+    started, finished = _epoch(meta.started), _epoch(meta.finished)
+    if started is not None:
+        f = Family("gpuvet_run_start_timestamp_seconds", "When the run started (Unix time).")
+        f.add(started)
+        fams.append(f)
+        if finished is not None:
+            d = Family("gpuvet_run_duration_seconds", "Wall time of the run.")
+            d.add(finished - started)
+            fams.append(d)
+    ok = Family("gpuvet_run_success", "1 when no finding of the run FAILed, else 0.")
+    ok.add(0 if any(f.severity == "FAIL" for f in findings) else 1)
+    fams.append(ok)
+    counts: dict[tuple[str, str], int] = {}
+    for fd in findings:
+        counts[(fd.provider, fd.severity)] = counts.get((fd.provider, fd.severity), 0) + 1
+    c = Family("gpuvet_findings", "Findings of the run by provider and severity.")
+    for prov in sorted({p for p, _ in counts}):
+        for sev in ("FAIL", "WARN", "PASS", "INFO"):
+            c.add(counts.get((prov, sev), 0), provider=prov, severity=sev)
+    fams.append(c)
+    return fams
+
+
+def regress_families(ev: Evaluation) -> list[Family]:
+    """Verdicts per provider (one-hot over the four), nodes that regressed alone, and per
+    series this run's mean, the baseline's, the change and the smallest detectable change."""
+    verdict = Family("gpuvet_regress_verdict",
+                     "Regression verdict per provider: 1 for the verdict it got, 0 for the "
+                     "others.")
+    regressed = Family("gpuvet_regress_regressed", "1 when the provider regressed, else 0.")
+    node = Family("gpuvet_regress_node_regressed",
+                  "1 for each node that regressed while its provider's other nodes did not.")
+    base_runs = Family("gpuvet_regress_baseline_runs", "Runs in the baseline a run was judged "
+                       "against (0: no baseline).")
+    for p in ev.providers:
+        for v in VERDICTS:
+            verdict.add(1 if p.verdict.verdict == v else 0, provider=p.provider, verdict=v)
+        regressed.add(1 if p.verdict.verdict == "REGRESSED" else 0, provider=p.provider)
+        for n in p.verdict.nodes:
+            node.add(1, provider=p.provider, node=n)
+        base_runs.add(len(p.source.runs) if p.source else 0, provider=p.provider)
+    cur = Family("gpuvet_series_mean", "This run's mean of a series (unit in the unit label).")
+    base = Family("gpuvet_series_baseline_mean", "The baseline's mean of a series.")
+    change = Family("gpuvet_series_change_ratio", "This run against the baseline: mean / "
+                    "baseline mean - 1.")
+    mde = Family("gpuvet_series_min_detectable_ratio",
+                 "Smallest relative change these samples could have called (power 0.8).")
+    series_verdict = Family("gpuvet_series_regressed", "1 when this series regressed, else 0.")
+    units = _units(ev)
+    for rep in ev.reports:
+        for r in rep.rows:
+            labels: Mapping[str, object] = {
+                "provider": r.key.provider, "subject": r.subject, "metric": r.key.metric,
+                "scope": r.key.scope, "engine": r.key.engine, "span": r.key.span,
+                "size_bytes": r.key.size if r.key.size >= 0 else None}
+            c = r.result
+            if c.cur_mean is not None:
+                cur.add(c.cur_mean, unit=units.get(r.key.metric), **labels)
+            if c.base_mean is not None:
+                base.add(c.base_mean, unit=units.get(r.key.metric), **labels)
+            if c.change is not None:
+                change.add(c.change, **labels)
+            if c.mde is not None:
+                mde.add(c.mde, **labels)
+            series_verdict.add(1 if c.verdict == "REGRESSED" else 0, **labels)
+    return [verdict, regressed, node, base_runs, cur, base, change, mde, series_verdict]
+
+
+def _units(ev: Evaluation) -> dict[str, str]:
+    known = {"busbw": "GB/s", "step_time_s": "s", "step_time_p90_s": "s", "mfu": "ratio",
+             "tokens_per_s_per_gpu": "tokens/s", "tokens_per_s_per_rank": "tokens/s",
+             "ckpt_save_s": "s", "ckpt_load_s": "s", "ckpt_write_gbs": "GB/s", "restart_s": "s"}
+    return {r.key.metric: known.get(r.key.metric, "") for r in ev.rows}
+
+
+def written_family() -> Family:
+    f = Family("gpuvet_textfile_written_timestamp_seconds",
+               "When gpuvet wrote this file (Unix time): a stale file means the timer stopped.")
+    f.add(time.time())
+    return f
