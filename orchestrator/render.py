@@ -17,9 +17,32 @@ def _scalar(v: Any) -> str:
     return str(v)
 
 
+def _flat(row: dict[str, Any]) -> dict[str, Any] | None:
+    """A record whose values are scalars, lists of scalars and at most one flat dict, as a row.
+
+    dmon samples (`values: {pwr: 80, ...}`) and errors lists read far better as columns;
+    records with several sub-records (nccl-tests rows) stay nested.
+    """
+    if sum(isinstance(v, dict) for v in row.values()) > 1:
+        return None
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if isinstance(v, dict):
+            if any(isinstance(x, (dict, list)) for x in v.values()):
+                return None
+            out.update({(sub if sub not in row else f"{k}.{sub}"): x for sub, x in v.items()})
+        elif isinstance(v, list):
+            if any(isinstance(x, (dict, list)) for x in v):
+                return None
+            out[k] = ", ".join(_scalar(x) for x in v)
+        else:
+            out[k] = v
+    return out
+
+
 def _is_table(rows: Any) -> bool:
     return (isinstance(rows, list) and bool(rows) and all(isinstance(r, dict) for r in rows)
-            and all(not isinstance(v, (dict, list)) for r in rows for v in r.values()))
+            and all(_flat(r) is not None for r in rows))
 
 
 def render_facts(console: Console, kind: str, facts: BaseModel) -> None:
@@ -36,10 +59,11 @@ def _render(console: Console, data: Any, indent: str) -> None:
     for key, value in data.items():
         if _is_table(value):
             table = Table(title=key, title_justify="left")
-            cols = list(value[0])
+            rows = [_flat(r) or {} for r in value]
+            cols = list(dict.fromkeys(c for r in rows for c in r))
             for c in cols:
                 table.add_column(c)
-            for row in value:
+            for row in rows:
                 table.add_row(*(_scalar(row.get(c)) for c in cols))
             console.print(table)
         elif isinstance(value, dict):
