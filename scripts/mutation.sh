@@ -28,7 +28,7 @@ MIN=${MUTATION_MIN:-90}
 declare -A TESTS=(
     [orchestrator/stats.py]="tests/unit/test_stats.py tests/unit/test_bands.py"
     [orchestrator/bands.py]="tests/unit/test_bands.py tests/unit/test_stats.py"
-    [orchestrator/store.py]="tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
+    [orchestrator/store.py]="tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py tests/unit/test_baseline.py"
     [orchestrator/steps/nccl_judge.py]="tests/unit/test_nccl_judge.py tests/unit/test_gpu_capture.py tests/unit/test_import_cli.py"
     [orchestrator/collectdoc.py]="tests/unit/test_collectdoc_fuzz.py tests/unit/test_preflight.py"
     [orchestrator/verdicts.py]="tests/unit/test_mutation_pins_verdicts.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
@@ -106,20 +106,31 @@ for m in "${modules[@]}"; do
         rm -rf mutants
         "$PY" -m mutmut run --max-children 1 > "$OUT/$name.log" 2>&1 || {
             echo "mutation: mutmut failed on $m; see $OUT/$name.log" >&2; tail -20 "$OUT/$name.log" >&2; exit 1; }
-        "$PY" -m mutmut export-cicd-stats > /dev/null
-        cp mutants/mutmut-cicd-stats.json "$OUT/$name.json"
-        : > "$OUT/$name.txt"
-        "$PY" -m mutmut results 2>/dev/null | sed -n 's/^ *\([^ :]*\): \(survived\|no tests\|suspicious\)$/\1 \2/p' |
-            while read -r mutant status; do
-                { echo "### $mutant ($status)"; "$PY" -m mutmut show "$mutant" | grep -E '^[-+][^-+]'; echo; } \
-                    >> "$OUT/$name.txt"
-            done
+        # one pass over mutmut's data (its `results` and `show` start a process per mutant)
+        "$PY" - "$OUT/$name.txt" "$OUT/$name.json" <<'EOF'
+import json, sys
+from mutmut.__main__ import (SourceFileMutationData, get_diff_for_mutant, status_by_exit_code,
+                             walk_mutatable_files)
+counts, survivors = {}, []
+for path in walk_mutatable_files():
+    data = SourceFileMutationData(path=path)
+    data.load()
+    for mutant, code in data.exit_code_by_key.items():
+        status = status_by_exit_code[code]
+        counts[status] = counts.get(status, 0) + 1
+        if status not in ("killed", "timeout", "segfault", "skipped"):
+            diff = [ln for ln in get_diff_for_mutant(mutant, path=data.path).splitlines()
+                    if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
+            survivors.append("### %s (%s)\n%s\n" % (mutant, status, "\n".join(diff)))
+open(sys.argv[1], "w").write("\n".join(survivors))
+json.dump(counts, open(sys.argv[2], "w"), indent=1, sort_keys=True)
+EOF
     )
     read -r k t <<< "$("$PY" -c '
 import json, sys
 s = json.load(open(sys.argv[1]))
-caught = s["killed"] + s["timeout"] + s["segfault"]
-print(caught, s["total"] - s["skipped"])' "$OUT/$name.json")"
+caught = sum(s.get(k, 0) for k in ("killed", "timeout", "segfault"))
+print(caught, sum(s.values()) - s.get("skipped", 0))' "$OUT/$name.json")"
     rows+=("$(printf '%-40s %5s / %-5s %s' "$m" "$k" "$t" "$("$PY" -c "print('%.1f%%' % (100 * $k / max($t, 1)))")")")
     tk=$((tk + k)); tt=$((tt + t))
 done
