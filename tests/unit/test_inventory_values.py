@@ -257,3 +257,21 @@ def test_identity_files_of_nodes_and_jump_hosts(tmp_path: Path) -> None:
     assert problems(tmp_path, text) == [
         f"jump_hosts.j.identity_file: {tmp_path} is a directory, not a file",
         "providers.p.nodes[0].identity_file: ~/nonexistent-key-gpuvet does not exist"]
+
+
+# --- wrong shapes --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, where", [
+    ("providers: [p]\n", "providers"),
+    ("settings: 5\n" + node_with("port", "22"), "settings"),
+    ("jump_hosts: [j]\n" + node_with("port", "22"), "jump_hosts"),
+    (HEAD + "    access: [user]\n    nodes: [{name: n, host: h}]\n", "providers.p.access"),
+    (HEAD + "    nodes: {name: n, host: h}\n", "providers.p.nodes"),
+    (HEAD + "    nodes: [n1]\n", "providers.p.nodes[0]"),
+    (node_with("env", "[A, B]"), "providers.p.nodes[0].env"),
+    (HEAD + "    executor: [ssh]\n    nodes: [{name: n, host: h}]\n", "providers.p.executor"),
+    ("providers:\n  p: [x]\n", "providers.p"),
+])
+def test_a_mapping_or_list_where_the_other_is_meant(tmp_path: Path, text: str, where: str) -> None:
+    got = problems(tmp_path, text)
+    assert got and got[0].startswith(where + ": "), got
