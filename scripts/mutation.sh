@@ -49,11 +49,11 @@ declare -A TESTS=(
     [orchestrator/parsers/system.py]="tests/unit/parsers/test_system.py"
     [orchestrator/parsers/topology.py]="tests/unit/parsers/test_topology.py"
 )
-# Parts of a module left out, as mutmut's line patterns (a matching `def` line
-# leaves out the whole function). ncclbuild's source fetching and archive
+# Parts of a module left out, as one regular expression over its lines (mutmut's
+# do_not_mutate_patterns; a matching `def` line leaves out the whole function). ncclbuild's source fetching and archive
 # extraction are guarded by their own tests and the archive fault tests.
 declare -A SKIP=(
-    [payload/ncclbuild.py]='^def safe_extract\( ^def fetch_source\('
+    [payload/ncclbuild.py]='^def (safe_extract|fetch_source)\('
 )
 ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/store.py orchestrator/steps/nccl_judge.py
        orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
@@ -85,7 +85,7 @@ path, module, tests, skip = sys.argv[1:]
 text = open(path).read()
 conf = tomllib.loads(text)["tool"]["mutmut"]
 conf.update(only_mutate=[module], pytest_add_cli_args_test_selection=tests.split(),
-            do_not_mutate_patterns=skip.split())
+            do_not_mutate_patterns=[skip] if skip else [])
 body = "".join("%s = %s\n" % (k, json.dumps(v)) for k, v in conf.items())
 start = text.index("[tool.mutmut]\n")
 nxt = re.search(r"^\[", text[start + 1:], re.M)
