@@ -49,11 +49,11 @@ declare -A TESTS=(
     [orchestrator/parsers/system.py]="tests/unit/parsers/test_system.py"
     [orchestrator/parsers/topology.py]="tests/unit/parsers/test_topology.py"
 )
-# Parts of a module left out, as one regular expression over its lines (mutmut's
-# do_not_mutate_patterns; a matching `def` line leaves out the whole function). ncclbuild's source fetching and archive
-# extraction are guarded by their own tests and the archive fault tests.
+# Functions left out of a module (marked `# pragma: no mutate` in the clone only).
+# ncclbuild's source fetching and archive extraction are guarded by their own
+# tests and the archive fault tests.
 declare -A SKIP=(
-    [payload/ncclbuild.py]='^def (safe_extract|fetch_source)\('
+    [payload/ncclbuild.py]="safe_extract fetch_source"
 )
 ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/store.py orchestrator/steps/nccl_judge.py
        orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
@@ -77,20 +77,33 @@ git clone -q --no-hardlinks "$ROOT" "$TMP/src"
 mkdir -p "$OUT"
 echo "mutation: HEAD $(git -C "$TMP/src" rev-parse --short HEAD), results in $OUT"
 
-# Rewrite the clone's [tool.mutmut] for one module (the base settings stay).
+# Rewrite the clone's [tool.mutmut] for one module (the base settings stay) and
+# mark the functions left out.
 configure() {
-    "$PY" - "$TMP/src/pyproject.toml" "$1" "$2" "$3" <<'EOF'
-import json, re, sys, tomllib
-path, module, tests, skip = sys.argv[1:]
+    "$PY" - "$TMP/src" "$1" "$2" "$3" <<'EOF'
+import ast, json, re, sys, tomllib
+src, module, tests, skip = sys.argv[1:]
+path = src + "/pyproject.toml"
 text = open(path).read()
 conf = tomllib.loads(text)["tool"]["mutmut"]
-conf.update(only_mutate=[module], pytest_add_cli_args_test_selection=tests.split(),
-            do_not_mutate_patterns=[skip] if skip else [])
+conf.update(only_mutate=[module], pytest_add_cli_args_test_selection=tests.split())
 body = "".join("%s = %s\n" % (k, json.dumps(v)) for k, v in conf.items())
 start = text.index("[tool.mutmut]\n")
 nxt = re.search(r"^\[", text[start + 1:], re.M)
 end = start + 1 + nxt.start() if nxt else len(text)
 open(path, "w").write(text[:start] + "[tool.mutmut]\n" + body + "\n" + text[end:])
+if skip:
+    mpath = src + "/" + module
+    lines = open(mpath).read().split("\n")
+    spans = [(n.lineno - len(n.decorator_list), n.end_lineno)
+             for n in ast.parse("\n".join(lines)).body
+             if isinstance(n, ast.FunctionDef) and n.name in skip.split()]
+    if len(spans) != len(skip.split()):
+        sys.exit("mutation: %s has no top-level function among %s" % (module, skip))
+    for first, last in sorted(spans, reverse=True):
+        lines[last:last] = ["# pragma: no mutate end"]
+        lines[first - 1:first - 1] = ["# pragma: no mutate start"]
+    open(mpath, "w").write("\n".join(lines))
 EOF
 }
 
@@ -98,6 +111,7 @@ rows=()
 tk=0; tt=0; broken=0
 for m in "${modules[@]}"; do
     case "$m" in */__init__.py) continue ;; esac
+    git -C "$TMP/src" checkout -q -- .
     configure "$m" "${TESTS[$m]}" "${SKIP[$m]:-}"
     name=${m%.py}; name=${name//\//.}
     echo "mutation: $m (tests: ${TESTS[$m]})"
