@@ -24,7 +24,7 @@ Result = Literal["below", "within", "above"]
 class Band(BaseModel):
     """An expected value with its acceptable range, at one message size."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     value: float = Field(gt=0)
     lower: float = Field(ge=0)
     upper: float = Field(gt=0)

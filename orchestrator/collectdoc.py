@@ -33,6 +33,65 @@ class CommandRecord(_Open):
     fallback: bool = False
 
 
+class Mount(_Open):
+    source: str | None = None
+    mount_point: str | None = None
+    fstype: str | None = None
+    options: str | None = None
+
+
+class PathInfo(_Open):
+    path: str | None = None
+    realpath: str | None = None
+    exists: bool = False
+    is_dir: bool = False
+    writable: bool = False
+    stat_path: str | None = None
+    free_bytes: int | None = None
+    total_bytes: int | None = None
+    mount: Mount | None = None
+    error: str | None = None
+
+
+class NcclHeader(_Open):
+    path: str | None = None
+    exists: bool = False
+    version: str | None = None
+
+
+class NcclPip(_Open):
+    root: str | None = None
+    lib_dir: str | None = None
+    libs: list[str] = Field(default_factory=list)
+    header: str | None = None
+    header_version: str | None = None
+
+
+class NcclLibDir(_Open):
+    dir: str | None = None
+    exists: bool = False
+    libs: list[str] = Field(default_factory=list)
+
+
+class NcclInstall(_Open):
+    nccl_home: str | None = None
+    pip: list[NcclPip] = Field(default_factory=list)
+    headers: list[NcclHeader] = Field(default_factory=list)
+    lib_dirs: list[NcclLibDir] = Field(default_factory=list)
+
+
+class MpiInstall(_Open):
+    mpicc: str | None = None
+    mpirun: str | None = None
+    flavor: str | None = None
+    mpi_h: list[str] = Field(default_factory=list)
+
+
+class PythonInfo(_Open):
+    executable: str | None = None
+    version: str | None = None
+
+
 class CollectDocument(_Open):
     tool: str
     commands: dict[str, CommandRecord]
@@ -40,11 +99,11 @@ class CollectDocument(_Open):
     node: str | None = None
     hostname: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    python: dict[str, Any] = Field(default_factory=dict)
-    paths: dict[str, Any] = Field(default_factory=dict)
-    nccl: dict[str, Any] = Field(default_factory=dict)
-    mpi: dict[str, Any] = Field(default_factory=dict)
-    tools: dict[str, Any] = Field(default_factory=dict)
+    python: PythonInfo = Field(default_factory=PythonInfo)
+    paths: dict[str, PathInfo | None] = Field(default_factory=dict)
+    nccl: NcclInstall = Field(default_factory=NcclInstall)
+    mpi: MpiInstall = Field(default_factory=MpiInstall)
+    tools: dict[str, str | None] = Field(default_factory=dict)
 
 
 def validate(doc: Any, *, node: str) -> dict[str, Any]:

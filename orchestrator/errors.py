@@ -134,3 +134,13 @@ class CommandFailed(StepError):
                  command: str | None = None, hint: str | None = None) -> None:
         self.result = result
         super().__init__(what, node=node, command=command, hint=hint)
+
+
+class StoreError(GpuvetError):
+    """The controller could not write its own results: not a node's fault (exit 3)."""
+
+    exit_code = 3
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread the way KeyboardInterrupt is raised for SIGINT."""

@@ -39,7 +39,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator import __version__
-from orchestrator.errors import GpuvetError, UsageError
+from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError
 from orchestrator.records import Finding, Measurement
 
 SCHEMA_VERSION = 2
@@ -47,12 +47,6 @@ DEFAULT_ROOT = Path("results")
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 Status = Literal["running", "passed", "failed", "interrupted", "error"]
 R = TypeVar("R", Finding, Measurement, "BaselineRecord")
-
-
-class StoreError(GpuvetError):
-    """The controller could not write its own results: not a node's fault (exit 3)."""
-
-    exit_code = 3
 
 
 def _store_error(exc: OSError, path: Path) -> StoreError:
@@ -563,7 +557,7 @@ class Run:
         """A run that dies records why: status "interrupted" or "error", never "running"."""
         try:
             yield self
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, Terminated, SystemExit):
             with contextlib.suppress(Exception):
                 self.finish("interrupted")
             raise

@@ -22,7 +22,7 @@ import click
 
 from orchestrator import __version__
 from orchestrator.cli._common import ExitCode, Group, State, err
-from orchestrator.errors import GpuvetError
+from orchestrator.errors import GpuvetError, Terminated
 
 GROUPS = (
     "orchestrator.cli.inventory",
@@ -39,10 +39,6 @@ OPTIONAL_GROUPS = (  # command groups that arrive with later steps
     "orchestrator.cli.train",
     "orchestrator.cli.pipeline",
 )
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised in the main thread like KeyboardInterrupt is for SIGINT."""
 
 
 def build() -> click.Group:

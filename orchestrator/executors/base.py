@@ -8,11 +8,13 @@ fabric's GroupResult: one broken node never stops the others.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import shlex
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +26,7 @@ from orchestrator.errors import (
     ConnectionFailed,
     GpuvetError,
     StepError,
+    StoreError,
     UsageError,
 )
 from orchestrator.inventory import Inventory, Node
@@ -273,13 +276,41 @@ class GroupResult(Generic[T]):
 ProgressHook = Callable[[str, str], None]  # (node, "start" | "done" | "failed")
 
 
-def fanout(nodes: list[Node], fn: Callable[[Node], T], *, concurrency: int = 32,
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+N = TypeVar("N", bound=Named)
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+_LIVE_POOLS: weakref.WeakSet[ExecutorPool] = weakref.WeakSet()
+
+
+def cancel_all() -> None:
+    """Kill every command in flight on every node (an interrupt: nothing else will wait)."""
+    pools = list(_LIVE_POOLS)
+    threads = [threading.Thread(target=p.cancel, daemon=True) for p in pools]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+
+def fanout(nodes: Sequence[N], fn: Callable[[N], T], *, concurrency: int = 32,
            progress: ProgressHook | None = None) -> GroupResult[T]:
-    """Run fn on every node in parallel; exceptions become per-node failures."""
+    """Run fn on every node in parallel; exceptions become per-node failures.
+
+    On SIGINT/SIGTERM (raised in the calling thread) no further node is started,
+    the commands running on the nodes are killed with their process groups, and
+    the interrupt goes on up once the workers have returned.
+    """
     group: GroupResult[T] = GroupResult()
     lock = threading.Lock()
+    stop = threading.Event()
 
-    def one(node: Node) -> None:
+    def one(node: N) -> None:
+        if stop.is_set():
+            return  # interrupted before this node started: nothing to record
         if progress:
             progress(node.name, "start")
         try:
@@ -294,7 +325,13 @@ def fanout(nodes: list[Node], fn: Callable[[Node], T], *, concurrency: int = 32,
                 progress(node.name, "failed")
             return
         except Exception as exc:  # a bug or a library error: keep the others going
-            err = GpuvetError(f"{type(exc).__name__}: {exc}", node=node.name)
+            if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS:
+                err: GpuvetError = StoreError(
+                    f"the controller cannot write ({exc.strerror}: {exc.filename})",
+                    hint="free space on the results disk (or use --results elsewhere); "
+                         "--resume finishes the run")
+            else:
+                err = GpuvetError(f"{type(exc).__name__}: {exc}", node=node.name)
             with lock:
                 group.failures[node.name] = err
             if progress:
@@ -307,10 +344,18 @@ def fanout(nodes: list[Node], fn: Callable[[Node], T], *, concurrency: int = 32,
 
     if not nodes:
         return group
-    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes)))) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(nodes))))
+    try:
         futures = [pool.submit(one, n) for n in nodes]
         for f in as_completed(futures):
             f.result()
+    except BaseException:  # KeyboardInterrupt, Terminated: stop starting, kill, then go on up
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        cancel_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
     # keep inventory order, whatever order they finished in
     group.results = {n.name: group.results[n.name] for n in nodes if n.name in group.results}
     group.failures = {n.name: group.failures[n.name] for n in nodes if n.name in group.failures}
@@ -339,6 +384,19 @@ class ExecutorPool:
         self.options = options
         self._executors: dict[str, Executor] = {}
         self._lock = threading.Lock()
+        _LIVE_POOLS.add(self)
+
+    def cancel(self) -> None:
+        """Kill the commands running through this pool's executors (best effort)."""
+        with self._lock:
+            executors = list(self._executors.values())
+        for ex in executors:
+            cancel = getattr(ex, "cancel", None)
+            if cancel is not None:
+                try:
+                    cancel()
+                except Exception:  # the node may be gone; the interrupt is reported anyway
+                    pass
 
     def __call__(self, node: Node) -> Executor:
         with self._lock:

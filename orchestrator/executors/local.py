@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,6 +46,15 @@ class LocalExecutor:
 
     def __init__(self, node: Node, options: ExecutorOptions | None = None) -> None:
         self.node = node
+        self._lock = threading.Lock()
+        self._inflight: set[subprocess.Popen[bytes]] = set()
+
+    def cancel(self) -> None:
+        """Kill every command this executor has running (an interrupt of the run)."""
+        with self._lock:
+            procs = list(self._inflight)
+        for proc in procs:
+            kill_group(proc)
 
     def _env(self, command: str, env: Mapping[str, str] | None) -> dict[str, str]:
         return {**os.environ, **command_env(self.node, command, env)}
@@ -61,6 +71,8 @@ class LocalExecutor:
                 stdin=subprocess.DEVNULL, stdout=out_f or subprocess.PIPE,
                 stderr=subprocess.PIPE, start_new_session=True,
             )
+            with self._lock:
+                self._inflight.add(proc)
             timed_out = False
             try:
                 out, err = proc.communicate(timeout=timeout)
@@ -68,6 +80,9 @@ class LocalExecutor:
                 timed_out = True
                 kill_group(proc)
                 out, err = proc.communicate()
+            finally:
+                with self._lock:
+                    self._inflight.discard(proc)
         finally:
             if out_f:
                 out_f.close()

@@ -43,6 +43,7 @@ from orchestrator.executors.base import (
 from orchestrator.executors.hops import Hop
 from orchestrator.inventory import JumpHost, Node
 
+CHANNEL_TIMEOUT_S = 30.0
 KEEPALIVE_S = 30
 
 # Paramiko logs each failure from its transport thread with a traceback
@@ -63,6 +64,7 @@ class SshExecutor:
         self.host_key_status = "known"
         self._conn: Connection | None = None
         self._lock = threading.Lock()
+        self._inflight: set[str] = set()  # pidfiles of the commands running now
         self.known_hosts = Path(os.path.expanduser(options.known_hosts))
         self._policies: list[hostkeys.Policy] = []
         self._gateway_failures: hops.ChannelFailures | None = None
@@ -161,6 +163,9 @@ class SshExecutor:
             transport = conn.transport
             if transport is not None:
                 transport.set_keepalive(KEEPALIVE_S)
+                # a new channel on a dead link (the kill after a timeout, the next command)
+                # must fail in bounded time, not after paramiko's default hour
+                transport.channel_timeout = CHANNEL_TIMEOUT_S
             self._conn = conn
             return conn
 
@@ -188,6 +193,8 @@ class SshExecutor:
         wrapped, stdin = self._wrap(command, env, cwd, pidfile)
         start = time.monotonic()
         out_f = stdout_path.open("w", encoding="utf-8") if stdout_path else None
+        with self._lock:
+            self._inflight.add(pidfile)
         try:
             kw: dict[str, Any] = {"warn": True, "timeout": timeout,
                                   "in_stream": io.StringIO(stdin) if stdin is not None else False}
@@ -204,6 +211,12 @@ class SshExecutor:
                 return CommandResult(node=self.node.name, command=command, rc=None,
                                      stdout=res.stdout, stderr=res.stderr,
                                      duration_s=elapsed, timed_out=True)
+            if res.exited == -1:
+                # the channel closed without an exit status: sshd or the link died
+                raise ConnectionFailed("connection lost while running a command (no exit "
+                                       "status came back)", node=self.node.name,
+                                       command=command,
+                                       hint="check the node: sshd, the link, or a reboot")
             return CommandResult(node=self.node.name, command=command, rc=res.exited,
                                  stdout=res.stdout, stderr=res.stderr, duration_s=elapsed)
         except CommandTimedOut as exc:
@@ -222,8 +235,17 @@ class SshExecutor:
                                    f"{type(inner).__name__}: {inner}",
                                    node=self.node.name, command=command) from None
         finally:
+            with self._lock:
+                self._inflight.discard(pidfile)
             if out_f:
                 out_f.close()
+
+    def cancel(self) -> None:
+        """Kill every command this executor has running (an interrupt of the run)."""
+        with self._lock:
+            pidfiles = list(self._inflight)
+        for pidfile in pidfiles:
+            self._kill(pidfile)
 
     def _kill(self, pidfile: str) -> None:
         """Kill the timed-out command's process group on the node."""

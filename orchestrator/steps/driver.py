@@ -17,14 +17,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
-from orchestrator.errors import ConnectionFailed, GpuvetError, StepError
+from orchestrator.errors import GpuvetError, StepError, StoreError
 from orchestrator.executors import ExecutorPool, fanout, options_for
-from orchestrator.executors.base import ProgressHook
+from orchestrator.executors.base import ProgressHook, is_unreachable
 from orchestrator.inventory import Inventory, Node
 from orchestrator.records import Finding, Measurement, Stage, finding
-from orchestrator.store import Run, StoreError
+from orchestrator.store import Run
 
 
 @dataclass
@@ -100,7 +100,7 @@ def step_pool(inv: Inventory, pool: ExecutorPool | None,
 def failure_code(step: str, exc: GpuvetError) -> str:
     if isinstance(exc, UnitFailed):
         return exc.code
-    if isinstance(exc, ConnectionFailed) or isinstance(exc.__cause__, ConnectionFailed):
+    if is_unreachable(exc):
         return "NODE_UNREACHABLE"
     return f"{step.upper()}_FAILED"
 
@@ -125,8 +125,7 @@ def drive(run: Run, step: str, units: Sequence[Unit], *, concurrency: int,
         run.mark_done(u.key, step, res.summary)
         return res
 
-    group = fanout(cast(list[Node], todo), cast(Callable[[Node], UnitResult], one),
-                   concurrency=concurrency, progress=progress)
+    group = fanout(todo, one, concurrency=concurrency, progress=progress)
     for u in todo:
         if u.key in group.results:
             out.done[u.key] = group.results[u.key]

@@ -66,6 +66,8 @@ def test_band_rejects_nonsense() -> None:
         Band.model_validate({"value": 1, "lower": 0, "upper": 2, "typo": 1})
     with pytest.raises(ValidationError, match="lower <= value <= upper"):
         Band(value=300, lower=310, upper=400)
+    with pytest.raises(ValidationError):
+        Band(value=1, lower=0, upper=float("inf"))
     with pytest.raises(ValidationError, match="bad size"):
         Band(value=1, lower=0, upper=2, size="12Q")
 

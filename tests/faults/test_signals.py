@@ -1,0 +1,90 @@
+"""SIGINT and SIGTERM mid-run: no new node starts, running commands die, the run says so.
+
+Real processes: the gpuvet CLI as a subprocess, simulated nodes (local executor)
+whose python is a wrapper that hangs, so the signal lands while the payload runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+GPUVET = Path(sys.executable).with_name("gpuvet")
+
+
+def slow_inventory(tmp_path: Path, marker: str, nodes: int = 3) -> Path:
+    slow = tmp_path / "slowpy"
+    # the payload hangs; the archive is unpacked by the real python. The marker (a
+    # fraction of a second) lets the test find, and prove dead, exactly these processes.
+    slow.write_text('#!/bin/sh\ncase "$*" in *"-m payload"*) exec sleep ' + marker + ' ;; esac\n'
+                    f'exec {sys.executable} "$@"\n')
+    slow.chmod(0o755)
+    inv = tmp_path / "inv.yaml"
+    lines = ["version: 1", "settings: {concurrency: 2}", "providers:", "  p:",
+             "    executor: local", "    nodes:"]
+    for i in range(nodes):
+        lines.append(f"      - {{name: n{i}, python: {slow}, work_dir: {tmp_path}/w{i}}}")
+    inv.write_text("\n".join(lines) + "\n")
+    return inv
+
+
+def sleepers(marker: str) -> list[int]:
+    out = subprocess.run(["pgrep", "-f", f"sleep {marker}$"], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def wait_for(pred: object, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError("condition not reached")
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_signal_mid_preflight(tmp_path: Path, sig: signal.Signals, code: int) -> None:
+    marker = f"300.{os.getpid()}{sig.value:02d}"
+    inv = slow_inventory(tmp_path, marker)
+    results = tmp_path / "results"
+    proc = subprocess.Popen([str(GPUVET), "preflight", "-i", str(inv), "--results",
+                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        # concurrency 2: two nodes are running their (hanging) payload, the third waits
+        wait_for(lambda: len(sleepers(marker)) == 2)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, (out, err)
+    assert ("terminated" if sig == signal.SIGTERM else "interrupted") in err
+    wait_for(lambda: not sleepers(marker), timeout=10)  # the remote groups were killed
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    # the third node was never started
+    assert not (run / "nodes" / "n2").exists()
+    assert not (run / "nodes" / "n2" / "preflight" / "done.json").exists()
+
+
+def test_closed_stdout_does_not_leave_a_run_running(tmp_path: Path) -> None:
+    fix = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2" / "nccl-tests"
+    results = tmp_path / "results"
+    cmd = (f"{GPUVET} import nccl-tests -p lab --results {results} "
+           + " ".join(str(fix / f"all_reduce_8B-128M_g2_round{r}.log") for r in (1, 2, 3))
+           + " --verbose | head -c 10")
+    res = subprocess.run(["bash", "-o", "pipefail", "-c", cmd], capture_output=True, text=True,
+                         errors="replace",
+                         timeout=60)
+    assert "Traceback" not in res.stderr
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    assert json.loads((run / "run.json").read_text())["status"] == "passed"
