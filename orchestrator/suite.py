@@ -106,8 +106,6 @@ class TrainParams(_M):
     deterministic: bool = True
     parallel: Literal["auto", "ddp", "fsdp"] = "auto"
     cpu_procs_per_node: int = Field(default=2, ge=1, le=64)  # ranks on a node without GPUs
-    single: bool = True  # the protocol on each node's own GPUs
-    multi: bool = True  # and across the nodes of each provider
     stats_skip_steps: int = Field(default=3, ge=0)  # first steps left out of step-time stats
     loss_tolerance: float = Field(default=0.0, ge=0)  # relative; only where a run is not exact
     manifest_delay_s: float = Field(default=2.0, ge=0)  # holds the killed save open

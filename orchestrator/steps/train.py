@@ -55,6 +55,7 @@ from orchestrator.steps.train_judge import storage_findings as judge_storage
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite, TrainParams
 from payload.scrub import scrub_text
+from payload.train.config import param_count, resolve
 
 STEP = "train"
 _TEXT_FILES = ("torchrun.stdout", "torchrun.stderr", "command.stdout", "command.stderr")
@@ -275,6 +276,15 @@ class Step:
 
     def storage(self, judge: Judge, p: Probe, others: list[Probe]) -> None:
         judge_storage(judge, p.node.name, p.doc, p.file, p.node.ckpt_dir is not None)
+        free = (p.doc.get("path") or {}).get("free_bytes")
+        # fp32 weights and AdamW's two moments; the kill phase may write two checkpoints,
+        # and nodes sharing the directory write theirs at the same time
+        need = 12 * param_count(resolve(self.params.payload_params())) * 2 * (1 + len(
+            [o for o in others if o.node.name in p.sees]))
+        if not self.params.command and free is not None and free < need:
+            judge.add("CKPT_SPACE_LOW", "WARN", f"{p.node.name}: {free / 1e9:.1f} GB free under "
+                      f"{ckpt_base(p.node)}, the protocol may write {need / 1e9:.1f} GB of "
+                      "checkpoints there", [p.file], free_bytes=free, need_bytes=need)
         apart = [o.node.name for o in others if o.node.name not in p.sees]
         if apart:
             judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{p.node.name}: ckpt_dir "
@@ -378,7 +388,8 @@ class Step:
 
 
 def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
-              pool: ExecutorPool | None = None, accept_new_host_keys: bool = False,
+              single: bool = True, multi: bool = True, pool: ExecutorPool | None = None,
+              accept_new_host_keys: bool = False,
               progress: ProgressHook | None = None) -> Driven:
     """Probe, then the single-node units, then the multi-node ones (never both at once on
     the same GPUs); each unit recorded as it ends."""
@@ -390,12 +401,12 @@ def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         multis: list[Unit] = []
         for prov in dict.fromkeys(n.provider for n in nodes):
             members = [probes[n.name] for n in nodes if n.provider == prov and n.name in probes]
-            if params.single or params.command:
+            if single or params.command:
                 for g in share_groups(members):
                     work = functools.partial(_single, step, g)
                     singles.append(node_unit(g[0].node, work) if len(g) == 1 else provider_unit(
                         prov, "single-" + "+".join(q.node.name for q in g), work))
-            if params.multi and not params.command and len(members) >= 2 \
+            if multi and not params.command and len(members) >= 2 \
                     and len({m.gpus for m in members}) == 1:
                 multis.append(provider_unit(prov, "multi", functools.partial(_multi, step, members)))
         for name, exc in failures.items():

@@ -162,6 +162,8 @@ def _words_fingerprint(t: Any) -> Tuple[int, int]:
     pad = (-raw.numel()) % 4
     if pad:
         raw = torch.cat([raw, raw.new_zeros(pad)])
+    elif raw.storage_offset() % 4:
+        raw = raw.clone()  # a view into a buffer at an odd offset cannot be read as int32
     words = raw.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     a = b = 0
     step = 1 << 24

@@ -136,3 +136,52 @@ def test_your_command_on_two_local_nodes_restores_on_the_other(tmp_path: Path) -
         (shared / "gpuvet-train" / run.run_id).iterdir())  # checkpoints removed afterwards
     ms = {(m.metric, m.nodes[0]) for m in run.measurements()}
     assert ("steps_lost", "n1") in ms and ("command_wall_s", "n2") in ms
+
+
+def _byo_setup(tmp_path: Path) -> tuple[Path, Path]:
+    script = tmp_path / "trainer.sh"
+    script.write_text(FAKE_TRAINER)
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    inv_path = tmp_path / "inv.yaml"
+    inv_path.write_text(
+        "version: 1\nproviders:\n  lab:\n    executor: local\n"
+        f"    access: {{python: {sys.executable}}}\n    nodes:\n"
+        f"      - {{name: n1, work_dir: {tmp_path / 'n1'}}}\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"train:\n  command: {shlex.quote(str(script))}\n  resume_flag: --resume\n"
+                     "  command_kill_after_step: 6\n  timeout_s: 60\n")
+    return inv_path, suite
+
+
+def test_gpuvet_train_command_runs_the_step(tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from clirun import gpuvet
+
+    inv_path, suite = _byo_setup(tmp_path)
+    res = gpuvet(capsys, "train", "-i", inv_path, "--suite", suite, "--results",
+                 tmp_path / "results", "--json")
+    assert res.returncode == 0, res.output
+    doc = json.loads(res.stdout)
+    codes = {f["code"] for f in doc["findings"]}
+    # one node sharing with nobody: its checkpoint directory is its own, restored in place
+    assert {"TRAIN_RESTORE_OK", "CKPT_DIR_DEFAULT"} <= codes
+    assert doc["status"] == "passed" and doc["measurements"] >= 3
+    assert "--no-multi" in gpuvet(capsys, "train", "--help").stdout
+
+
+def test_too_little_room_for_the_checkpoints_is_said(tmp_path: Path) -> None:
+    nodes = _nodes(tmp_path, "a", "b")
+    run = Run.create(tmp_path / "r", command="train", suite_hash="h", suite={},
+                     inventory_path=None)
+    suite = Suite(train=TrainParams(model="1b"))
+    step = train.Step(None, run, suite, None, {})  # type: ignore[arg-type]
+    doc = {"ckpt_dir": "/ck", "path": {"free_bytes": 30e9, "mount": {"fstype": "ext4"}}}
+    a = train.Probe(nodes["a"], doc, tmp_path / "probe.json", {"b"})
+    b = train.Probe(nodes["b"], doc, tmp_path / "probe.json", {"a"})
+    j = step.judge("p", "a", ["a"], "single")
+    step.storage(j, a, [b])
+    low = [f for f in j.findings if f.code == "CKPT_SPACE_LOW"]
+    assert len(low) == 1 and low[0].details["need_bytes"] > 45e9  # 2 saves x 2 nodes x 12 GB
+    j2 = step.judge("p", "a", ["a"], "single")
+    step.storage(j2, a, [])
+    assert not [f for f in j2.findings if f.code == "CKPT_SPACE_LOW"]  # 24 GB fit in 30
