@@ -283,13 +283,26 @@ class SshExecutor:
             conn.put(str(local), _sftp_path(part))
         except (OSError, paramiko.SSHException) as exc:
             self.run(f"rm -f {shell_path(part)}", timeout=60)
-            raise StepError(f"cannot copy {local} to {where}: {_why(exc)}",
+            why = self._space_short(parent, local.stat().st_size) or _why(exc)
+            raise StepError(f"cannot copy {local} to {where}: {why}",
                             node=self.node.name,
                             hint="check free space and permissions on the node") from None
         mv = self.run(f"mv -f {shell_path(part)} {shell_path(path)}", timeout=60)
         if not mv.ok:
             raise StepError(f"cannot copy {local} to {where}: renaming the copied file "
                             f"failed: {_last_line(mv)}", node=self.node.name)
+
+    def _space_short(self, parent: str, size: int) -> str | None:
+        """SFTP reports a full disk as a short write: say what it is, with the numbers."""
+        res = self.run(f"df -Pk {shell_path(parent)} | tail -n 1", timeout=60)
+        fields = res.stdout.split()
+        if not res.ok or len(fields) < 6 or not fields[3].isdigit():
+            return None
+        free = int(fields[3]) * 1024
+        if free >= size:
+            return None
+        return (f"no space left on the node's filesystem at {fields[5]} ({free} bytes free, "
+                f"{size} needed)")
 
     def get(self, remote: str, local: Path) -> None:
         """A relative `remote` is read from the node's work_dir (a ~/ path from the home)."""
