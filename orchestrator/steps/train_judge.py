@@ -162,6 +162,7 @@ class Judge:
     measurements: list[Measurement] = field(default_factory=list)
     ref: PhaseOutput | None = None
     kill_out: PhaseOutput | None = None
+    saved_step: int | None = None  # the newest save the killed run completed
     inexact: list[str] = field(default_factory=list)  # why losses may not match bit for bit
 
     @property
@@ -464,6 +465,10 @@ class Judge:
                      + (f": {saved['problems'][:3]}" if saved and saved.get("problems") else ""),
                      ev)
             return False
+        # A kill meant for the middle of a later save can come too late: that save is then
+        # complete, and it is what a correct restore loads.
+        self.saved_step = max(int(e["step"]) for e in out.all(protocol.SAVED)
+                              if e.get("rank") == 0 and not e.get("problems"))
         size, write_s = float(saved["bytes"]), float(saved["write_s"])
         self.measure("ckpt_size_bytes", size, "bytes", files=saved.get("files"))
         self.measure("ckpt_save_s", float(saved["save_s"]), "s")
@@ -496,7 +501,7 @@ class Judge:
     def restore(self, out: PhaseOutput, *, saved_on: list[str], restored_on: list[str],
                 ) -> None:
         ev = [self._rank_file(out, 0)]
-        K, N = self.params.ckpt_step, self.params.steps
+        K, N = self.saved_step or self.params.ckpt_step, self.params.steps
         where = (f"saved on {'+'.join(saved_on)}, restored on {'+'.join(restored_on)}"
                  + ("" if saved_on != restored_on else " (the same node)"))
         no_ckpt = next((e for e in out.all(protocol.ERROR) if e.get("kind") == "no_checkpoint"),
@@ -571,10 +576,14 @@ class Judge:
             self.add("TRAIN_CKPT_SKIPPED", "INFO", f"restore: checkpoint of step {s.get('step')} "
                      f"skipped: {'; '.join(s.get('reasons') or [])}",
                      [self._rank_file(out, 0)], ckpt_step=s.get("step"))
-        if self.params.kill != "after-step" and not skips:
-            self.add("TRAIN_CKPT_SKIPPED", "INFO", f"restore: nothing to skip: the kill landed "
-                     f"before the save of step {self.params.kill_step} wrote its directory",
-                     [self._rank_file(out, 0)])
+        if self.params.kill == "after-step" or skips:
+            return
+        late = self.saved_step == self.params.kill_step
+        self.add("TRAIN_CKPT_SKIPPED", "INFO", "restore: nothing to skip: the kill landed "
+                 + (f"after the save of step {self.params.kill_step} completed (raise "
+                    "train.manifest_delay_s to catch it open)" if late else
+                    f"before the save of step {self.params.kill_step} wrote its directory"),
+                 [self._rank_file(out, 0)], late=late)
 
     def _losses(self, ref: dict[int, dict[str, Any]], got: dict[int, dict[str, Any]], K: int,
                 N: int) -> str | None:

@@ -411,3 +411,18 @@ def test_your_command_resumes_at_the_last_saved_step(tmp_path: Path) -> None:
     assert "started again at step=1, expected step=4" in codes(j2)[
         "TRAIN_RESTORE_MISMATCH"].message
     assert command_steps(tmp_path / "nope") == ([], [])
+
+
+def test_a_kill_that_came_after_the_second_save_expects_that_save(fx: Path) -> None:
+    """The kill meant for the open save came late: that save is complete, and a correct
+    restore loads it, not step K."""
+    kill = fx / "kill" / "a" / "rank0.jsonl"
+    saved5 = next(json.loads(ln) for ln in kill.read_text().splitlines()
+                  if '"event": "saved"' in ln)
+    with kill.open("a") as f:
+        f.write(json.dumps({**saved5, "step": 7}) + "\n")
+    c = codes(judge(fx))
+    assert "restored step 5, the last complete save was step 7" in c[
+        "TRAIN_RESTORE_MISMATCH"].message
+    late = [f for f in judge(fx).findings if f.code == "TRAIN_CKPT_SKIPPED"]
+    assert any(f.details.get("ckpt_step") == 7 for f in late)  # the fixture's own skip
