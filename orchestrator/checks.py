@@ -15,8 +15,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator import parsers
-from orchestrator.errors import ParseError
 from orchestrator.inventory import Expectations
 from orchestrator.parsers.gpus import GpuView, merge_gpus
 from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts, QueryGpuFacts
@@ -105,23 +103,7 @@ MEMORY_TOLERANCE = 0.93
 # no parser in the collect command list yet, so they are read here when present.
 _GPU_OUTPUT_ORDER = (QueryGpuFacts, NvidiaSmiXmlFacts, NvidiaSmiQFacts, NvidiaSmiTableFacts,
                      NvidiaSmiLFacts)
-_READ_HERE = (("nvidia_smi", "nvidia-smi-table"), ("ibstat", "ibstat"))
 _NVSMI_IDS = ("query_gpu", "nvidia_smi_L", "nvidia_smi_q_xml", "nvidia_smi")
-
-
-def read_unparsed(nf: NodeFacts) -> None:
-    """Parse the outputs the collect list keeps only as evidence, where they ran fine."""
-    for cid, kind in _READ_HERE:
-        if cid in nf.facts or cid in nf.parse_errors:
-            continue
-        rec = nf.command(cid)
-        if not rec or rec.get("missing") or rec.get("timed_out") or rec.get("rc") != 0 \
-                or not (rec.get("stdout") or "").strip():
-            continue
-        try:
-            nf.facts[cid] = parsers.parse(kind, rec["stdout"], source=nf.evidence.get(cid, cid))
-        except ParseError as exc:
-            nf.parse_errors[cid] = exc.what
 
 
 def gpu_outputs(nf: NodeFacts) -> list[tuple[str, BaseModel]]:
@@ -534,7 +516,6 @@ NODE_CHECKS: list[Callable[[NodeFacts, Expectations, PreflightParams], list[Resu
 
 
 def node_results(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Result]:
-    read_unparsed(nf)
     out: list[Result] = []
     for check in NODE_CHECKS:
         out.extend(check(nf, ex, p))
