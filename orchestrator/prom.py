@@ -48,12 +48,13 @@ class Family:
                              float(value)))
 
 
-def check_path(path: Path) -> Path:
-    """Before a run starts: a file the textfile collector would never read is bad input."""
+def check_path(path: Path, *, here: bool = True) -> Path:
+    """Before a run starts: a file the textfile collector would never read is bad input
+    (`here=False`: a path for a schedule, whose directory need not exist yet)."""
     if path.suffix != ".prom":
         raise UsageError(f"--prom-file {path}: node_exporter's textfile collector reads only "
                          "files ending in .prom", hint=f"use {path.with_suffix('.prom')}")
-    if not path.parent.is_dir():
+    if here and not path.parent.is_dir():
         raise UsageError(f"--prom-file {path}: no such directory {path.parent}",
                          hint="point it at node_exporter's --collector.textfile.directory")
     return path

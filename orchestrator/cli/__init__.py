@@ -34,10 +34,10 @@ GROUPS = (
     "orchestrator.cli.runs",
     "orchestrator.cli.compare",
     "orchestrator.cli.regress",
+    "orchestrator.cli.pipeline",
 )
 OPTIONAL_GROUPS = (  # command groups that arrive with later steps
     "orchestrator.cli.train",
-    "orchestrator.cli.pipeline",
 )
 
 

@@ -64,7 +64,9 @@ def show_evaluation(ev: Any, *, verbose: bool, as_json: bool, extra: dict[str, A
     if as_json:
         emit_json({**(extra or {}), **regress.as_json(ev)})
         return
-    render(regress.tests_table(ev, verbose))
+    tests = regress.tests_table(ev, verbose)
+    if tests.rows:
+        render(tests)
     shifts = regress.shifts_table(ev)
     if shifts.rows:
         render(shifts)

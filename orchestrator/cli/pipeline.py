@@ -1,0 +1,160 @@
+"""`gpuvet pipeline` (the scheduled run) and `gpuvet schedule print`."""
+
+from __future__ import annotations
+
+import getpass
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from orchestrator.cli._common import (
+    emit_json,
+    fleet,
+    fleet_options,
+    inventory_option,
+    json_option,
+    out,
+    render,
+    results_option,
+    suite_option,
+    verbose_option,
+)
+from orchestrator.cli.regress import prom_option, regress_options, settings_from, show_evaluation
+
+
+def register(root: click.Group) -> None:
+    @root.command("pipeline")
+    @fleet_options
+    @results_option
+    @suite_option
+    @click.option("--torch", "torch_", is_flag=True,
+                  help="Also run the torch.distributed all_reduce benchmark; across nodes "
+                       "where nccl-tests cannot be built, it measures the fabric alone.")
+    @click.option("--train/--no-train", "train", default=None,
+                  help="Run the training step [default: when the suite has a train section].")
+    @regress_options
+    @prom_option
+    @verbose_option
+    @json_option
+    def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
+                 accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
+                 train: bool | None, test_: str, alpha: float, min_effect: float,
+                 min_size: int, last: int, prom_file: Path | None, verbose: bool,
+                 as_json: bool) -> int:
+        """Preflight, nccl and train, then regress: one run, one verdict, for timers.
+
+        Holds a lock on RESULTS while it runs: a second pipeline on the same results
+        says who holds it and exits 2 (a lock left by a process that died is taken
+        over with a warning). Exit 0 when nothing FAILed and nothing regressed, 1 when
+        something did, 2 for bad input.
+        """
+        from orchestrator import pipeline as pl
+        from orchestrator import prom
+        from orchestrator.analysis import regress
+        from orchestrator.cli._steps import open_run
+        from orchestrator.suite import load_suite
+        from orchestrator.verdicts import findings_table, run_status, verdict_table, verdicts
+
+        if prom_file is not None:
+            prom.check_path(prom_file)
+        the_suite = load_suite(suite)
+        settings = settings_from(test_, alpha, min_effect)
+        command = "gpuvet " + shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["pipeline"] \
+            else f"gpuvet pipeline -i {inventory}"
+        with pl.pipeline_lock(results, command), \
+                fleet(inventory, nodes, providers, "pipeline", accept_new_host_keys) as f, \
+                open_run(results, "pipeline", the_suite, inventory, f.nodes) as run:
+            outcome = pl.run_pipeline(f.inv, f.nodes, run, the_suite, pool=f.pool,
+                                      progress=f.progress, settings=settings, torch=torch_,
+                                      train=train, last=last, min_size=min_size)
+            findings = run.findings()
+            status = run_status(findings)
+            run.finish(status)  # type: ignore[arg-type]
+            ev = outcome.evaluation
+            assert ev is not None
+            failed = status == "failed" or ev.regressed
+            names = [n.name for n in f.nodes]
+            if prom_file is not None:
+                prom.write(prom_file, [*prom.run_families(run.meta, findings),
+                                       *prom.regress_families(ev), prom.written_family()])
+            verdict = "FAIL" if failed else "PASS"
+            why = []
+            if status == "failed":
+                why.append(f"{sum(fd.severity == 'FAIL' for fd in findings)} FAIL finding(s)")
+            why += [f"{p.provider} {p.verdict.verdict}" for p in ev.providers]
+            if as_json:
+                emit_json({"run_id": run.run_id, "status": status, "verdict": verdict,
+                           "steps": outcome.steps, "results": str(run.dir),
+                           "verdicts": verdicts(findings, names),
+                           "findings": [fd.model_dump(mode="json") for fd in findings],
+                           "measurements": len(run.measurements()),
+                           "regress": regress.as_json(ev)})
+            else:
+                render(findings_table(findings, f"findings — pipeline run {run.run_id}",
+                                      verbose))
+                render(verdict_table(findings, names))
+                show_evaluation(ev, verbose=verbose, as_json=False)
+                out.print(f"pipeline verdict: {verdict} ({'; '.join(why)}); steps "
+                          f"{', '.join(outcome.steps)}; results: {run.dir}")
+            return 1 if failed else 0
+
+    @root.group("schedule")
+    def schedule_group() -> None:
+        """Run the pipeline on a timer (prints what to install; installs nothing)."""
+
+    @schedule_group.command("print")
+    @click.option("--every", required=True, metavar="INTERVAL",
+                  help="How often: 15m, 30m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d.")
+    @inventory_option
+    @results_option
+    @suite_option
+    @prom_option
+    @click.option("--name", default="gpuvet-pipeline", show_default=True,
+                  help="Name of the systemd units.")
+    @click.option("--log-file", type=click.Path(path_type=Path, dir_okay=False),
+                  default=Path("/var/log/gpuvet-pipeline.log"), show_default=True,
+                  help="Where the crontab line appends its output (systemd: the journal).")
+    @click.option("--user", "user", default=None,
+                  help="User= of the system service [default: you].")
+    @json_option
+    def schedule_print(every: str, inventory: Path, results: Path, suite: Path | None,
+                       prom_file: Path | None, name: str, log_file: Path, user: str | None,
+                       as_json: bool) -> int:
+        """Print a systemd service and timer pair, and the equivalent crontab line.
+
+        Both run `gpuvet pipeline` with absolute paths; systemd logs to the journal
+        (journalctl -u NAME), cron appends to --log-file. Nothing is installed: copy
+        the units to /etc/systemd/system/ and enable the timer, or add the line with
+        `crontab -e`.
+        """
+        from orchestrator import pipeline as pl
+        from orchestrator import prom
+
+        when = pl.Every.parse(every)
+        if prom_file is not None:
+            prom.check_path(prom_file, here=False)
+        if not inventory.is_file():
+            from orchestrator.errors import UsageError
+
+            raise UsageError(f"no inventory {inventory}")
+        argv = [*pl.gpuvet_argv(), "pipeline", "-i", str(inventory.resolve()), "--results",
+                str(results.resolve())]
+        if suite is not None:
+            argv += ["--suite", str(suite.resolve())]
+        if prom_file is not None:
+            argv += ["--prom-file", str(prom_file.resolve())]
+        sched = pl.schedule(when, argv, name=name, workdir=Path.cwd(),
+                            user=user or getpass.getuser(), log_file=log_file.resolve(),
+                            inventory=inventory)
+        if as_json:
+            emit_json({"service": sched.service, "timer": sched.timer, "cron": sched.cron,
+                       "name": sched.name})
+            return 0
+        out.print(f"# --- {name}.service\n{sched.service}")
+        out.print(f"# --- {name}.timer\n{sched.timer}")
+        out.print(f"# --- or one crontab line (crontab -e); output appends to {log_file}\n"
+                  f"{sched.cron}")
+        return 0
+

@@ -1,0 +1,380 @@
+"""The scheduled pipeline: preflight, nccl, train, then regress, as one run.
+
+A timer runs this every few hours against the nodes a team rents. Two timers
+(or a timer and a person) must never work on the same results at once: the
+second would judge a half-written run, or measure a fabric the first one is
+loading. The lock is a file in the results root, taken with flock; it holds
+who took it (pid, host, start, command), so a refused start can say who holds
+it. The kernel releases a flock when its process dies however it dies, so a
+lock file still naming a process that is gone (killed with SIGKILL, a power
+cut) is stale: it is taken over with a warning. A lock file naming another
+host cannot be checked from here and is refused (a results folder on NFS).
+
+`schedule print` writes the systemd service and timer, and the crontab line,
+that run it; nothing is installed without the user's hand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import inspect
+import json
+import os
+import re
+import shlex
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator.errors import UsageError
+
+if TYPE_CHECKING:
+    from orchestrator.analysis.regress import Evaluation, Settings
+    from orchestrator.executors import ExecutorPool
+    from orchestrator.executors.base import ProgressHook
+    from orchestrator.inventory import Inventory, Node
+    from orchestrator.records import Finding
+    from orchestrator.steps.driver import UnitResult
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
+
+LOCK_NAME = "pipeline.lock"
+STEP = "regress"
+
+
+# --- the lock ---------------------------------------------------------------------------------
+
+class LockHeld(UsageError):
+    """Another pipeline works on these results (exit 2: try again later)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int | None
+    host: str | None
+    started: str | None
+    command: str | None
+
+    @classmethod
+    def parse(cls, text: str) -> Holder | None:
+        if not text.strip():
+            return None
+        try:
+            d = json.loads(text)
+            return cls(int(d["pid"]), str(d["host"]), d.get("started"), d.get("command"))
+        except (ValueError, KeyError, TypeError):
+            return cls(None, None, None, text.strip()[:200])
+
+    def describe(self) -> str:
+        if self.pid is None:
+            return f"an unknown process (lock file says {self.command!r})"
+        return (f"pid {self.pid} on {self.host}, started {self.started or '?'}"
+                + (f" ({self.command})" if self.command else ""))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def pipeline_lock(root: Path, command: str) -> Iterator[Path]:
+    """Hold the results root's pipeline lock for the `with` body, or raise LockHeld."""
+    from orchestrator.store import warn
+
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / LOCK_NAME
+    f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole body
+    try:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = Holder.parse(f.read())
+            raise LockHeld(
+                f"the results in {root} are in use by another pipeline: "
+                f"{holder.describe() if holder else 'a process that is starting'}",
+                hint="wait for it to finish (a scheduled run will try again at its next "
+                     "time); stop that process first if it hangs") from None
+        f.seek(0)
+        previous = Holder.parse(f.read())
+        here = socket.gethostname()
+        if previous is not None and previous.pid is not None:
+            if previous.host != here:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+                raise LockHeld(
+                    f"the results in {root} are locked by {previous.describe()}: another host, "
+                    "whose process cannot be checked from here",
+                    hint=f"if no pipeline runs on {previous.host}, remove {path}")
+            if previous.pid != os.getpid():
+                state = "no longer running" if not _alive(previous.pid) else \
+                    "running but not holding the lock (its id was reused)"
+                warn(f"took over the stale pipeline lock {path} of {previous.describe()}: that "
+                     f"process is {state}")
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "host": here,
+                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "command": command}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+        try:
+            yield path
+        finally:
+            f.seek(0)
+            f.truncate()
+            f.flush()
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    finally:
+        f.close()
+
+
+# --- the sequence -----------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    steps: list[str] = field(default_factory=list)
+    evaluation: Evaluation | None = None
+    findings: list[Finding] = field(default_factory=list)  # the regress findings
+
+
+def wants_train(suite: Suite, flag: bool | None) -> bool:
+    """--train/--no-train decide; otherwise a suite that has a `train:` section asks for it."""
+    if flag is not None:
+        return flag
+    return getattr(suite, "train", None) is not None and "train" in suite.model_fields_set
+
+
+def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
+                 pool: ExecutorPool, progress: ProgressHook | None, settings: Settings,
+                 torch: bool = False, train: bool | None = None, last: int = 10,
+                 min_size: int = 16 << 20) -> Outcome:
+    """The steps through their library functions, one after the other, then the verdict."""
+    from orchestrator.steps import nccl as nccl_step
+    from orchestrator.steps import preflight as preflight_step
+
+    out = Outcome()
+    preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=progress)
+    out.steps.append("preflight")
+    nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=progress)
+    out.steps.append("nccl")
+    if torch:
+        torch_without_builds(inv, nodes, run, suite, pool)
+    if wants_train(suite, train):
+        try:
+            from orchestrator.steps import train as train_step
+        except ModuleNotFoundError:
+            raise UsageError("the suite asks for the training step, which this gpuvet does "
+                             "not have", hint="run with --no-train") from None
+        fn: Any = train_step.run_train  # type: ignore[attr-defined,unused-ignore]
+        accepted = inspect.signature(fn).parameters
+        kwargs = {k: v for k, v in (("pool", pool), ("progress", progress)) if k in accepted}
+        fn(inv, nodes, run, suite, **kwargs)
+        out.steps.append("train")
+    out.evaluation, out.findings = judge(run, settings, last=last, min_size=min_size)
+    out.steps.append("regress")
+    return out
+
+
+def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Suite,
+                         pool: ExecutorPool) -> None:
+    """Measure the fabric with torch.distributed where nccl-tests measured nothing across
+    a provider's nodes because it could not be built there (no CUDA toolkit, no NCCL,
+    CPU nodes): the suite's rounds, each a fresh launch, judged like any torch series."""
+    from orchestrator.records import finding
+    from orchestrator.steps import nccl as nccl_step
+    from orchestrator.steps.driver import UnitResult, drive, provider_unit
+    from orchestrator.steps.nccl_judge import Series, judge_series
+
+    measured = {m.provider for m in run.measurements()
+                if m.step == nccl_step.STEP and m.scope == "multi"}
+    units = []
+    for prov in dict.fromkeys(n.provider for n in nodes):
+        members = [n for n in nodes if n.provider == prov]
+        if len(members) < 2 or prov in measured:
+            continue
+
+        def work(stage: Any, members: list[Node] = members, prov: str = prov) -> UnitResult:
+            out_dir = run.provider_dir(prov, nccl_step.STEP)
+            logs = []
+            with stage("execute"):
+                for r in range(1, suite.nccl.rounds + 1):
+                    log = nccl_step._torch(pool, members, run, suite, inv, {},
+                                           f"torch_multi_round{r}", out_dir)
+                    logs.append((r, log, False))
+            with stage("judge"):
+                fs, ms = judge_series(Series("multi", members, logs, engine="torch"), run, inv,
+                                      suite)
+            fs.append(finding(run.run_id, nccl_step.STEP, provider=prov, node=None,
+                              code="NCCL_TORCH_ONLY", severity="WARN",
+                              message="[torch multi] nccl-tests could not run across the nodes "
+                                      "(no build): the fabric was measured with the "
+                                      f"torch.distributed benchmark only, {len(logs)} round(s)",
+                              evidence=[run.rel(p) for _, p, _ in logs]))
+            return UnitResult(fs, ms)
+
+        units.append(provider_unit(prov, "torch-multi", work))
+    if units:
+        drive(run, nccl_step.STEP, units, concurrency=inv.settings.concurrency)
+
+
+def judge(run: Run, settings: Settings, *, last: int, min_size: int
+          ) -> tuple[Evaluation, list[Finding]]:
+    """Regress this run against its baseline; the verdicts become findings of the run,
+    with the whole evaluation as their evidence."""
+    from orchestrator.analysis import regress
+    from orchestrator.records import Severity, finding
+    from orchestrator.store import write_json
+
+    ev = regress.evaluate(run.root, run.run_id, settings=settings, last=last, min_size=min_size)
+    doc = run.dir / "regress.json"
+    write_json(doc, regress.as_json(ev))
+    evidence = [run.rel(doc)]
+    fs: list[Finding] = []
+    for p in ev.providers:
+        v = p.verdict
+        lone = v.attribution == "node"
+        sev: Severity = ("FAIL" if v.verdict == "REGRESSED" and not lone else
+                         "INFO" if v.verdict == "NOT ENOUGH DATA" or lone else "PASS")
+        fs.append(finding(run.run_id, STEP, provider=p.provider, node=None,
+                          code="REGRESS_VERDICT", severity=sev,
+                          message=f"[regress] {v.verdict}: {v.summary}", evidence=evidence,
+                          verdict=v.verdict, attribution=v.attribution,
+                          baseline=p.source.describe if p.source else None,
+                          baseline_runs=list(p.source.runs) if p.source else []))
+        for n in v.nodes:
+            fs.append(finding(run.run_id, STEP, provider=p.provider, node=n,
+                              code="REGRESS_NODE", severity="FAIL",
+                              message=f"[regress] node {n} regressed while the other nodes of "
+                                      f"{p.provider} did not", evidence=evidence, verdict=v.verdict))
+    run.add_findings(fs)
+    return ev, fs
+
+
+# --- schedule print ------------------------------------------------------------------------------
+
+_EVERY_RE = re.compile(r"^(\d+)\s*([mhd])$")
+
+
+@dataclass(frozen=True)
+class Every:
+    """An interval that systemd's OnCalendar and cron both express exactly."""
+
+    minutes: int
+
+    @classmethod
+    def parse(cls, text: str) -> Every:
+        m = _EVERY_RE.match(text.strip().lower())
+        ok = "30m, 15m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d"
+        if not m or int(m.group(1)) == 0:
+            raise UsageError(f"--every {text!r} is not an interval like {ok}")
+        n, unit = int(m.group(1)), m.group(2)
+        minutes = n * {"m": 1, "h": 60, "d": 1440}[unit]
+        exact = (minutes < 60 and 60 % minutes == 0) or (minutes % 60 == 0
+                                                          and 1440 % minutes == 0)
+        if not exact:
+            raise UsageError(f"--every {text}: cron can only run at intervals that divide an hour "
+                             f"or a day evenly", hint=f"choose one of {ok}")
+        return cls(minutes)
+
+    @property
+    def cron(self) -> str:
+        if self.minutes < 60:
+            return f"*/{self.minutes} * * * *"
+        hours = self.minutes // 60
+        return "0 0 * * *" if hours == 24 else "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+
+    @property
+    def calendar(self) -> str:
+        if self.minutes < 60:
+            return f"*-*-* *:00/{self.minutes}:00"
+        hours = self.minutes // 60
+        return "*-*-* 00:00:00" if hours == 24 else f"*-*-* 00/{hours}:00:00"
+
+    def __str__(self) -> str:
+        return f"{self.minutes} min" if self.minutes < 60 else f"{self.minutes // 60} h"
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart argument: systemd splits on spaces, expands % specifiers and $VARS."""
+    arg = arg.replace("%", "%%").replace("$", "$$")
+    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def gpuvet_argv() -> list[str]:
+    """How this gpuvet is started again from a timer: its own script, absolute."""
+    script = Path(sys.executable).with_name("gpuvet")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "orchestrator"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    service: str
+    timer: str
+    cron: str
+    name: str
+
+
+def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, user: str | None,
+             log_file: Path, inventory: Path) -> Schedule:
+    """The systemd service + timer pair and the crontab line that run `argv` every `every`."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise UsageError(f"--name {name!r}: a unit name is letters, digits, '_', '.' and '-'")
+    exec_start = " ".join(systemd_quote(a) for a in argv)
+    service = "\n".join([
+        f"# /etc/systemd/system/{name}.service (or ~/.config/systemd/user/ without User=)",
+        "[Unit]",
+        f"Description=gpuvet pipeline on {inventory.name}: preflight, nccl, train, regress",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        *([f"User={user}"] if user else []),
+        f"WorkingDirectory={workdir}",
+        "Environment=COLUMNS=160",
+        f"ExecStart={exec_start}",
+        "# exit 1: a check FAILed or a provider regressed (the unit shows as failed: alert on",
+        "# it with OnFailure= or `systemctl --failed`); exit 2: bad input, or another pipeline",
+        "# still holds the lock on these results",
+        "StandardOutput=journal",
+        "StandardError=journal",
+        f"SyslogIdentifier={name}",
+        f"TimeoutStartSec={max(every.minutes - 5, 5)}min",
+        "",
+    ])
+    timer = "\n".join([
+        f"# /etc/systemd/system/{name}.timer; then: systemctl daemon-reload && "
+        f"systemctl enable --now {name}.timer",
+        f"# logs: journalctl -u {name}.service",
+        "[Unit]",
+        f"Description=Run {name} every {every}",
+        "",
+        "[Timer]",
+        f"OnCalendar={every.calendar}",
+        "Persistent=true",
+        f"Unit={name}.service",
+        "",
+        "[Install]",
+        "WantedBy=timers.target",
+        "",
+    ])
+    # cron runs the line with /bin/sh; '%' ends the command there unless escaped
+    line = f"cd {shlex.quote(str(workdir))} && {shlex.join(argv)} >> " \
+           f"{shlex.quote(str(log_file))} 2>&1"
+    cron = f"{every.cron} {line.replace('%', chr(92) + '%')}"
+    return Schedule(service, timer, cron, name)
