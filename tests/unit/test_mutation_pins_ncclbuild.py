@@ -34,15 +34,20 @@ class FakeNode:
         self.make_writes_binary = True
         self.make_timed_out = False
         self.calls: list[list[str]] = []
+        self.how: list[tuple[str, float, int, str | None]] = []  # argv[0], timeout, cap, marker
         self.make_env: dict[str, str] = {}
+        self.nvcc_output: str | None = None
 
     def run_command(self, argv: list[str], timeout: float, cap: int = 0,
                     env: dict[str, str] | None = None) -> dict[str, Any]:
         self.calls.append(list(argv))
+        self.how.append((os.path.basename(argv[0]), timeout, cap,
+                         None if env is None else env.get("GPUVET_NODE_ENV")))
         out, rc, timed_out = "", 0, False
         if argv[0].endswith("nvcc"):
-            out = f"Cuda compilation tools, release {self.cuda}, V{self.cuda}.131\n"
-        elif argv[:2] == ["nvidia-smi", "--query-gpu=compute_cap"]:
+            out = self.nvcc_output if self.nvcc_output is not None else \
+                f"Cuda compilation tools, release {self.cuda}, V{self.cuda}.131\n"
+        elif argv == ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]:
             out = "".join(c + "\n" for c in self.caps)
         elif argv[:2] == ["nvidia-smi", "-L"]:
             out = "".join(f"GPU {i}: NVIDIA H200 (UUID: GPU-{i})\n" for i in range(len(self.caps)))
@@ -70,8 +75,13 @@ def node(monkeypatch: pytest.MonkeyPatch) -> FakeNode:
     fake = FakeNode()
     monkeypatch.setattr(ncclbuild, "run_command", fake.run_command)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("GPUVET_NODE_ENV", "the node's")
 
-    def fetch(src: str, commit: str, *a: Any, **k: Any) -> str:
+    def fetch(src: str, commit: str, url: str | None, archive: str | None, log: list[str],
+              env: dict[str, str]) -> str:
+        assert url == "https://nccl-tests.invalid/x.git" and archive is None
+        assert env["GPUVET_NODE_ENV"] == "the node's"
+        log.append("$ git clone (scripted)")
         os.makedirs(src, exist_ok=True)
         return commit
 
@@ -163,7 +173,7 @@ def test_make_line_and_runpath(tmp_path: Path, node: FakeNode) -> None:
     assert make[:3] == ["make", "-j3", "-C"]
     assert make[3] == str(cache / f"src-{COMMIT}")
     assert make[4] == "BUILDDIR=" + doc["build_dir"]
-    assert Path(doc["build_dir"]).parent.name == f"nccl-tests-{COMMIT[:12]}-{doc['cache_key']}"
+    assert Path(doc["build_dir"]) == cache / f"nccl-tests-{COMMIT[:12]}-{doc['cache_key']}" / "build"
     assert len(doc["cache_key"]) == 12
     assert make[5:] == [f"CUDA_HOME={tmp_path / 'cuda'}", f"NCCL_HOME={tmp_path / 'nccl'}",
                         "MPI=1", "MPI_HOME=/opt/openmpi",
@@ -174,7 +184,9 @@ def test_make_line_and_runpath(tmp_path: Path, node: FakeNode) -> None:
     assert doc["cuda_version"] == "12.4" and doc["built_commit"] == COMMIT
     assert doc["binary"] == os.path.join(doc["build_dir"], ncclbuild.BINARY)
     assert doc["log"] == os.path.join(Path(doc["build_dir"]).parent, "build.log")
-    assert "$ make -j3" in Path(doc["log"]).read_text()
+    assert Path(doc["log"]).read_text() == "$ git clone (scripted)\n$ " + " ".join(make) + "\n\n"
+    assert doc["nvcc"] == str(tmp_path / "cuda" / "bin" / "nvcc")
+    assert doc["cuda_home"] == str(tmp_path / "cuda")
 
 
 def test_without_mpi_or_nccl_home_the_make_line_says_neither(tmp_path: Path, node: FakeNode,
@@ -240,3 +252,174 @@ def test_no_nccl_anywhere_stops_before_fetching(tmp_path: Path, node: FakeNode,
     assert doc["ok"] is False and doc["diagnosis"].startswith("NCCL not found")
     assert "pip install nvidia-nccl-cu12" in doc["diagnosis"]
     assert not node.makes() and "cache_key" not in doc
+
+
+def test_every_node_command_has_a_timeout_and_the_nodes_environment(
+        tmp_path: Path, node: FakeNode) -> None:
+    """A hung nvidia-smi or make must not hang the node's payload; and the node's own
+    environment (PATH, CUDA_HOME, ...) is what every command sees."""
+    ncclbuild.build(args(tmp_path))
+    assert node.how == [("nvidia-smi", 30.0, 0, "the node's"),  # compute capability
+                        ("nvcc", 60.0, 0, "the node's"),
+                        ("nvidia-smi", 30.0, 0, "the node's"),  # GPUs visible
+                        ("make", 60.0, 8 << 20, "the node's"),
+                        (ncclbuild.BINARY, 60.0, 0, "the node's")]
+
+
+def test_build_time_is_measured_around_make(tmp_path: Path, node: FakeNode,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter([1000.0, 1012.34])
+    monkeypatch.setattr(ncclbuild, "time", type("Clock", (), {"time": staticmethod(lambda: next(clock))}))
+    assert ncclbuild.build(args(tmp_path))["build_s"] == 12.3
+
+
+def test_an_nvcc_without_a_release_line_leaves_the_version_unknown(tmp_path: Path,
+                                                                   node: FakeNode) -> None:
+    node.nvcc_output = "nvcc: wrapper script, no version here\n"
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["cuda_version"] is None
+
+
+def test_a_source_that_cannot_be_fetched_is_the_diagnosis(tmp_path: Path, node: FakeNode,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(src: str, commit: str, url: str | None, archive: str | None, log: list[str],
+             env: dict[str, str]) -> str:
+        log.append("$ git clone x\nfatal: unable to access")
+        log.append("second line")
+        raise ValueError("`git clone --quiet --no-checkout` failed (rc=128): unable to access")
+
+    monkeypatch.setattr(ncclbuild, "fetch_source", fail)
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["diagnosis"] == ("could not get nccl-tests source: `git clone --quiet --no-checkout` "
+                                "failed (rc=128): unable to access")
+    assert Path(doc["log"]).read_text() == "$ git clone x\nfatal: unable to access\nsecond line"
+    assert not node.makes()
+
+
+def test_a_diagnosis_reads_the_whole_log_line_by_line(tmp_path: Path, node: FakeNode) -> None:
+    """The compiler error is on a line of its own, after the make line."""
+    node.make_rc, node.make_writes_binary = 2, False
+    node.make_output = "nvcc fatal   : Unsupported gpu architecture 'compute_100'"
+    doc = ncclbuild.build(args(tmp_path))
+    assert doc["diagnosis"].startswith("nvcc does not know this GPU architecture")
+
+
+def test_nccl_from_the_system_or_a_prefix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    def find(headers: list[dict[str, Any]], pip: list[dict[str, Any]]) -> Any:
+        def find_nccl(env: dict[str, str]) -> dict[str, Any]:
+            seen.append(env)
+            return {"headers": headers, "pip": pip}
+        return find_nccl
+
+    env = {"NCCL_HOME": "/opt/nccl"}
+    usr = {"exists": True, "path": "/usr/include/nccl.h", "version": "2.21.5"}
+    monkeypatch.setattr(ncclbuild, "find_nccl", find([{"exists": False, "path": "/x/include/nccl.h",
+                                                       "version": None}, usr], []))
+    assert ncclbuild.nccl_home_for(str(tmp_path), env, None) == {
+        "home": None, "version": "2.21.5", "source": "system", "header": "/usr/include/nccl.h"}
+    assert seen == [env]
+    opt = {"exists": True, "path": "/opt/nccl/include/nccl.h", "version": "2.23.4"}
+    monkeypatch.setattr(ncclbuild, "find_nccl", find([opt], []))
+    assert ncclbuild.nccl_home_for(str(tmp_path), env, None)["home"] == "/opt/nccl"
+    # a pip wheel without its header, or without libnccl.so.2, cannot be built against
+    half = [{"header": "/site/nvidia/nccl/include/nccl.h", "so2": None, "root": "/site",
+             "lib_dir": "/site/nvidia/nccl/lib", "header_version": "2.21.5"},
+            {"header": None, "so2": "/site2/libnccl.so.2", "root": "/site2",
+             "lib_dir": "/site2", "header_version": None}]
+    monkeypatch.setattr(ncclbuild, "find_nccl", find([], half))
+    assert ncclbuild.nccl_home_for(str(tmp_path), env, None) == {
+        "home": None, "version": None, "source": None}
+    assert not list(tmp_path.iterdir())
+
+
+def test_nccl_lib_dir_prefers_the_wheels_own_folder() -> None:
+    assert ncclbuild.nccl_lib_dir({"lib_dir": "/site/nvidia/nccl/lib", "home": "/shim"}) == \
+        "/site/nvidia/nccl/lib"
+    assert ncclbuild.nccl_lib_dir({"home": "/opt/nccl", "lib_dir": None}) == "/opt/nccl/lib"
+    assert ncclbuild.nccl_lib_dir({"home": None}) is None
+
+
+def test_cuda_home_is_where_the_runtime_header_is(tmp_path: Path) -> None:
+    real = tmp_path / "cuda-12.4"
+    (real / "bin").mkdir(parents=True)
+    (real / "include").mkdir()
+    (real / "include" / "cuda_runtime.h").write_text("")
+    (real / "bin" / "nvcc").write_text("")
+    link = tmp_path / "bin"
+    link.mkdir()
+    (link / "nvcc").symlink_to(real / "bin" / "nvcc")
+    # nvcc reached through a symlink: its real folder's parent
+    assert ncclbuild.find_cuda_home(str(link / "nvcc"), {}) == str(real)
+    # a wrapper script without a toolkit around it: CUDA_HOME says where
+    wrapper = tmp_path / "wrap" / "bin"
+    wrapper.mkdir(parents=True)
+    (wrapper / "nvcc").write_text("")
+    assert ncclbuild.find_cuda_home(str(wrapper / "nvcc"), {"CUDA_HOME": str(real)}) == str(real)
+    if not os.path.isfile("/usr/local/cuda/include/cuda_runtime.h"):
+        # nothing found: nvcc's own root is the best guess, and no nvcc is no CUDA
+        assert ncclbuild.find_cuda_home(str(wrapper / "nvcc"), {"CUDA_HOME": str(tmp_path)}) == \
+            str(tmp_path / "wrap")
+        assert ncclbuild.find_cuda_home(None, {"CUDA_HOME": str(tmp_path)}) is None
+        assert ncclbuild.find_cuda_home(None, {}) is None
+
+
+def test_mpi_needs_both_the_header_and_mpirun(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[dict[str, str]] = []
+
+    def find(mpi_h: list[str], mpirun: str | None) -> Any:
+        def find_mpi(env: dict[str, str]) -> dict[str, Any]:
+            seen.append(env)
+            return {"mpi_h": mpi_h, "mpirun": mpirun}
+        return find_mpi
+
+    env = {"PATH": "/opt/openmpi/bin"}
+    header = "/usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h"
+    monkeypatch.setattr(ncclbuild, "find_mpi", find([header], None))
+    assert ncclbuild.mpi_home_for(None, env) is None
+    monkeypatch.setattr(ncclbuild, "find_mpi", find([], "/usr/bin/mpirun"))
+    assert ncclbuild.mpi_home_for(None, env) is None
+    assert seen == [env, env]
+
+
+def test_visible_gpus_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[list[str], float, dict[str, str] | None]] = []
+
+    def smi(rc: int, out: str) -> Any:
+        def run(argv: list[str], timeout: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+            calls.append((argv, timeout, env))
+            return {"rc": rc, "stdout": out}
+        return run
+
+    env = {"PATH": "/usr/bin"}
+    monkeypatch.setattr(ncclbuild, "run_command", smi(0, "GPU 0: H200 (UUID: a)\n  MIG 1g.18gb\n"
+                                                        "GPU 1: H200 (UUID: b)\n"))
+    assert ncclbuild.visible_gpus(env) == 2
+    monkeypatch.setattr(ncclbuild, "run_command", smi(9, "GPU 0: H200 (UUID: a)\n"))
+    assert ncclbuild.visible_gpus(env) is None
+    assert calls[0] == (["nvidia-smi", "-L"], 30.0, env)
+
+
+def test_command_line_requires_cache_commit_and_one_source() -> None:
+    p = argparse.ArgumentParser()
+    ncclbuild.add_arguments(p)
+    for argv in (["--commit", COMMIT, "--url", "u"], ["--cache", "c", "--url", "u"],
+                 ["--cache", "c", "--commit", COMMIT],
+                 ["--cache", "c", "--commit", COMMIT, "--url", "u", "--archive", "a"]):
+        with pytest.raises(SystemExit):
+            p.parse_args(argv)
+    a = p.parse_args(["--cache", "c", "--commit", COMMIT, "--archive", "a.tgz"])
+    assert (a.archive, a.url, a.no_mpi, a.gencode) == ("a.tgz", None, False, None)
+    assert a.jobs == (os.cpu_count() or 4) and a.timeout == 1800.0
+
+
+def test_main_prints_the_document_and_exits_by_its_outcome(
+        tmp_path: Path, node: FakeNode, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ncclbuild.main(args(tmp_path)) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True and doc["binary"].endswith(ncclbuild.BINARY)
+    node.make_rc, node.make_writes_binary = 2, False
+    assert ncclbuild.main(args(tmp_path, "--gencode=-gencode=arch=compute_80,code=sm_80")) == 1
+    out = capsys.readouterr().out
+    assert out.endswith("}\n") and json.loads(out)["ok"] is False
