@@ -107,7 +107,9 @@ class TrainParams(_M):
     parallel: Literal["auto", "ddp", "fsdp"] = "auto"
     cpu_procs_per_node: int = Field(default=2, ge=1, le=64)  # ranks on a node without GPUs
     stats_skip_steps: int = Field(default=3, ge=0)  # first steps left out of step-time stats
-    loss_tolerance: float = Field(default=0.0, ge=0)  # relative; only where a run is not exact
+    # relative, applied only where a run cannot be exact (an op without a deterministic
+    # kernel, or deterministic: false); an exact run must match bit for bit
+    loss_tolerance: float = Field(default=1e-4, ge=0)
     manifest_delay_s: float = Field(default=2.0, ge=0)  # holds the killed save open
     collective_timeout_s: float = Field(default=300.0, gt=0)
     timeout_s: float = Field(default=900.0, gt=0)  # per phase

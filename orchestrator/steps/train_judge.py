@@ -395,8 +395,9 @@ class Judge:
             started = float(tele.get("started") or 0)
             interval = float(tele.get("interval_s") or 1)
             for gpu, samples in series.items():
-                window = [s for k, s in enumerate(samples)
-                          if t_first <= started + (k + 1) * interval <= t_last + interval]
+                times = sample_times(samples, started, interval)
+                window = [s for s, t in zip(samples, times, strict=True)
+                          if t_first - interval <= t <= t_last + interval]
                 self._judge_gpu(n.node, gpu, window, path, len(samples))
 
     def _judge_gpu(self, node: str, gpu: int, window: list[dict[str, Any]], path: Path,
@@ -427,7 +428,12 @@ class Judge:
             if vals:
                 self.measure(metric, max(vals), unit, stat="max", node=node, gpu=gpu)
         util = med("sm")
-        if util is not None and util < th.gpu_idle_util_pct:
+        if util is not None and util < th.gpu_idle_util_pct and len(window) < MIN_IDLE_SAMPLES:
+            self.add("TRAIN_TELEMETRY_SHORT", "INFO", f"{node} GPU {gpu}: SM utilisation "
+                     f"{util:.0f}% over only {len(window)} sample(s) while training: too few "
+                     f"to call the GPU idle (at least {MIN_IDLE_SAMPLES}; run more steps)",
+                     [path], gpu=gpu, util_pct=util)
+        elif util is not None and util < th.gpu_idle_util_pct:
             self.add("TRAIN_GPU_IDLE", "WARN", f"{node} GPU {gpu}: SM utilisation "
                      f"{util:.0f}% (median of {len(window)} samples while training)", [path],
                      gpu=gpu, util_pct=util)
@@ -715,6 +721,40 @@ def _tail(path: Path, n: int = 3) -> str:
     return " | ".join(lines[-n:])[-400:]
 
 
+# a handful of 1 s samples around a few seconds of training (compile, a checkpoint) says
+# nothing about idleness: below this many the idle verdict is withheld
+MIN_IDLE_SAMPLES = 5
+
+
+def _time_of_day(text: str | None) -> int | None:
+    """dmon -o T prints the node's wall clock as HH:MM:SS: seconds since midnight."""
+    if not text:
+        return None
+    try:
+        h, m, sec = (int(x) for x in text.split(":"))
+    except ValueError:
+        return None
+    return h * 3600 + m * 60 + sec
+
+
+def sample_times(samples: list[dict[str, Any]], started: float, interval: float) -> list[float]:
+    """Each sample's time on the node's clock.
+
+    dmon prints the time of day of every sample; counting samples times the interval
+    drifts (dmon skips and repeats seconds under load). The first sample is taken as
+    the sampler's start, and later ones are placed by their printed time relative to
+    it, which needs no time zone. Samples without a time fall back to the count."""
+    first = next((s["tod"] for s in samples if s.get("tod") is not None), None)
+    out = []
+    for k, s in enumerate(samples):
+        tod = s.get("tod")
+        if first is None or tod is None:
+            out.append(started + (k + 1) * interval)
+        else:
+            out.append(started + (tod - first) % 86400)
+    return out
+
+
 def read_telemetry(path: Path, source: str, rel: str) -> dict[int, list[dict[str, Any]]]:
     """Per GPU, its samples in order: dmon column names (sm, pwr, gtemp, pclk, mclk, pviol,
     tviol, rxpci, txpci) and `line`; the query loop's fields mapped onto them."""
@@ -723,7 +763,8 @@ def read_telemetry(path: Path, source: str, rel: str) -> dict[int, list[dict[str
     if source == "dmon":
         facts = parsers.parse("dmon", text, source=rel)
         for s in facts.samples:  # type: ignore[attr-defined]
-            out.setdefault(s.gpu, []).append({**s.values, "line": s.line_no})
+            out.setdefault(s.gpu, []).append({**s.values, "line": s.line_no,
+                                              "tod": _time_of_day(s.time)})
         return out
     facts = parsers.parse("nvidia-smi-query-gpu", text, source=rel)
     for i, g in enumerate(facts.gpus, 2):  # type: ignore[attr-defined]

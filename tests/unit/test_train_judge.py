@@ -286,8 +286,16 @@ def as_gpu(root: Path, dmon: str | None) -> None:
             (root / "reference" / n / "dmon.txt").write_text(dmon)
 
 
+def idle_dmon(repeat: int) -> str:
+    """The capture (two idle H200s, 4 samples each), its sample rows repeated."""
+    lines = H200_DMON.read_text().splitlines()
+    head = [ln for ln in lines if ln.startswith("#")]
+    body = [ln for ln in lines if ln.strip() and not ln.startswith("#")]
+    return "\n".join(head + body * repeat) + "\n"
+
+
 def test_gpu_run_gets_mfu_from_the_peak_table_and_idle_gpus_are_named(fx: Path) -> None:
-    as_gpu(fx, H200_DMON.read_text())  # the capture: two idle H200s
+    as_gpu(fx, idle_dmon(2))  # 8 samples per GPU inside the steps
     j = judge(fx, through="reference")
     m = {mm.metric: mm for mm in j.measurements}
     tps = 16384 / 1.0
@@ -426,3 +434,25 @@ def test_a_kill_that_came_after_the_second_save_expects_that_save(fx: Path) -> N
         "TRAIN_RESTORE_MISMATCH"].message
     late = [f for f in judge(fx).findings if f.code == "TRAIN_CKPT_SKIPPED"]
     assert any(f.details.get("ckpt_step") == 7 for f in late)  # the fixture's own skip
+
+
+def test_too_few_samples_do_not_make_an_idle_verdict(fx: Path) -> None:
+    as_gpu(fx, idle_dmon(1))  # 4 samples per GPU: compile or a save can fill them
+    j = judge(fx, through="reference")
+    assert not [f for f in j.findings if f.code == "TRAIN_GPU_IDLE"]
+    short = [f for f in j.findings if f.code == "TRAIN_TELEMETRY_SHORT"]
+    assert {f.details["gpu"] for f in short} == {0, 1}
+
+
+def test_samples_are_placed_by_the_time_dmon_printed() -> None:
+    from orchestrator.steps.train_judge import sample_times
+
+    # dmon skipped 10:00:03 and printed 10:00:05 twice: counting would drift by a second
+    tods = [36001, 36002, 36004, 36005, 36005, 36007]
+    samples = [{"tod": t} for t in tods]
+    assert sample_times(samples, 500.0, 1.0) == [500.0, 501.0, 503.0, 504.0, 504.0, 506.0]
+    # across midnight the printed clock wraps; the samples do not go back in time
+    wrap = [{"tod": 86399}, {"tod": 0}, {"tod": 1}]
+    assert sample_times(wrap, 10.0, 1.0) == [10.0, 11.0, 12.0]
+    # no printed time (dmon without -o T): one interval per sample
+    assert sample_times([{}, {}], 10.0, 2.0) == [12.0, 14.0]
