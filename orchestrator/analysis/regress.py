@@ -443,7 +443,8 @@ def evaluate(root: Path, run_id: str | None = None, providers: Sequence[str] = (
             continue
         source = resolve(root, p, judged, df, runs, last)
         cur = to_samples(df[df["run_id"] == judged])
-        base = to_samples(df[df["run_id"].isin(source.runs)])
+        # a run is never its own baseline (a set made from runs that include it)
+        base = to_samples(df[df["run_id"].isin(source.runs) & (df["run_id"] != judged)])
         per_run.setdefault(judged, []).append((p, cur, base, source, df))
         history = [r for r in order[:order.index(judged) + 1]
                    if r in finished or r == judged]

@@ -105,3 +105,13 @@ def test_machine_class_comes_from_preflight_facts(tmp_path: Path) -> None:
     unknown = baseline.machine_class(root, bare, ["n1"])
     assert not unknown.known and unknown.matches(h200) and h200.matches(unknown)
     assert not h200.matches(baseline.MachineClass("NVIDIA H100", 8))
+
+
+def test_a_run_is_never_judged_against_itself(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    ids = make_history(root, 3, shift_at=2, shift=0.8)
+    baseline.set_baseline(root, "lab", runs=ids)  # the slow last run is part of the set
+    (p,) = regress.evaluate(root).providers
+    assert p.verdict.verdict == "REGRESSED"
+    row = next(r for r in regress.evaluate(root).rows if not r.is_node)
+    assert row.result.n_base == 2 * 2 * 3  # the two other runs only

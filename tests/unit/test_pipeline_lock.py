@@ -109,3 +109,34 @@ def test_the_suite_asks_for_training_by_having_a_train_section(tmp_path: Path) -
         assert pipeline.wants_train(load_suite(p), None)
         assert not pipeline.wants_train(load_suite(p), False)
     assert pipeline.wants_train(Suite(), True) == ("train" in Suite.model_fields)
+
+
+def test_the_verdict_becomes_findings_of_the_run(tmp_path: Path) -> None:
+    """One run, one verdict: a regression is a FAIL of the run; a lone node is the node's."""
+    from orchestrator.analysis.regress import Settings
+    from orchestrator.store import Run
+    from tests.bench.regress_bench import make_history
+
+    root = tmp_path / "results"
+    ids = make_history(root, 12, nodes=("n1", "n2", "n3"), rounds=5, cv=0.005,
+                       node_factor=lambda i: {"n2": 0.8} if i == 11 else {})
+    run = Run.open(root, ids[-1])
+    ev, fs = pipeline.judge(run, Settings(), last=10, min_size=16 << 20)
+    assert ev.regressed
+    by_code = {(f.code, f.node): f for f in fs}
+    prov = by_code[("REGRESS_VERDICT", None)]
+    assert prov.severity == "INFO" and prov.details["attribution"] == "node"
+    node = by_code[("REGRESS_NODE", "n2")]
+    assert node.severity == "FAIL" and node.evidence == ["regress.json"]
+    assert json.loads((run.dir / "regress.json").read_text())["providers"][0]["nodes"] == ["n2"]
+    assert {(f.code, f.node) for f in run.findings() if f.step == "regress"} == set(by_code)
+
+    whole = make_history(tmp_path / "r2", 12, shift_at=11, shift=0.8)
+    _, fs2 = pipeline.judge(Run.open(tmp_path / "r2", whole[-1]), Settings(), last=10,
+                            min_size=16 << 20)
+    assert [(f.code, f.severity) for f in fs2] == [("REGRESS_VERDICT", "FAIL")]
+    first = make_history(tmp_path / "r3", 1)
+    _, fs3 = pipeline.judge(Run.open(tmp_path / "r3", first[0]), Settings(), last=10,
+                            min_size=16 << 20)
+    assert [(f.code, f.severity) for f in fs3] == [("REGRESS_VERDICT", "INFO")]
+    assert "NOT ENOUGH DATA" in fs3[0].message
