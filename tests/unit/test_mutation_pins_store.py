@@ -386,3 +386,25 @@ def test_inventory_copy_of_text_yaml_cannot_read_is_still_scrubbed(tmp_path: Pat
 def test_run_meta_round_trips_through_run_json(tmp_path: Path) -> None:
     run = new_run(tmp_path, source={"files": ["a.log"]})
     assert RunMeta.model_validate_json((run.dir / "run.json").read_text()) == run.meta
+
+
+def test_index_and_baselines_make_their_results_folder(tmp_path: Path) -> None:
+    Index(tmp_path / "a" / "b")
+    assert (tmp_path / "a" / "b" / "index.sqlite").is_file()
+    record = store.BaselineRecord(
+        set_id="s1", provider="p", gpu_model="H200", gpu_count=2, suite_hash="h", scope="single",
+        engine="nccl-tests", metric="busbw", size=1 << 27, span="single", n=3, mean=285.0, std=1.0,
+        median=285.3, min=284.4, max=285.8, unit="GB/s", runs=["r1"], set_at="t", set_by="me",
+        how="last 3")
+    root = tmp_path / "c" / "d"
+    store.add_baselines(root, [record])
+    assert Index(root).baselines() == [record]
+    store.add_baselines(tmp_path / "e", [])
+    assert not (tmp_path / "e").exists()
+
+
+def test_a_done_marker_that_is_not_a_mapping_summarises_as_nothing(tmp_path: Path) -> None:
+    run = new_run(tmp_path)
+    run.mark_done("node:a", "preflight", {"ok": True})
+    (run.node_dir("a", "preflight") / "done.json").write_text("[1, 2]\n")
+    assert run.is_done("node:a", "preflight") and run.done_summary("node:a", "preflight") == {}
