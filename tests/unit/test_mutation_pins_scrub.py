@@ -57,6 +57,7 @@ def test_blob_length_counts_without_padding_and_edges() -> None:
     assert redact_value("NOTE", MIXED31 + "==") == MIXED31 + "=="  # 31 without the padding
     assert redact_value("NOTE", "--" + MIXED31 + "__") == "--" + MIXED31 + "__"
     assert redact_value("NOTE", MIXED31 + "D") == REDACTED  # 32
+    assert redact_value("NOTE", "X" + MIXED31) == REDACTED  # only padding is not counted
 
 
 def test_paths_numbers_and_words_are_not_blobs() -> None:
