@@ -9,6 +9,7 @@ nvidia-smi, make, the binary's -h); everything else is ncclbuild's own code.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -44,7 +45,7 @@ class FakeNode:
         self.how.append((os.path.basename(argv[0]), timeout, cap,
                          None if env is None else env.get("GPUVET_NODE_ENV")))
         out, rc, timed_out = "", 0, False
-        if argv[0].endswith("nvcc"):
+        if argv[0].endswith("nvcc") and argv[1:] == ["--version"]:
             out = self.nvcc_output if self.nvcc_output is not None else \
                 f"Cuda compilation tools, release {self.cuda}, V{self.cuda}.131\n"
         elif argv == ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]:
@@ -137,9 +138,10 @@ def test_no_compute_capability_builds_without_a_gencode(tmp_path: Path, node: Fa
     assert not any(a.startswith("NVCC_GENCODE") for a in node.makes()[0])
 
 
-@pytest.mark.parametrize("change", ["cuda", "commit", "nccl_home", "mpi_home"])
+@pytest.mark.parametrize("change", ["cuda", "commit", "nccl_home", "nccl_version", "mpi_home"])
 def test_cache_key_follows_every_part_of_the_toolchain(tmp_path: Path, node: FakeNode,
-                                                       change: str) -> None:
+                                                       change: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     first = ncclbuild.build(args(tmp_path))
     again = ncclbuild.build(args(tmp_path))
     assert again["cached"] and again["cache_key"] == first["cache_key"]
@@ -153,6 +155,9 @@ def test_cache_key_follows_every_part_of_the_toolchain(tmp_path: Path, node: Fak
         other = tmp_path / "nccl-2.21"
         other.mkdir()
         extra = ["--nccl-home", str(other)]
+    elif change == "nccl_version":  # the same folder, upgraded in place
+        monkeypatch.setattr(ncclbuild, "nccl_home_for", lambda cache, env, explicit: {
+            "home": explicit, "version": "2.23.4", "source": "explicit"})
     else:
         extra = ["--mpi-home", "/opt/openmpi"]
     a = args(tmp_path, *extra, commit=commit)
@@ -249,8 +254,9 @@ def test_no_nccl_anywhere_stops_before_fetching(tmp_path: Path, node: FakeNode,
     monkeypatch.setattr(ncclbuild, "nccl_home_for", lambda cache, env, explicit: {
         "home": None, "version": None, "source": None})
     doc = ncclbuild.build(args(tmp_path))
-    assert doc["ok"] is False and doc["diagnosis"].startswith("NCCL not found")
-    assert "pip install nvidia-nccl-cu12" in doc["diagnosis"]
+    assert doc["ok"] is False and doc["diagnosis"] == (
+        "NCCL not found (looked in /usr/include, /usr/local/cuda/include, $NCCL_HOME and pip's "
+        "nvidia-nccl): install libnccl-dev or pip install nvidia-nccl-cu12")
     assert not node.makes() and "cache_key" not in doc
 
 
@@ -423,3 +429,74 @@ def test_main_prints_the_document_and_exits_by_its_outcome(
     assert ncclbuild.main(args(tmp_path, "--gencode=-gencode=arch=compute_80,code=sm_80")) == 1
     out = capsys.readouterr().out
     assert out.endswith("}\n") and json.loads(out)["ok"] is False
+
+
+def test_discovery_reads_the_nodes_environment(tmp_path: Path, node: FakeNode,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --cuda-home, --nccl-home or --mpi-home everything is found from the node's
+    own environment, and NCCL's shim goes into the build cache."""
+    seen: dict[str, Any] = {}
+    cuda = tmp_path / "cuda"
+
+    def find_nvcc(env: dict[str, str]) -> str:
+        seen["nvcc"] = env.get("GPUVET_NODE_ENV")
+        return str(cuda / "bin" / "nvcc")
+
+    def find_cuda_home(nvcc: str | None, env: dict[str, str]) -> str:
+        seen["cuda"] = (nvcc, env.get("GPUVET_NODE_ENV"))
+        return str(cuda)
+
+    def nccl_home_for(cache: str, env: dict[str, str], explicit: str | None) -> dict[str, Any]:
+        seen["nccl"] = (cache, env.get("GPUVET_NODE_ENV"), explicit)
+        return {"home": None, "version": "2.21.5", "source": "system"}
+
+    def mpi_home_for(explicit: str | None, env: dict[str, str]) -> str:
+        seen["mpi"] = (explicit, env.get("GPUVET_NODE_ENV"))
+        return "/usr/lib/x86_64-linux-gnu/openmpi"
+
+    for name, fn in (("find_nvcc", find_nvcc), ("find_cuda_home", find_cuda_home),
+                     ("nccl_home_for", nccl_home_for), ("mpi_home_for", mpi_home_for)):
+        monkeypatch.setattr(ncclbuild, name, fn)
+    p = argparse.ArgumentParser()
+    ncclbuild.add_arguments(p)
+    doc = ncclbuild.build(p.parse_args(["--cache", str(tmp_path / "cache"), "--commit", COMMIT,
+                                        "--url", "https://nccl-tests.invalid/x.git"]))
+    assert doc["ok"] and doc["nvcc"] == str(cuda / "bin" / "nvcc")
+    assert seen == {"nvcc": "the node's", "cuda": (str(cuda / "bin" / "nvcc"), "the node's"),
+                    "nccl": (str(tmp_path / "cache"), "the node's", None),
+                    "mpi": (None, "the node's")}
+    assert doc["mpi_home"] == "/usr/lib/x86_64-linux-gnu/openmpi"
+
+
+def test_cuda_home_falls_back_to_usr_local_cuda_then_to_nvccs_root(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    present: set[str] = set()
+    monkeypatch.setattr(ncclbuild.os.path, "isfile", lambda p: p in present)
+    monkeypatch.setattr(ncclbuild.os.path, "realpath", lambda p: p)
+    present.add("/usr/local/cuda/include/cuda_runtime.h")
+    assert ncclbuild.find_cuda_home("/wrap/bin/nvcc", {}) == "/usr/local/cuda"
+    assert ncclbuild.find_cuda_home(None, {}) == "/usr/local/cuda"
+    present.clear()
+    assert ncclbuild.find_cuda_home("/wrap/bin/nvcc", {"CUDA_HOME": "/opt/cuda"}) == "/wrap"
+    assert ncclbuild.find_cuda_home(None, {"CUDA_HOME": "/opt/cuda"}) is None
+
+
+def test_pip_nccl_gets_a_shim_folder_named_after_the_wheel(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    lib = tmp_path / "site" / "nvidia" / "nccl" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnccl.so.2").write_text("")
+    inc = tmp_path / "site" / "nvidia" / "nccl" / "include"
+    inc.mkdir()
+    (inc / "nccl.h").write_text("")
+    root = str(tmp_path / "site")
+    monkeypatch.setattr(ncclbuild, "find_nccl", lambda env: {"headers": [], "pip": [
+        {"header": str(inc / "nccl.h"), "so2": str(lib / "libnccl.so.2"), "root": root,
+         "lib_dir": str(lib), "header_version": "2.21.5"}]})
+    cache = tmp_path / "cache"
+    got = ncclbuild.nccl_home_for(str(cache), {}, None)
+    shim = cache / ("nccl-home-" + hashlib.sha256(root.encode()).hexdigest()[:8])
+    assert got == {"home": str(shim), "version": "2.21.5", "source": "pip",
+                   "header": str(inc / "nccl.h"), "lib_dir": str(lib)}
+    assert (shim / "include").resolve() == inc
+    assert (shim / "lib" / "libnccl.so").resolve() == lib / "libnccl.so.2"
