@@ -133,7 +133,48 @@ def imported_torch(run: Run, tmp: Path) -> Judged:
                                n_nodes=1, imported=True), run, None, SUITE, suite_hash="imp")
 
 
+def parameters_only(run: Run, tmp: Path) -> Judged:
+    """A log that stops after its parameter lines: nothing failed, nothing measured."""
+    head = tmp / "params.log"
+    head.write_text("".join(ROUNDS[0].read_text().splitlines(keepends=True)[:9]))
+    return judge_series(Series("single", [node()], logs(head)), run, None, SUITE)
+
+
+def latin1_byte(run: Run, tmp: Path) -> Judged:
+    bad = tmp / "latin1.log"
+    bad.write_bytes(ROUNDS[0].read_bytes().replace(b"# nThread", b"# caf\xe9\n# nThread", 1))
+    return judge_series(Series("single", [node()], logs(bad)), run, None, SUITE)
+
+
+def no_version_line(run: Run, tmp: Path) -> Judged:
+    src = H200 / "all_reduce_mpi_np2_simulated-2node-socket.log"
+    lines = [ln for ln in src.read_text().splitlines(keepends=True) if "NCCL version" not in ln]
+    log = tmp / "noversion.log"
+    log.write_text("".join(lines))
+    return judge_series(Series("single", [node()], logs(log)), run, None, SUITE)
+
+
+def imported_multi_with_inventory(run: Run, tmp: Path) -> Judged:
+    """An imported series names no inventory node: no fabric to hold it to."""
+    inv = make_inv(tmp, fabric="ib", nodes=2)
+    return judge_series(Series("multi", [], logs(H200 / "all_reduce_mpi_np2_simulated-2node-socket.log"),
+                               provider="lab", n_nodes=2, imported=True), run, inv, SUITE)
+
+
+def band_below_and_above(run: Run, tmp: Path) -> Judged:
+    band = ("      nccl_busbw:\n"
+            "        - {value: 400, lower: 350, upper: 450, size: 128M, note: ordered NVSwitch}\n"
+            "        - {value: 2, lower: 1, upper: 3, size: 16M}")
+    inv = make_inv(tmp, band=band)
+    return judge_series(Series("single", inv.select(provider="lab"), logs(ROUNDS[0])), run, inv,
+                        SUITE)
+
+
 SCENARIOS: dict[str, Callable[[Run, Path], Judged]] = {
+    "parameters_only": parameters_only, "latin1_byte": latin1_byte,
+    "no_version_line": no_version_line,
+    "imported_multi_with_inventory": imported_multi_with_inventory,
+    "band_below_and_above": band_below_and_above,
     "h200_rounds": h200_rounds, "crash_truncated": crash_truncated,
     "wrong_and_oob": wrong_and_oob, "average_mismatch": average_mismatch,
     "hung_and_empty": hung_and_empty, "drop_at_16m_in_two_rounds": drop_at_16m_in_two_rounds,
@@ -203,7 +244,158 @@ def test_sizes_are_written_in_the_largest_whole_unit(n: int, text: str) -> None:
     assert _size(n) == text
 
 
-EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_rounds': [{'code': 'NCCL_BUSBW',
+EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_TRUNCATED',
+                      'severity': 'FAIL',
+                      'node': 'n1',
+                      'message': '[single] round 1: output ends inside the table (the run crashed '
+                                 'or was killed)',
+                      'evidence': ['TMP/params.log'],
+                      'details': {'scope': 'single', 'engine': 'nccl-tests'}},
+                     {'code': 'NCCL_NO_RESULTS',
+                      'severity': 'FAIL',
+                      'node': 'n1',
+                      'message': '[single] round 1: no result rows',
+                      'evidence': ['TMP/params.log'],
+                      'details': {'scope': 'single', 'engine': 'nccl-tests'}}],
+ 'latin1_byte': [{'code': 'NCCL_BUSBW',
+                  'severity': 'INFO',
+                  'node': 'n1',
+                  'message': '[single] busbw at 128 MiB: median 284.4 GB/s over 1 round(s) (min '
+                             '284.4, max 284.4, cv 0.0%)',
+                  'evidence': ['TMP/latin1.log'],
+                  'details': {'scope': 'single',
+                              'engine': 'nccl-tests',
+                              'size': 134217728,
+                              'median': 284.39}},
+                 {'code': 'NCCL_REFERENCE',
+                  'severity': 'PASS',
+                  'node': 'n1',
+                  'message': '[single] busbw 284.4 GB/s at 128 MiB is within the reference band '
+                             '250-320 GB/s (expected about 285, shipped; 2x H200 SXM, NV18 between '
+                             'them; measured 284-286 at 128 MiB, 345-348 at 4 GiB)',
+                  'evidence': ['TMP/latin1.log'],
+                  'details': {'scope': 'single',
+                              'engine': 'nccl-tests',
+                              'size': 134217728,
+                              'judged': {'value': 284.39,
+                                         'reference': 285.0,
+                                         'lower': 250.0,
+                                         'upper': 320.0,
+                                         'unit': 'GB/s',
+                                         'size': 134217728,
+                                         'result': 'within',
+                                         'note': '2x H200 SXM, NV18 between them; measured 284-286 '
+                                                 'at 128 MiB, 345-348 at 4 GiB'},
+                              'source': 'shipped'}}],
+ 'no_version_line': [{'code': 'NCCL_TRANSPORTS',
+                      'severity': 'INFO',
+                      'node': 'n1',
+                      'message': '[single] NCCL ?, 2 rank(s) on 2 node(s), transports: NET/Socket; '
+                                 'NICs Socket:eth0',
+                      'evidence': ['TMP/noversion.log'],
+                      'details': {'scope': 'single',
+                                  'engine': 'nccl-tests',
+                                  'transports': ['NET/Socket'],
+                                  'n_nodes': 2,
+                                  'interfaces': ['Socket:eth0'],
+                                  'networks': ['Socket']}},
+                     {'code': 'NCCL_BUSBW',
+                      'severity': 'INFO',
+                      'node': 'n1',
+                      'message': '[single] busbw at 1 GiB: median 2.4 GB/s over 1 round(s) (min '
+                                 '2.4, max 2.4, cv 0.0%)',
+                      'evidence': ['TMP/noversion.log'],
+                      'details': {'scope': 'single',
+                                  'engine': 'nccl-tests',
+                                  'size': 1073741824,
+                                  'median': 2.39}},
+                     {'code': 'NCCL_REFERENCE_NONE',
+                      'severity': 'INFO',
+                      'node': 'n1',
+                      'message': '[single] no reference band applies to this run: the shipped '
+                                 'bands are for 128M, 4G, which this run did not measure',
+                      'evidence': ['TMP/noversion.log'],
+                      'details': {'scope': 'single', 'engine': 'nccl-tests'}}],
+ 'imported_multi_with_inventory': [{'code': 'NCCL_TRANSPORTS',
+                                    'severity': 'INFO',
+                                    'node': None,
+                                    'message': '[multi] NCCL 2.28.9, 2 rank(s) on 2 node(s), '
+                                               'transports: NET/Socket; NICs Socket:eth0',
+                                    'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
+                                    'details': {'scope': 'multi',
+                                                'engine': 'nccl-tests',
+                                                'transports': ['NET/Socket'],
+                                                'n_nodes': 2,
+                                                'interfaces': ['Socket:eth0'],
+                                                'networks': ['Socket']}},
+                                   {'code': 'NCCL_BUSBW',
+                                    'severity': 'INFO',
+                                    'node': None,
+                                    'message': '[multi] busbw at 1 GiB: median 2.4 GB/s over 1 '
+                                               'round(s) (min 2.4, max 2.4, cv 0.0%)',
+                                    'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
+                                    'details': {'scope': 'multi',
+                                                'engine': 'nccl-tests',
+                                                'size': 1073741824,
+                                                'median': 2.39}},
+                                   {'code': 'NCCL_REFERENCE_NONE',
+                                    'severity': 'INFO',
+                                    'node': None,
+                                    'message': '[multi] no reference band applies to this run: '
+                                               'none is shipped for this GPU, count and node '
+                                               'count, and the inventory sets no expect.nccl_busbw',
+                                    'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
+                                    'details': {'scope': 'multi', 'engine': 'nccl-tests'}}],
+ 'band_below_and_above': [{'code': 'NCCL_BUSBW',
+                           'severity': 'INFO',
+                           'node': 'lab-0',
+                           'message': '[single] busbw at 128 MiB: median 284.4 GB/s over 1 '
+                                      'round(s) (min 284.4, max 284.4, cv 0.0%)',
+                           'evidence': ['H200/all_reduce_8B-128M_g2_round1.log'],
+                           'details': {'scope': 'single',
+                                       'engine': 'nccl-tests',
+                                       'size': 134217728,
+                                       'median': 284.39}},
+                          {'code': 'NCCL_REFERENCE',
+                           'severity': 'INFO',
+                           'node': 'lab-0',
+                           'message': '[single] busbw 212.9 GB/s at 16 MiB is above the reference '
+                                      'band (faster than the band expects: check that the band '
+                                      'describes this machine) 1-3 GB/s (expected about 2, '
+                                      'inventory)',
+                           'evidence': ['H200/all_reduce_8B-128M_g2_round1.log'],
+                           'details': {'scope': 'single',
+                                       'engine': 'nccl-tests',
+                                       'size': 16777216,
+                                       'judged': {'value': 212.89,
+                                                  'reference': 2.0,
+                                                  'lower': 1.0,
+                                                  'upper': 3.0,
+                                                  'unit': 'GB/s',
+                                                  'size': 16777216,
+                                                  'result': 'above',
+                                                  'note': None},
+                                       'source': 'inventory'}},
+                          {'code': 'NCCL_REFERENCE',
+                           'severity': 'WARN',
+                           'node': 'lab-0',
+                           'message': '[single] busbw 284.4 GB/s at 128 MiB is below the reference '
+                                      'band 350-450 GB/s (expected about 400, inventory; ordered '
+                                      'NVSwitch)',
+                           'evidence': ['H200/all_reduce_8B-128M_g2_round1.log'],
+                           'details': {'scope': 'single',
+                                       'engine': 'nccl-tests',
+                                       'size': 134217728,
+                                       'judged': {'value': 284.39,
+                                                  'reference': 400.0,
+                                                  'lower': 350.0,
+                                                  'upper': 450.0,
+                                                  'unit': 'GB/s',
+                                                  'size': 134217728,
+                                                  'result': 'below',
+                                                  'note': 'ordered NVSwitch'},
+                                       'source': 'inventory'}}],
+ 'h200_rounds': [{'code': 'NCCL_BUSBW',
                   'severity': 'INFO',
                   'node': 'n1',
                   'message': '[single] busbw at 128 MiB: median 285.3 GB/s over 3 round(s) (min '
