@@ -107,3 +107,35 @@ def register(root: click.Group) -> None:
         return show_outcome(run, findings, [], verbose=verbose, as_json=as_json,
                             n_measurements=len(ms))
 
+    @import_.command("poc")
+    @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
+    @click.option("-p", "--provider", required=True, help="Provider name to file it under.")
+    @click.option("-n", "--node", "node", metavar="NAME",
+                  help="Node name [default: the hostname the outputs print, else 'poc'].")
+    @click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
+                  help="Judge against this provider's order (`expect`); without it nothing "
+                       "is compared with an order (GPUVET_INVENTORY is not read here).")
+    @results_option
+    @verbose_option
+    @json_option
+    def import_poc(folder: Path, provider: str, node: str | None, inventory: Path | None,
+                   results: Path, verbose: bool, as_json: bool) -> int:
+        """Judge a folder of outputs collected by hand (the acceptance recipe's files).
+
+        Files are recognised by content, whatever their names: nvidia-smi (table, -L, -q,
+        -q -x, --query-gpu), topo -m/-p2p, nvlink, uname, nvcc, torch, ibstat, ibv_devinfo,
+        nccl-tests logs, dmon, pip, the nccl-tests commit and the date. Each file is judged,
+        recorded, or reported (not recognised, unreadable, from another node); exit 2 only
+        when nothing could be judged.
+        """
+        from orchestrator.cli._common import render
+        from orchestrator.cli._steps import show_outcome
+        from orchestrator.steps.poc_import import files_table, import_poc
+
+        res = import_poc(folder, provider, node, inventory, results)
+        if not as_json:
+            render(files_table(res.files, folder))
+        return show_outcome(res.run, res.findings, [res.node], verbose=verbose,
+                            as_json=as_json, n_measurements=len(res.measurements),
+                            title="PoC findings")
+

@@ -18,7 +18,7 @@ LOG = str(ROOT / "tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round1.
     (["prefligt"], "did you mean 'preflight'"),
     (["frobnicate"], "no such command 'frobnicate'"),
     (["inventory"], "needs a command (check)"),
-    (["import"], "needs a command (nccl-tests)"),
+    (["import"], "needs a command (nccl-tests, poc)"),
     (["ping"], "Missing option '-i'"),
     (["inventory", "check"], "Missing argument 'FILE'"),
     (["ping", "-i", INV, "--bogus"], "No such option '--bogus'"),
