@@ -64,6 +64,7 @@ bench: setup
 	scripts/test-deps.sh
 	$(BIN)/python -m tests.bench.preflight_bench --out docs/benchmarks.md
 	$(BIN)/python -m tests.bench.compare_bench --out docs/benchmarks.md
+	$(BIN)/python -m tests.bench.regress_bench --out docs/benchmarks.md
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
