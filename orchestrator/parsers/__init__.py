@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
@@ -46,8 +46,14 @@ _MODULES = (
 _loaded = False
 
 
-def register(kind: str, description: str) -> Callable[[ParserFunc], ParserFunc]:
-    def deco(func: ParserFunc) -> ParserFunc:
+F = TypeVar("F", bound=ParserFunc)
+
+
+def register(kind: str, description: str) -> Callable[[F], F]:
+    """Register a parser by kind for `gpuvet parse`; the function keeps its own type, so
+    the library calls it directly and typed."""
+
+    def deco(func: F) -> F:
         if kind in _REGISTRY and _REGISTRY[kind].func is not func:
             raise RuntimeError(f"parser kind {kind!r} registered twice")
         _REGISTRY[kind] = ParserSpec(kind, func, description)

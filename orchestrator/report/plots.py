@@ -160,8 +160,8 @@ def step_times(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
 
 def telemetry_series(run_dir: Path) -> dict[str, list[float | None]] | None:
     """GPU 0's dmon samples of the first training unit that kept telemetry."""
-    from orchestrator import parsers
     from orchestrator.errors import ParseError
+    from orchestrator.parsers.dmon import parse_dmon
 
     for sup in sorted(run_dir.glob("nodes/*/train/reference/*/supervise.json")):
         try:
@@ -172,13 +172,13 @@ def telemetry_series(run_dir: Path) -> dict[str, list[float | None]] | None:
         if tele.get("source") != "dmon" or not path.is_file():
             continue
         try:
-            facts = parsers.parse("dmon", path.read_text(errors="replace"), source=str(path))
+            facts = parse_dmon(path.read_text(errors="replace"), source=str(path))
         except ParseError:
             continue
-        gpu = min(facts.gpus) if facts.gpus else None  # type: ignore[attr-defined]
+        gpu = min(facts.gpus) if facts.gpus else None
         if gpu is None:
             continue
-        return {c: facts.series(gpu, c)  # type: ignore[attr-defined]
+        return {c: facts.series(gpu, c)
                 for c in ("pwr", "pclk", "gtemp", "pviol", "tviol")}
     return None
 

@@ -10,10 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import bands, parsers, stats
+from orchestrator import bands, stats
 from orchestrator.errors import ParseError
 from orchestrator.inventory import Inventory, Node
 from orchestrator.parsers._nccl_common import NcclTestsRun
+from orchestrator.parsers.nccl_debug import parse_nccl_debug
+from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.store import Run
 from orchestrator.suite import Suite
@@ -80,11 +82,10 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
                 f"{suite.nccl.timeout_s:.0f} s", [rel])
         text = path.read_text(errors="replace") if path.is_file() else ""
         try:
-            res = parsers.parse("nccl-tests", text, source=rel)
+            res = parse_nccl_tests(text, source=rel)
         except ParseError as exc:
             add("NCCL_OUTPUT_UNREADABLE", "FAIL", f"round {rnd}: {exc.what}", [rel])
             continue
-        assert isinstance(res, NcclTestsRun)
         parsed.append((rnd, res, rel))
         for fl in res.failures:
             add("NCCL_TEST_FAILURE", "FAIL", f"round {rnd}, line {fl.line_no}: {fl.kind}: "
@@ -139,25 +140,25 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int,
 def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
                 add: Any) -> None:
     try:
-        dbg = parsers.parse("nccl-debug", text, source=rel)
+        dbg = parse_nccl_debug(text, source=rel)
     except ParseError:
         return  # no NCCL INFO lines in this log: nothing to say about transports
     used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport
-                   for c in dbg.connections})  # type: ignore[attr-defined]
+                   for c in dbg.connections})
     if rnd == 1:
-        nics = sorted({f"{i.kind}:{i.name}" for i in dbg.interfaces  # type: ignore[attr-defined]
+        nics = sorted({f"{i.kind}:{i.name}" for i in dbg.interfaces
                        if i.kind != "Bootstrap"})
-        add("NCCL_TRANSPORTS", "INFO", f"NCCL {dbg.nccl_version or '?'}, "  # type: ignore[attr-defined]
-            f"{dbg.n_ranks or '?'} rank(s) on {dbg.n_nodes or '?'} node(s), "  # type: ignore[attr-defined]
+        add("NCCL_TRANSPORTS", "INFO", f"NCCL {dbg.nccl_version or '?'}, "
+            f"{dbg.n_ranks or '?'} rank(s) on {dbg.n_nodes or '?'} node(s), "
             f"transports: {', '.join(used) or 'none seen'}"
-            f"{', GPUDirect RDMA' if dbg.gdrdma else ''}"  # type: ignore[attr-defined]
+            f"{', GPUDirect RDMA' if dbg.gdrdma else ''}"
             f"{'; NICs ' + ', '.join(nics) if nics else ''}", [rel],
-            transports=used, n_nodes=dbg.n_nodes, interfaces=nics,  # type: ignore[attr-defined]
-            networks=dbg.networks)  # type: ignore[attr-defined]
+            transports=used, n_nodes=dbg.n_nodes, interfaces=nics,
+            networks=dbg.networks)
     if s.scope != "multi" or inv is None or not s.nodes:
         return
     fabric = inv.provider_of(s.nodes[0]).expect.fabric.type
-    sockets = [c for c in dbg.connections  # type: ignore[attr-defined]
+    sockets = [c for c in dbg.connections
                if c.transport == "NET" and (c.net or "").lower() == "socket"]
     if fabric in ("ib", "roce", "efa") and sockets:
         lines = sorted({c.line_no for c in sockets})[:5]

@@ -18,8 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from orchestrator import parsers
 from orchestrator.errors import ParseError
+from orchestrator.parsers.dmon import parse_dmon
+from orchestrator.parsers.nvidia_smi import parse_query_gpu
 from orchestrator.records import Finding, Measurement, Severity, finding
 from orchestrator.suite import Suite, TrainParams
 from payload.train import protocol
@@ -761,13 +762,13 @@ def read_telemetry(path: Path, source: str, rel: str) -> dict[int, list[dict[str
     text = path.read_text(errors="replace")
     out: dict[int, list[dict[str, Any]]] = {}
     if source == "dmon":
-        facts = parsers.parse("dmon", text, source=rel)
-        for s in facts.samples:  # type: ignore[attr-defined]
+        facts = parse_dmon(text, source=rel)
+        for s in facts.samples:
             out.setdefault(s.gpu, []).append({**s.values, "line": s.line_no,
                                               "tod": _time_of_day(s.time)})
         return out
-    facts = parsers.parse("nvidia-smi-query-gpu", text, source=rel)
-    for i, g in enumerate(facts.gpus, 2):  # type: ignore[attr-defined]
+    query = parse_query_gpu(text, source=rel)
+    for i, g in enumerate(query.gpus, 2):
         reasons = g.clocks_event_reasons
         out.setdefault(g.index if g.index is not None else 0, []).append({
             "sm": g.utilization_gpu_pct, "pwr": g.power_draw_w, "gtemp": g.temperature_gpu_c,
