@@ -13,7 +13,8 @@ import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator import payload as payload_mod
 from orchestrator.errors import StepError, UsageError
@@ -69,8 +70,41 @@ def build_args(node: Node, params: NcclParams, remote_archive: str | None) -> li
     return args
 
 
+class NcclInstall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    home: str | None = None
+    version: str | None = None
+    source: str | None = None
+    header: str | None = None
+
+
+class BuildDoc(BaseModel):
+    """What `payload nccl-build` printed: validated where it enters the controller."""
+
+    model_config = ConfigDict(extra="allow")
+    ok: bool = False
+    cached: bool = False
+    diagnosis: str | None = None
+    requested_commit: str | None = None
+    built_commit: str | None = None
+    nvcc: str | None = None
+    cuda_home: str | None = None
+    cuda_version: str | None = None
+    nccl: NcclInstall = NcclInstall()
+    mpi: bool = False
+    mpi_home: str | None = None
+    gencode: str | None = None
+    cache_key: str | None = None
+    binary: str | None = None
+    log: str | None = None
+    log_local: str | None = None
+    gpus: int | None = None
+    build_s: float | None = None
+    flags: list[str] = []
+
+
 def build(ex: Executor, params: NcclParams, archive: Path | None, staging: Path,
-          out_dir: Path) -> dict[str, Any]:
+          out_dir: Path) -> BuildDoc:
     """Build (or reuse) nccl-tests on one node; returns the build document."""
     remote_archive = None
     if archive is not None:
@@ -83,15 +117,15 @@ def build(ex: Executor, params: NcclParams, archive: Path | None, staging: Path,
         raise StepError(f"nccl-tests build timed out after {params.build_timeout_s:.0f} s",
                         node=ex.node.name)
     try:
-        doc: dict[str, Any] = json.loads(res.stdout)
-    except json.JSONDecodeError:
-        raise StepError(f"nccl-tests build printed no result (rc={res.rc}): "
-                        f"{res.stderr.strip()[-400:]}", node=ex.node.name) from None
-    log = doc.get("log")
-    if log:
+        doc = BuildDoc.model_validate_json(res.stdout)
+    except ValidationError as exc:
+        raise StepError(f"nccl-tests build printed no valid result (rc={res.rc}): "
+                        f"{exc.errors()[0]['msg']}; {res.stderr.strip()[-400:]}",
+                        node=ex.node.name) from None
+    if doc.log:
         try:
-            ex.get(log, out_dir / "build.log")
-            doc["log_local"] = str(out_dir / "build.log")
+            ex.get(doc.log, out_dir / "build.log")
+            doc.log_local = str(out_dir / "build.log")
         except Exception:  # the log is evidence, not a result: the build verdict stands
             pass
     return doc

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 import socket
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from orchestrator.errors import GpuvetError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.inventory import Inventory, Node
+from orchestrator.nccltests import BuildDoc
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.steps.driver import (
     Driven,
@@ -52,7 +53,7 @@ def _f(run: Run, node: str | None, provider: str, code: str, sev: Severity, msg:
                    message=msg, evidence=evidence or [], **details)
 
 
-def _build_node(ex: Executor, run: Run, suite: Suite, archive: Path | None) -> dict[str, Any]:
+def _build_node(ex: Executor, run: Run, suite: Suite, archive: Path | None) -> BuildDoc:
     out_dir = run.node_dir(ex.node.name, STEP)
     try:
         doc = nccltests.build(ex, suite.nccl, archive, run.dir / ".staging", out_dir)
@@ -60,8 +61,8 @@ def _build_node(ex: Executor, run: Run, suite: Suite, archive: Path | None) -> d
         raise UnitFailed(exc.what, "NCCL_BUILD_FAILED", _evidence(run, out_dir, "build.json",
                                                                  "build.stderr.log"),
                          node=ex.node.name, hint=exc.hint) from exc
-    if not doc.get("ok"):
-        raise UnitFailed(f"nccl-tests build failed: {doc.get('diagnosis') or 'unknown cause'}",
+    if not doc.ok:
+        raise UnitFailed(f"nccl-tests build failed: {doc.diagnosis or 'unknown cause'}",
                          "NCCL_BUILD_FAILED", _evidence(run, out_dir, "build.json", "build.log"),
                          node=ex.node.name, hint=f"see {run.rel(out_dir / 'build.log')}"
                          if (out_dir / "build.log").is_file() else None)
@@ -72,8 +73,8 @@ def _evidence(run: Run, out_dir: Path, *names: str) -> list[str]:
     return [run.rel(out_dir / n) for n in names if (out_dir / n).is_file()]
 
 
-def _gpus(node: Node, inv: Inventory, build: dict[str, Any]) -> int:
-    return int(build.get("gpus") or inv.provider_of(node).expect.gpus_per_node or 1)
+def _gpus(node: Node, inv: Inventory, build: BuildDoc) -> int:
+    return int(build.gpus or inv.provider_of(node).expect.gpus_per_node or 1)
 
 
 def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
@@ -101,14 +102,14 @@ def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
 
 
 def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
-            build: dict[str, Any]) -> list[tuple[int, Path, bool]]:
+            build: BuildDoc) -> list[tuple[int, Path, bool]]:
     out_dir = run.node_dir(ex.node.name, STEP)
     gpus = _gpus(ex.node, inv, build)
-    flags = set(build.get("flags") or [])
+    flags = set(build.flags)
 
     def cmd(r: int) -> tuple[str, str | None]:
         remote_json = f"{nccltests.cache_dir(ex.node)}/runs/{run.run_id}/single_r{r}.json"
-        plan = nccltests.perf_argv(build["binary"], suite.nccl, gpus, flags, remote_json)
+        plan = nccltests.perf_argv(str(build.binary), suite.nccl, gpus, flags, remote_json)
         prefix = f"mkdir -p {shlex.quote(str(Path(remote_json).parent))} && " if plan.json_path \
             else ""
         return prefix + shlex.join(plan.argv), plan.json_path
@@ -117,7 +118,7 @@ def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
 
 
 def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: dict[str, dict[str, Any]]) -> list[tuple[int, Path, bool]]:
+           builds: Mapping[str, BuildDoc]) -> list[tuple[int, Path, bool]]:
     head = pool(nodes[0])
     local = nodes[0].executor == "local"
     out_dir = run.provider_dir(nodes[0].provider, STEP)
@@ -127,7 +128,7 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
         for n in nodes:
             b = builds[n.name]
             g = _gpus(n, inv, b)
-            plan = nccltests.perf_argv(b["binary"], suite.nccl, 1, set(b.get("flags") or []),
+            plan = nccltests.perf_argv(str(b.binary), suite.nccl, 1, set(b.flags),
                                        None)
             contexts.append((n, plan.argv, g))
         return nccltests.mpirun_command(contexts, nccltests.run_env(suite.nccl),
@@ -137,7 +138,7 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
 
 
 def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: dict[str, dict[str, Any]], label: str, out_dir: Path) -> Path:
+           builds: Mapping[str, BuildDoc], label: str, out_dir: Path) -> Path:
     """torch.distributed benchmark across `nodes` (one node: single-node run)."""
     master = "127.0.0.1" if nodes[0].executor == "local" or len(nodes) == 1 else (
         nodes[0].host or nodes[0].name)
@@ -146,7 +147,7 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
 
     def one(n: Node) -> Any:
         i = nodes.index(n)
-        launcher = nccltests.torchrun_launcher(len(nodes), i, _gpus(n, inv, builds.get(n.name, {})),
+        launcher = nccltests.torchrun_launcher(len(nodes), i, _gpus(n, inv, builds.get(n.name) or BuildDoc()),
                                                master, port)
         return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl),
                                staging=run.dir / ".staging", timeout=suite.nccl.timeout_s + 120,
@@ -179,19 +180,19 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     and does the others again.
     """
     archive = nccltests.source_archive(suite.nccl, run.dir / ".staging")
-    builds: dict[str, dict[str, Any]] = {}
+    builds: dict[str, BuildDoc] = {}
 
     def node_work(pool: ExecutorPool, n: Node, stage: StageTracker) -> UnitResult:
         outcome = NcclOutcome()
         with stage("prepare"):
             b = _build_node(pool(n), run, suite, archive)
         builds[n.name] = b
-        how = "cached" if b.get("cached") else f"built in {b.get('build_s')} s"
+        how = "cached" if b.cached else f"built in {b.build_s} s"
         outcome.findings.append(_f(
             run, n.name, n.provider, "NCCL_TESTS_BUILT", "PASS",
-            f"nccl-tests {b['built_commit'][:12]} ({how}), CUDA {b.get('cuda_version')}, NCCL "
-            f"{(b.get('nccl') or {}).get('version')}, MPI {'yes' if b.get('mpi') else 'no'}",
-            [run.rel(run.node_dir(n.name, STEP) / "build.json")], build=b))
+            f"nccl-tests {(b.built_commit or '?')[:12]} ({how}), CUDA {b.cuda_version}, NCCL "
+            f"{b.nccl.version}, MPI {'yes' if b.mpi else 'no'}",
+            [run.rel(run.node_dir(n.name, STEP) / "build.json")], build=b.model_dump(mode="json")))
         if single:
             with stage("execute"):
                 try:
@@ -205,12 +206,13 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                 _torch_series(outcome, pool, [n], run, suite, inv, builds,
                               run.node_dir(n.name, STEP), "single")
                 _compare_engines(outcome, run, [n], "single")
-        return UnitResult(outcome.findings, outcome.measurements, {"build": b})
+        return UnitResult(outcome.findings, outcome.measurements,
+                          {"build": b.model_dump(mode="json")})
 
     def multi_work(pool: ExecutorPool, members: list[Node], stage: StageTracker) -> UnitResult:
         outcome = NcclOutcome()
         prov = members[0].provider
-        mpi = all(builds[n.name].get("mpi") for n in members)
+        mpi = all(builds[n.name].mpi for n in members)
         out_dir = run.provider_dir(prov, STEP)
         if mpi:
             with stage("execute"):
@@ -238,7 +240,8 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         done = {u.key for u in units if run.is_done(u.key, STEP)}
         for n in nodes:
             if f"node:{n.name}" in done:
-                builds[n.name] = run.done_summary(f"node:{n.name}", STEP).get("build") or {}
+                builds[n.name] = BuildDoc.model_validate(
+                    run.done_summary(f"node:{n.name}", STEP).get("build") or {})
         provs = list(dict.fromkeys(n.provider for n in nodes))
         done |= {f"provider:{p}/multi" for p in provs if run.is_done(f"provider:{p}/multi", STEP)}
         run.retract(keep_units=done, step=STEP)
@@ -255,7 +258,7 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
 
 
 def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], run: Run,
-                  suite: Suite, inv: Inventory, builds: dict[str, dict[str, Any]],
+                  suite: Suite, inv: Inventory, builds: Mapping[str, BuildDoc],
                   out_dir: Path, scope: MeasureScope) -> None:
     where = nodes[0].name if scope == "single" else None
     try:
@@ -264,7 +267,7 @@ def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], r
         outcome.findings.append(_f(run, where, nodes[0].provider, "TORCH_BENCH_FAILED", "FAIL",
                                    exc.what))
         return
-    series = Series(scope, nodes, [(1, log, False)], builds.get(nodes[0].name, {}),
+    series = Series(scope, nodes, [(1, log, False)], builds.get(nodes[0].name) or BuildDoc(),
                     engine="torch")
     _judge(outcome, run, inv, suite, series)
 

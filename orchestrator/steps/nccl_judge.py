@@ -6,13 +6,14 @@ the same rules judge it. Nothing here reads anything but the saved logs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestrator import bands, stats
 from orchestrator.errors import ParseError
 from orchestrator.inventory import Inventory, Node
+from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers._nccl_common import NcclTestsRun
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
@@ -37,7 +38,7 @@ class Series:
     scope: MeasureScope  # single | multi
     nodes: list[Node]
     logs: list[tuple[int, Path, bool]]
-    build: dict[str, Any] = field(default_factory=dict)
+    build: BuildDoc | None = None
     engine: str = "nccl-tests"  # nccl-tests | torch
     provider: str | None = None
     n_nodes: int | None = None
@@ -118,7 +119,7 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int,
                   res: NcclTestsRun) -> list[Measurement]:
     out = []
     tags_base = {"op": res.op, "nccl_version": res.nccl_version,
-                 "nccl_tests_commit": s.build.get("built_commit"),
+                 "nccl_tests_commit": s.build.built_commit if s.build else None,
                  "nccl_tests_version": res.tests_version,
                  "gpus": len(res.ranks) or None, "n_nodes": s.node_count}
     if s.imported:

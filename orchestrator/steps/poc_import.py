@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from orchestrator import checks, parsers
 from orchestrator import inventory as inventory_mod
 from orchestrator.errors import UsageError
+from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.gpus import GPU_FACTS
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.steps import preflight as pf
@@ -303,7 +304,7 @@ def judge_nccl(groups: list[tuple[dict[str, Any], list[PocFile]]], copies: dict[
         scope: MeasureScope = "single" if exp["nodes"] == 1 else "multi"
         series = Series(scope, [node], [(i, run.dir / copies[f.name], False)
                                         for i, f in enumerate(logs, 1)],
-                        build={"built_commit": commit} if commit else {},
+                        build=BuildDoc(built_commit=commit) if commit else None,
                         provider=node.provider, n_nodes=exp["nodes"], imported=True)
         fs, m = judge_series(series, run, inv, suite, suite_hash=experiment_hash(exp))
         findings += fs

@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator import inventory as inv_mod
 from orchestrator.checks import provider_results
+from orchestrator.nccltests import BuildDoc
 from orchestrator.records import Finding, Measurement, finding
 from orchestrator.steps.nccl_judge import Series, judge_series
 from orchestrator.steps.preflight import judge_document
@@ -95,7 +96,8 @@ def nccl(root: Path, provider: str, suite: Suite, inventory: Path = INVENTORY,
                   message=f"nccl-tests {build['built_commit'][:12]}, CUDA "
                           f"{build.get('cuda_version')}, NCCL {build['nccl']['version']}",
                   evidence=[run.rel(out / "build.json")], build=build)]
-    judged, ms = judge_series(Series("single", [node], logs, build), run, inv, suite)
+    judged, ms = judge_series(Series("single", [node], logs, BuildDoc.model_validate(build)),
+                              run, inv, suite)
     run.add_findings(fs + judged)
     run.add_measurements(ms)
     run.mark_done(f"node:{node.name}", "nccl", {"build": build})

@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator import inventory
 from orchestrator.inventory import Inventory, Node
+from orchestrator.nccltests import BuildDoc
 from orchestrator.records import Finding, Measurement
 from orchestrator.steps.nccl_judge import Series, _size, judge_series
 from orchestrator.store import Run
@@ -228,7 +229,7 @@ def test_measurements_carry_their_context(run: Run, tmp_path: Path) -> None:
                           "nccl_tests_version": "2.19.6", "gpus": 2, "n_nodes": 1,
                           "type": "float", "wrong": 0}
     built = judge_series(Series("single", [node()], logs(ROUNDS[0]),
-                                build={"built_commit": "c" * 40}), run, None, SUITE)[1]
+                                build=BuildDoc(built_commit="c" * 40)), run, None, SUITE)[1]
     assert built[0].tags["nccl_tests_commit"] == "c" * 40
     _, imported = imported_torch(run, tmp_path)
     assert imported[0].tags["imported"] is True and imported[0].tags["n_nodes"] == 1
