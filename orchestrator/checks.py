@@ -23,6 +23,7 @@ from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts
 from orchestrator.records import Severity
 from orchestrator.suite import PreflightParams
+from payload.ncclbuild import nccl_wheel
 from payload.probes import count_visible
 
 EPHEMERAL_FSTYPES = {"tmpfs", "ramfs", "overlay", "overlayfs", "devtmpfs", "squashfs"}
@@ -40,6 +41,8 @@ class NodeFacts:
     facts: dict[str, BaseModel] = field(default_factory=dict)  # by command id
     parse_errors: dict[str, str] = field(default_factory=dict)
     evidence: dict[str, str] = field(default_factory=dict)  # command id -> run-relative path
+    stderr_evidence: dict[str, str] = field(default_factory=dict)  # where a stderr was kept
+    document_evidence: str | None = None  # collect.json itself
     # what the inventory itself sets: a deliberate CUDA_VISIBLE_DEVICES is not a fault,
     # and storage is judged only where the inventory names a checkpoint directory
     inventory_env: dict[str, str] = field(default_factory=dict)
@@ -53,6 +56,16 @@ class NodeFacts:
 
     def ev(self, *cids: str) -> list[str]:
         return [self.evidence[c] for c in cids if c in self.evidence]
+
+    def ev_failed(self, cid: str) -> list[str]:
+        """The file that says why a command failed: its stderr, else its output, else the
+        collect document (which records a command that was missing or timed out)."""
+        rec = self.command(cid)
+        if cid in self.stderr_evidence:
+            return [self.stderr_evidence[cid]]
+        if (rec.get("stdout") or "").strip() and cid in self.evidence:
+            return [self.evidence[cid]]
+        return [self.document_evidence] if self.document_evidence else self.ev(cid)
 
 
 @dataclass
@@ -160,7 +173,7 @@ def check_driver(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Re
         tail = (smi.get("stderr") or smi.get("stdout") or "").strip().splitlines()[-1:] or [""]
         why = f"nvidia-smi failed (exit {smi.get('rc')}): {tail[0]}"
     return [Result("NVIDIA_DRIVER_MISSING", "FAIL", why + "; GPU checks skipped",
-                   nf.ev("query_gpu"))]
+                   nf.ev_failed("query_gpu"))]
 
 
 def check_gpus(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Result]:
@@ -402,7 +415,11 @@ def check_build_tools(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> li
     if not tools.get("nvcc"):
         missing.append("nvcc (install the CUDA toolkit, e.g. cuda-toolkit-12-x)")
     if not nccl_header_found(nf.doc):
-        missing.append("NCCL headers (libnccl-dev, or pip nvidia-nccl-cu12)")
+        nvcc, xml = nf.get("nvcc_version"), nf.get("nvidia_smi_q_xml")
+        # the toolkit's CUDA, else the newest the driver supports
+        cuda = nvcc.release if nvcc is not None else xml.cuda_version if xml is not None else None
+        wheel = nccl_wheel(cuda)
+        missing.append(f"NCCL headers (libnccl-dev, or pip {wheel})")
     mpi = nf.doc.get("mpi") or {}
     if not mpi.get("mpi_h") or not tools.get("mpirun"):
         missing.append("MPI for multi-node runs (openmpi-bin libopenmpi-dev)")
@@ -495,7 +512,8 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
     path = info.get("path") or "?"
     if not info.get("exists") or not info.get("writable"):
         return [Result("CKPT_DIR_UNUSABLE", "WARN", f"checkpoint directory {path} "
-                       f"{'is not writable' if info.get('exists') else 'does not exist'}", ev)]
+                       f"{'is not writable' if info.get('exists') else 'does not exist'}",
+                       nf.ev_failed("df"))]
     mount = info.get("mount") or {}
     fstype = mount.get("fstype")
     where = f"on {fstype or '?'} ({mount.get('mount_point') or '?'})"

@@ -30,7 +30,7 @@ BINARY = "all_reduce_perf"
 DIAGNOSES = [
     (r"nvcc: (command )?not found|/bin/nvcc: No such file", "nvcc not found: install the CUDA "
      "toolkit or pass --cuda-home"),
-    (r"nccl\.h: No such file", "nccl.h not found: install libnccl-dev or pip nvidia-nccl-cu12, "
+    (r"nccl\.h: No such file", "nccl.h not found: install libnccl-dev or pip {wheel}, "
      "or pass --nccl-home"),
     (r"cannot find -lnccl", "libnccl.so not found for linking: install libnccl-dev (pip wheels "
      "ship only libnccl.so.2)"),
@@ -41,10 +41,16 @@ DIAGNOSES = [
 ]
 
 
-def diagnose(log: str) -> Optional[str]:
+def nccl_wheel(cuda_version: Optional[str]) -> str:
+    """pip's NCCL for this CUDA major: nvidia-nccl-cu12 for CUDA 12, -cu13 for CUDA 13."""
+    major = (cuda_version or "").split(".")[0]
+    return "nvidia-nccl-cu%s" % major if major.isdigit() else "nvidia-nccl-cu<CUDA major>"
+
+
+def diagnose(log: str, cuda_version: Optional[str] = None) -> Optional[str]:
     for pattern, what in DIAGNOSES:
         if re.search(pattern, log):
-            return what
+            return what.replace("{wheel}", nccl_wheel(cuda_version))
     return None
 
 
@@ -241,7 +247,7 @@ def build(args: Any) -> Dict[str, Any]:
     if not nccl["source"]:
         doc["diagnosis"] = ("NCCL not found (looked in /usr/include, /usr/local/cuda/include, "
                             "$NCCL_HOME and pip's nvidia-nccl): install libnccl-dev or "
-                            "pip install nvidia-nccl-cu12")
+                            "pip install %s" % nccl_wheel(cuda_version))
         return doc
     # The binary finds libnccl through its RUNPATH (ld reads LD_RUN_PATH at link
     # time): pip's NCCL is on no default library path, on the node or under mpirun.
@@ -295,8 +301,8 @@ def build(args: Any) -> Dict[str, Any]:
     if res["timed_out"]:
         doc["diagnosis"] = "build timed out after %.0f s" % args.timeout
     elif res["rc"] != 0 or not os.path.isfile(doc["binary"]):
-        doc["diagnosis"] = diagnose("\n".join(log)) or "make failed (rc=%s); see %s" % (
-            res["rc"], log_path)
+        doc["diagnosis"] = diagnose("\n".join(log), cuda_version) or (
+            "make failed (rc=%s); see %s" % (res["rc"], log_path))
     else:
         doc["ok"] = True
         doc["flags"] = supported_flags(doc["binary"], env)

@@ -44,14 +44,18 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
     doc = collectdoc.validate(doc, node=node.name)
     nf = checks.NodeFacts(node=node.name, provider=node.provider, doc=doc,
                           inventory_env=dict(node.env), ckpt_configured=node.ckpt_dir is not None)
+    if out_dir is not None:
+        whole = out_dir / "collect.json"
+        nf.document_evidence = rel(whole) if rel else str(whole)
     for cid, rec in doc["commands"].items():
         if out_dir is not None:
             raw = out_dir / "raw" / f"{cid}.txt"
             # cut out of collect.json, which is already on disk: no fsync per file
             atomic_write(raw, rec.get("stdout") or "", durable=False)
             if rec.get("stderr"):
-                atomic_write(out_dir / "raw" / f"{cid}.stderr.txt", scrub_text(rec["stderr"]),
-                             durable=False)
+                err = out_dir / "raw" / f"{cid}.stderr.txt"
+                atomic_write(err, scrub_text(rec["stderr"]), durable=False)
+                nf.stderr_evidence[cid] = rel(err) if rel else str(err)
             nf.evidence[cid] = rel(raw) if rel else str(raw)
         spec = COMMANDS_BY_ID.get(cid)
         if spec is None or spec.parser is None or rec.get("missing") or rec.get("timed_out"):

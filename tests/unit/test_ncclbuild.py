@@ -313,3 +313,13 @@ def test_safe_extract_keeps_links_that_stay_inside(tmp_path: Path) -> None:
     assert (dest / "top" / "same").read_text() == "x\n"
     assert os.readlink(dest / "top" / "latest") == "src/a.cu"
     assert (dest / "top" / "src" / "up" / "a.cu").is_file()
+
+
+@pytest.mark.parametrize(("cuda", "wheel"), [("13.0", "nvidia-nccl-cu13"),
+                                             ("12.8", "nvidia-nccl-cu12"),
+                                             (None, "nvidia-nccl-cu<CUDA major>")])
+def test_the_nccl_hint_names_the_wheel_for_the_cuda_found(cuda: str | None, wheel: str) -> None:
+    log = "src/common.h:9:10: fatal error: nccl.h: No such file or directory"
+    diagnosis = ncclbuild.diagnose(log, cuda)
+    assert diagnosis is not None and f"pip {wheel}," in diagnosis
+    assert ncclbuild.nccl_wheel(cuda) == wheel

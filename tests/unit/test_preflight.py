@@ -254,3 +254,30 @@ def test_payload_archive_collected_by_hand_then_judged(tmp_path: Path) -> None:
     assert res.returncode in (0, 1), res.stderr  # 1 where this machine has no NVIDIA driver
     (run,) = [p for p in (tmp_path / "r").iterdir() if p.is_dir()]
     assert (run / "nodes" / "far-away" / "preflight" / "raw" / "uname.txt").read_text()
+
+
+def test_failure_evidence_points_at_the_file_that_says_so(tmp_path: Path) -> None:
+    """A FAIL's evidence is the stderr that explains it, never an empty stdout."""
+    msg = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n"
+    smi = ("query_gpu", "nvidia_smi_L", "nvidia_smi_q_xml", "nvidia_smi")
+    doc = h200_doc(failed={cid: (9, msg) for cid in smi})
+    for cid in smi:
+        doc["commands"][cid]["stdout"] = ""
+    report = _judge(doc, tmp_path)
+    missing = next(f for f in report.findings if f.code == "NVIDIA_DRIVER_MISSING")
+    assert missing.evidence == ["raw/query_gpu.stderr.txt"]
+    assert "couldn't communicate" in (tmp_path / missing.evidence[0]).read_text()
+    # a command that was not there at all: the document that records it is the evidence
+    gone = h200_doc(missing=list(smi))
+    out = tmp_path / "gone"
+    report = _judge(gone, out)
+    missing = next(f for f in report.findings if f.code == "NVIDIA_DRIVER_MISSING")
+    assert missing.evidence == ["collect.json"]
+
+
+def test_unusable_checkpoint_dir_points_at_dfs_stderr(tmp_path: Path) -> None:
+    doc = h200_doc(failed={"df": (1, "df: /ckpt: No such file or directory\n")})
+    doc["paths"]["ckpt_dir"]["exists"] = False
+    report = _judge(doc, tmp_path)
+    f = next(f for f in report.findings if f.code == "CKPT_DIR_UNUSABLE")
+    assert f.evidence == ["raw/df.stderr.txt"]
