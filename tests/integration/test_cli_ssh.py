@@ -203,3 +203,28 @@ def test_preflight_resume_retries_only_failed_nodes(cluster: Cluster, inv: Path,
     assert json.loads((run / "run.json").read_text())["status"] == "failed"
     bad = gpuvet("preflight", "-i", str(inv), "--results", str(results), "--resume", "nope")
     assert bad.returncode == 2 and "'nope' is not a run id" in bad.stderr
+
+
+def test_nccl_resume_retries_the_units_not_done(cluster: Cluster, inv: Path,
+                                                 tmp_path: Path) -> None:
+    """The test nodes cannot build nccl-tests (no nvcc): every node unit fails, is not
+    marked done, and a resume tries each again, its old failure replaced, not doubled."""
+    results = tmp_path / "results"
+    first = gpuvet("nccl", "-i", str(inv), "--results", str(results), timeout=240)
+    assert first.returncode == 1, first.stdout + first.stderr
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+
+    def failures() -> list[dict[str, object]]:
+        return [f for f in (json.loads(line) for line in
+                            (run / "findings.jsonl").read_text().splitlines())
+                if f["code"] == "NCCL_BUILD_FAILED"]
+
+    assert sorted(f["node"] for f in failures()) == ["node1", "node2", "node3"]
+    assert all(f["stage"] == "prepare" for f in failures())
+    assert not list(run.glob("nodes/*/nccl/done.json"))
+    again = gpuvet("nccl", "-i", str(inv), "--results", str(results), "--resume", run.name,
+                   timeout=240)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert sorted(f["node"] for f in failures()) == ["node1", "node2", "node3"]
+    other = gpuvet("preflight", "-i", str(inv), "--results", str(results), "--resume", run.name)
+    assert other.returncode == 2 and "is a 'nccl' run, not 'preflight'" in other.stderr
