@@ -248,6 +248,10 @@ class Settings(_Model):
     known_hosts: PathStr = DEFAULT_KNOWN_HOSTS
     ssh_config: PathStr | None = None
     concurrency: int = Field(default=32, ge=1, le=1024)
+    # exchange rates for comparing prices: one unit of the key currency is this many of
+    # the first compared provider's currency (`gpuvet compare`, `gpuvet report`)
+    rates: dict[Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")],
+                Annotated[float, Field(gt=0, allow_inf_nan=False)]] = {}
 
 
 class InventoryFile(_Model):

@@ -28,14 +28,27 @@ def _rates(values: tuple[str, ...]) -> dict[str, float]:
     return rates
 
 
+def _all_rates(inventory: Path | None, values: tuple[str, ...]) -> dict[str, float]:
+    """The inventory's `settings.rates`, overridden by --rate on the command line."""
+    rates: dict[str, float] = {}
+    if inventory is not None:
+        from orchestrator import inventory as inv_mod
+
+        rates.update(inv_mod.load(inventory).settings.rates)
+    rates.update(_rates(values))
+    return rates
+
+
 def _options(f: F) -> F:
     f = click.option("--rate", "rates", multiple=True, metavar="CUR=VALUE",
-                     help="Exchange rate into the first provider's currency (repeatable); "
+                     help="Exchange rate into the first provider's currency (repeatable; "
+                          "overrides the inventory's settings.rates); "
                           "without one, other currencies are shown apart.")(f)
     f = click.option("--no-cost", is_flag=True,
                      help="Leave the cost out (providers without a price).")(f)
     f = click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
-                     help="Take prices from this inventory instead of the runs' own copies.")(f)
+                     help="Take prices (and settings.rates) from this inventory instead of the "
+                          "runs' own copies.")(f)
     f = click.option("--runs", "run_ids", multiple=True, metavar="RUN",
                      help="Compare these runs (repeatable); default: each provider's latest "
                           "complete run of every step.")(f)
@@ -57,7 +70,7 @@ def register(root: click.Group) -> None:
         from orchestrator.analysis import compare as cmp
 
         c = cmp.build(results, providers, run_ids, with_cost=not no_cost, inventory=inventory,
-                      rates=_rates(rates))
+                      rates=_all_rates(inventory, rates))
         if as_json:
             emit_json(c.as_json())
         else:
@@ -83,7 +96,7 @@ def register(root: click.Group) -> None:
         if output.suffix not in (".html", ".md"):
             raise UsageError(f"-o {output}: the report is .html or .md")
         c = cmp.build(results, providers, tuple(run_ids) + run_args, with_cost=not no_cost,
-                      inventory=inventory, rates=_rates(rates))
+                      inventory=inventory, rates=_all_rates(inventory, rates))
         from orchestrator.report import write_report
 
         html, md = write_report(c, output.with_suffix(".html"), output.with_suffix(".md"))

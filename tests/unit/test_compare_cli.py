@@ -109,3 +109,23 @@ def test_currencies_apart_without_a_rate(tmp_path, capsys) -> None:
     cost = next(t for t in doc["tables"] if t["title"] == "PoC cost")["rows"]
     # 2.9 x 2 GPUs x 2 h, x 1.1
     assert doc["currencies_apart"] == [] and cost[1]["total in USD"] == "12.76 USD"
+
+
+def test_the_inventory_rate_converts_and_the_command_line_wins(tmp_path, capsys) -> None:
+    inv = tmp_path / "inventory.yaml"
+    text = INVENTORY.read_text().replace("gpu_hour: 2.9, currency: USD",
+                                         "gpu_hour: 2.9, currency: EUR")
+    inv.write_text(text)
+    root = tmp_path / "results"
+    build_store(root, inventory=inv)
+    rated = tmp_path / "rated.yaml"
+    rated.write_text(text.replace("version: 1\n", "version: 1\nsettings: {rates: {EUR: 1.1}}\n",
+                                  1))
+    doc = json.loads(gpuvet(capsys, "compare", "--results", root, "-p", "h200", "-p", "beta",
+                            "-i", rated, "--json").stdout)
+    cost = next(t for t in doc["tables"] if t["title"] == "PoC cost")["rows"]
+    assert doc["currencies_apart"] == [] and cost[1]["total in USD"] == "12.76 USD"
+    doc = json.loads(gpuvet(capsys, "compare", "--results", root, "-p", "h200", "-p", "beta",
+                            "-i", rated, "--rate", "EUR=1.0", "--json").stdout)
+    cost = next(t for t in doc["tables"] if t["title"] == "PoC cost")["rows"]
+    assert cost[1]["total in USD"] == "11.60 USD"
