@@ -27,9 +27,9 @@ def transports(text: str, source: str) -> dict[str, Any] | None:
         dbg = parse_nccl_debug(text, source=source)
     except ParseError:
         return None  # the log has no NCCL INFO lines
-    used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport for c in dbg.connections})
-    return {"used": used, "nccl_version": dbg.nccl_version, "n_ranks": dbg.n_ranks,
-            "n_nodes": dbg.n_nodes, "gdrdma": dbg.gdrdma, "networks": dbg.networks}
+    return {"used": dbg.used, "nccl_version": dbg.nccl_version, "n_ranks": dbg.n_ranks,
+            "n_nodes": dbg.n_nodes, "gdrdma": dbg.gdrdma, "networks": dbg.networks,
+            "summary": dbg.summary()}
 
 
 def _read(path: Path) -> str:
@@ -69,10 +69,7 @@ def register(root: click.Group) -> None:
 
             render_facts(out, kind, facts)
             if tr is not None:
-                out.print(f"transports: {', '.join(tr['used']) or 'none seen'}; NCCL "
-                          f"{tr['nccl_version'] or '?'}, {tr['n_ranks'] or '?'} rank(s) on "
-                          f"{tr['n_nodes'] or '?'} node(s)"
-                          + ("; GPUDirect RDMA" if tr["gdrdma"] else ""))
+                out.print(tr["summary"])
         return 0
 
     @root.group("import", cls=Group)

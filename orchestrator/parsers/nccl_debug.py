@@ -121,6 +121,23 @@ class NcclDebugFacts(_Model):
     info_lines: int
 
     @property
+    def used(self) -> list[str]:
+        """The transports connections used, `NET/IB` style: the one summary every caller shows."""
+        return sorted({f"{c.transport}/{c.net}" if c.net else c.transport
+                       for c in self.connections})
+
+    @property
+    def nics(self) -> list[str]:
+        return sorted({f"{i.kind}:{i.name}" for i in self.interfaces if i.kind != "Bootstrap"})
+
+    def summary(self) -> str:
+        """One line: version, ranks and nodes, transports, GPUDirect, NICs."""
+        return (f"NCCL {self.nccl_version or '?'}, {self.n_ranks or '?'} rank(s) on "
+                f"{self.n_nodes or '?'} node(s), transports: {', '.join(self.used) or 'none seen'}"
+                f"{', GPUDirect RDMA' if self.gdrdma else ''}"
+                f"{'; NICs ' + ', '.join(self.nics) if self.nics else ''}")
+
+    @property
     def versions_by_host(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for v in self.versions:

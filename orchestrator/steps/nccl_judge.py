@@ -144,18 +144,9 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
         dbg = parse_nccl_debug(text, source=rel)
     except ParseError:
         return  # no NCCL INFO lines in this log: nothing to say about transports
-    used = sorted({f"{c.transport}/{c.net}" if c.net else c.transport
-                   for c in dbg.connections})
     if rnd == 1:
-        nics = sorted({f"{i.kind}:{i.name}" for i in dbg.interfaces
-                       if i.kind != "Bootstrap"})
-        add("NCCL_TRANSPORTS", "INFO", f"NCCL {dbg.nccl_version or '?'}, "
-            f"{dbg.n_ranks or '?'} rank(s) on {dbg.n_nodes or '?'} node(s), "
-            f"transports: {', '.join(used) or 'none seen'}"
-            f"{', GPUDirect RDMA' if dbg.gdrdma else ''}"
-            f"{'; NICs ' + ', '.join(nics) if nics else ''}", [rel],
-            transports=used, n_nodes=dbg.n_nodes, interfaces=nics,
-            networks=dbg.networks)
+        add("NCCL_TRANSPORTS", "INFO", dbg.summary(), [rel], transports=dbg.used,
+            n_nodes=dbg.n_nodes, interfaces=dbg.nics, networks=dbg.networks)
     if s.scope != "multi" or inv is None or not s.nodes:
         return
     fabric = inv.provider_of(s.nodes[0]).expect.fabric.type

@@ -93,4 +93,4 @@ def test_parse_nccl_tests_reports_transports() -> None:
     assert (t["used"], t["n_nodes"], t["nccl_version"]) == (["NET/Socket"], 2, "2.28.9")
     res = subprocess.run([GPUVET, "parse", "nccl-tests", str(log)], capture_output=True,
                          text=True, timeout=60)
-    assert "transports: NET/Socket; NCCL 2.28.9, 2 rank(s) on 2 node(s)" in res.stdout
+    assert "NCCL 2.28.9, 2 rank(s) on 2 node(s), transports: NET/Socket" in res.stdout
