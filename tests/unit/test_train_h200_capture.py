@@ -1,0 +1,484 @@
+"""The training step as it ran on a 2 x H200 host (tests/fixtures/h200x2-train).
+
+The captured run folders are judged again by the step itself: `run_train` drives the
+same units, phases and judge as on the host, its nodes replaced by a scripted pool
+that answers each command with the file the node printed then (the probes'
+documents, each supervisor's document) and serves the files the supervisor listed.
+What it writes must be what the host wrote. The judge's figures are then recomputed
+from the raw files (rank event logs, supervisor documents, dmon samples, the shipped
+peak table) without the judge's code, and compared with the stored records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import shutil
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from ruamel.yaml import YAML
+
+from orchestrator import inventory
+from orchestrator.executors import ExecutorPool
+from orchestrator.parsers.nccl_debug import parse_nccl_debug
+from orchestrator.records import Finding, Measurement
+from orchestrator.steps import train
+from orchestrator.store import Run
+from orchestrator.suite import Suite, load_suite
+from orchestrator.testing import Call, Reply, Script, ScriptedPool, scripted_pool
+
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "h200x2-train"
+HOST, SIM = "host-run", "sim-run"
+HOST_UNIT, SIM_SINGLE, SIM_MULTI = ("node:h200-host", "provider:h200-sim/single-sim-a+sim-b",
+                                    "provider:h200-sim/multi")
+K = 8  # the suite's ckpt_step: the checkpoint every restore must load
+
+
+# --------------------------------------------------------------------------- replaying a run
+
+
+@dataclass
+class Replayed:
+    name: str
+    dir: Path  # the copy the step wrote into
+    run: Run
+    suite: Suite
+    pool: ScriptedPool
+
+    def findings(self) -> list[Finding]:
+        return self.run.findings()
+
+    def measurements(self) -> list[Measurement]:
+        return self.run.measurements()
+
+
+def _phase_folders(d: Path) -> list[tuple[str, str, Path]]:
+    """(unit slug, phase, folder) of every supervisor run in a run directory."""
+    out = []
+    for sup in sorted(d.glob("*/*/train/**/supervise.json")):
+        rel = sup.parent.relative_to(d).parts
+        unit = f"multi-{rel[1]}" if rel[0] == "providers" else rel[1]
+        out.append((unit, rel[-2], sup.parent))
+    return out
+
+
+def replay(name: str, tmp: Path) -> Replayed:
+    """Run the training step over a copy of a captured run, from scratch (no unit done)."""
+    meta = json.loads((FIX / name / "run.json").read_text())
+    root = tmp / "results"
+    d = root / meta["run_id"]
+    shutil.copytree(FIX / name, d)
+    for stale in [d / "findings.jsonl", d / "measurements.jsonl", *d.glob("**/done.json")]:
+        stale.unlink()
+    run = Run.open(root, meta["run_id"])
+    inv = inventory.load(d / "inventory.yaml")
+    nodes = [inv.node(n) for n in run.meta.nodes]
+    suite = Suite.model_validate(run.meta.suite)
+
+    folders = {(unit, phase, f.name): f for unit, phase, f in _phase_folders(d)}
+    files: dict[str, dict[str, bytes]] = {n.name: {} for n in nodes}
+    for (unit, phase, node), folder in folders.items():
+        job = train.Job(unit, inv.node(node), phase, folder, ckpt_root="")
+        for f in json.loads((folder / "supervise.json").read_text())["files"]:
+            files[node][f"{job.remote_out(run)}/{f}"] = (folder / f).read_bytes()
+
+    def supervise(node: str) -> Any:
+        def reply(call: Call) -> Reply:
+            argv = shlex.split(call.command.split(" exec ", 1)[1].rsplit("; else ", 1)[0])
+            unit, phase = argv[argv.index("--out") + 1].rsplit("/", 2)[1:]
+            return Reply(stdout=(folders[unit, phase, node] / "supervise.json").read_text())
+        return reply
+
+    def probe(node: str) -> Any:
+        def reply(call: Call) -> Reply:
+            doc = ("probe-write.json" if " --token " in call.command else
+                   "probe-cleanup.json" if " --remove " in call.command else "probe.json")
+            return Reply(stdout=(d / "nodes" / node / "train" / doc).read_text())
+        return reply
+
+    scripts = {n.name: Script().on(re.compile(r" train-probe "), reply=probe(n.name))
+               .on(re.compile(r" train-supervise "), reply=supervise(n.name))
+               .on(re.compile(r"^rm -rf /tmp/gpuvet-local/\S+/gpuvet-train/"), rc=0)
+               for n in nodes}
+    pool = scripted_pool(scripts, files=files)
+    train.run_train(inv, nodes, run, suite, pool=cast(ExecutorPool, pool))
+    pool.check()
+    return Replayed(name, d, run, suite, pool)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Replayed]:
+    return {n: replay(n, tmp_path_factory.mktemp(n)) for n in (HOST, SIM)}
+
+
+# --------------------------------------------------------------------------- raw files
+
+
+def events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def rank_file(folder: Path, rank: int = 0) -> Path:
+    return folder / f"rank{rank}.jsonl"
+
+
+def first(evs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(e for e in evs if e["event"] == kind)
+
+
+def steps(evs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    return {e["step"]: e for e in evs if e["event"] == "step"}
+
+
+def doc(folder: Path) -> dict[str, Any]:
+    return dict(json.loads((folder / "supervise.json").read_text()))
+
+
+def stored(name: str, kind: str) -> list[dict[str, Any]]:
+    return events(FIX / name / f"{kind}.jsonl")
+
+
+def one(ms: list[Measurement], unit: str, metric: str, **tags: Any) -> Measurement:
+    got = [m for m in ms if m.unit_key == unit and m.metric == metric
+           and all(m.tags.get(k) == v for k, v in tags.items())]
+    assert len(got) == 1, (unit, metric, tags, got)
+    return got[0]
+
+
+# (run, unit, folder of the phase relative to the run, rank 0's node in it, judge subject node)
+H_REF = "nodes/h200-host/train/reference/h200-host"
+REFERENCES = [
+    (HOST, HOST_UNIT, H_REF, None),
+    (SIM, SIM_SINGLE, "nodes/sim-a/train/reference/sim-a", "sim-a"),
+    (SIM, SIM_SINGLE, "nodes/sim-b/train/reference/sim-b", "sim-b"),
+    (SIM, SIM_MULTI, "providers/h200-sim/train/multi/reference/sim-a", None),
+]
+# (run, unit, kill folder(s), restore folder holding rank 0, subject node, saved_on, restored_on)
+PROTOCOLS = [
+    (HOST, HOST_UNIT, ["nodes/h200-host/train/kill/h200-host"],
+     "nodes/h200-host/train/restore/h200-host", "h200-host", ["h200-host"], ["h200-host"]),
+    (SIM, SIM_SINGLE, ["nodes/sim-a/train/kill/sim-a"], "nodes/sim-a/train/restore/sim-b",
+     "sim-a", ["sim-a"], ["sim-b"]),
+    (SIM, SIM_SINGLE, ["nodes/sim-b/train/kill/sim-b"], "nodes/sim-b/train/restore/sim-a",
+     "sim-b", ["sim-b"], ["sim-a"]),
+    (SIM, SIM_MULTI, ["providers/h200-sim/train/multi/kill/sim-a",
+                      "providers/h200-sim/train/multi/kill/sim-b"],
+     "providers/h200-sim/train/multi/restore/sim-b", None, ["sim-a", "sim-b"], ["sim-b", "sim-a"]),
+]
+
+
+def mine(ms: list[Measurement], unit: str, node: str | None) -> list[Measurement]:
+    """Two single-node protocols share a unit: their records differ by the node they name."""
+    return [m for m in ms if m.unit_key == unit and (node is None or m.nodes == [node])]
+
+
+# --------------------------------------------------------------------------- the records
+
+
+@pytest.mark.parametrize("name", [HOST, SIM])
+def test_rejudging_the_capture_writes_what_the_host_wrote(runs: dict[str, Replayed],
+                                                          name: str) -> None:
+    r = runs[name]
+    for kind in ("findings", "measurements"):
+        assert events(r.dir / f"{kind}.jsonl") == stored(name, kind), kind
+    # every other file too: done markers, the copies fetched and scrubbed, the documents
+    for path in sorted((FIX / name).rglob("*")):
+        if path.is_file():
+            assert (r.dir / path.relative_to(FIX / name)).read_bytes() == path.read_bytes(), path
+    # the suite written next to the run is the one it ran with
+    own = load_suite(FIX / ("suite-1b.yaml" if name == HOST else "suite-1b-sim.yaml"))
+    assert own.hash == r.suite.hash == r.run.meta.suite_hash
+    # the step asked each node for the three phases, in order, and cleaned up after itself
+    for ex in r.pool.executors.values():
+        phases = [c.command.split("--phase ", 1)[1].split()[0] for c in ex.calls
+                  if " train-supervise " in c.command]
+        assert phases == (["reference", "kill", "restore"] * (1 if name == HOST else 2))
+        assert sum(c.command.startswith("rm -rf ") for c in ex.calls) >= 1
+
+
+def test_nothing_failed_and_the_only_warnings_are_throttling_and_the_killed_peer(
+        runs: dict[str, Replayed]) -> None:
+    for name in (HOST, SIM):
+        assert runs[name].run.meta.status == "passed"
+        fs = runs[name].findings()
+        assert not [f for f in fs if f.severity == "FAIL"]
+        warns = {(f.unit_key, f.code) for f in fs if f.severity == "WARN"}
+        assert {c for _, c in warns} <= {"TRAIN_THROTTLED", "TRAIN_NCCL_WARN"}
+    nccl = [f for f in runs[SIM].findings() if f.code == "TRAIN_NCCL_WARN"]
+    # the SIGKILL of one multi-node rank closes its peer's socket: the kill phase alone
+    assert [(f.unit_key, f.details["phase"], f.details["count"]) for f in nccl] == [
+        (SIM_MULTI, "kill", 2)]
+    assert "Connection closed by remote peer" in nccl[0].message
+    assert nccl[0].evidence == ["providers/h200-sim/train/multi/kill/sim-b/torchrun.stdout"]
+
+
+# --------------------------------------------------------------------------- restore
+
+
+@pytest.mark.parametrize("name,unit,kills,restore,node,saved_on,restored_on", PROTOCOLS)
+def test_restore_verdicts_are_bit_exact(runs: dict[str, Replayed], name: str, unit: str,
+                                        kills: list[str], restore: str, node: str | None,
+                                        saved_on: list[str], restored_on: list[str]) -> None:
+    r = runs[name]
+    [ok] = [f for f in r.findings() if f.unit_key == unit and f.code.startswith("TRAIN_RESTORE")
+            and f.node == node]
+    assert ok.code == "TRAIN_RESTORE_OK" and ok.severity == "PASS"
+    assert ok.details == {"exact": True, "inexact": [], "saved_on": saved_on,
+                          "restored_on": restored_on}
+    assert f"step {K} restored" in ok.message
+    assert "losses of steps 9..20 equal the reference bit for bit" in ok.message
+    assert ok.evidence == [f"{restore}/rank0.jsonl"]
+    # from the raw files: every rank loaded step K from the checkpoint its own unit saved,
+    # with equal state hashes, and then repeated the reference's losses bit for bit
+    ref_dirs = [Path(k.replace("/kill/", "/reference/")) for k in kills]
+    restore_dirs = [(r.dir / restore).parent / n for n in restored_on]
+    slug = "multi-h200-sim" if node is None else node
+    for folder in restore_dirs:
+        for path in sorted(folder.glob("rank*.jsonl")):
+            evs = events(path)
+            loaded = first(evs, "loaded")
+            assert loaded["step"] == K and loaded["match"] is True
+            assert loaded["hashes_loaded"] == loaded["hashes_saved"]
+            assert loaded["path"].endswith(f"/{r.run.run_id}/{slug}/step-0000000{K}")
+            ref_path = next(r.dir / d / path.name for d in ref_dirs
+                            if (r.dir / d / path.name).is_file())
+            ref = steps(events(ref_path))
+            got = steps(evs)
+            assert sorted(got) == list(range(K + 1, 21))
+            assert all(got[k]["loss_hex"] == ref[k]["loss_hex"] for k in got)
+    # the restore ran on the other node where storage is shared: rank 0 moved
+    assert (r.dir / restore).name == restored_on[0]
+
+
+def test_the_half_written_checkpoint_was_skipped_on_the_host(runs: dict[str, Replayed]) -> None:
+    kill = FIX / HOST / "nodes/h200-host/train/kill/h200-host"
+    sup = doc(kill)
+    assert sup["killed"] is True and sup["trigger"]["at_commit"] == 10
+    assert sup["kill_event"]["event"] == "commit" and sup["kill_event"]["step"] == 10
+    evs = events(rank_file(kill))
+    assert [e["step"] for e in evs if e["event"] == "saved"] == [K]  # step 10 never saved
+    [skip] = [f for f in runs[HOST].findings() if f.code == "TRAIN_CKPT_SKIPPED"]
+    assert skip.details == {"ckpt_step": 10}
+    assert "no manifest: the save did not finish" in skip.message
+    assert "SIGKILLed on h200-host at commit of step 10" in next(
+        f.message for f in runs[HOST].findings() if f.code == "TRAIN_KILLED")
+    # the simulated nodes were killed after step K+2 instead (a second 12 GB save each would
+    # not fit the host's disk): nothing to skip there
+    assert not [f for f in runs[SIM].findings() if f.code == "TRAIN_CKPT_SKIPPED"]
+
+
+@pytest.mark.parametrize("name,unit,kills,restore,node,saved_on,restored_on", PROTOCOLS)
+def test_restart_time_and_steps_lost(runs: dict[str, Replayed], name: str, unit: str,
+                                     kills: list[str], restore: str, node: str | None,
+                                     saved_on: list[str], restored_on: list[str]) -> None:
+    ms = mine(runs[name].measurements(), unit, node)
+    # kill to dead on the killing nodes' clock, then relaunch to the first restored step
+    dying = max(doc(FIX / name / k)["end_time"] - doc(FIX / name / k)["kill_time"]
+                for k in kills)
+    restored = FIX / name / restore
+    relaunch = steps(events(rank_file(restored)))[K + 1]["t"] - doc(restored)["start_time"]
+    [restart] = [m for m in ms if m.metric == "restart_s"]
+    assert restart.value == pytest.approx(dying + relaunch, abs=1e-9)
+    assert restart.tags == {"dying_s": pytest.approx(dying, abs=1e-9),
+                            "relaunch_to_first_step_s": pytest.approx(relaunch, abs=1e-9)}
+    last = max(steps(events(rank_file(FIX / name / kills[0]))))
+    assert last == 10
+    assert [m.value for m in ms if m.metric == "steps_lost"] == [last - K] == [2]
+    [load] = [m for m in ms if m.metric == "ckpt_load_s"]
+    assert load.value == first(events(rank_file(restored)), "loaded")["load_s"]
+    expected = {HOST_UNIT: 54.4, SIM_MULTI: 52.2}.get(unit) or {"sim-a": 53.7, "sim-b": 50.2}[
+        str(node)]
+    assert round(restart.value, 1) == expected
+
+
+# --------------------------------------------------------------------------- performance
+
+
+def _peak(gpu: str) -> float:
+    """The shipped table read directly: patterns in order, the first contained one wins."""
+    text = resources.files("orchestrator").joinpath("data/gpu_peaks.yaml").read_text()
+    rows = YAML(typ="safe").load(text)["peaks"]
+    return float(next(r["tflops"] for r in rows if str(r["match"]).lower() in gpu.lower()))
+
+
+@pytest.mark.parametrize("name,unit,folder,node", REFERENCES)
+def test_step_time_tokens_and_mfu_recomputed_from_the_rank_logs(
+        runs: dict[str, Replayed], name: str, unit: str, folder: str, node: str | None) -> None:
+    evs = events(rank_file(FIX / name / folder))
+    start = first(evs, "start")
+    cfg = start["config"]
+    skip = runs[name].suite.train.stats_skip_steps
+    timed = [s for k, s in sorted(steps(evs).items()) if k > skip]
+    times = sorted(s["step_time_s"] for s in timed)
+    assert len(times) == 17  # steps 4..20 after 3 skipped warm-up steps
+    median = statistics.median(times)
+    p90 = times[math.ceil(0.9 * len(times)) - 1]  # nearest rank
+    tokens = cfg["micro_batch"] * cfg["seq_len"] * cfg["grad_accum"]
+    assert {s["tokens"] for s in timed} == {tokens} == {16384}
+    # the FLOPs the MFU counts: 6 N for the matmuls plus 12 L d T for attention
+    assert start["flops_per_token"] == 6 * start["params"] + 12 * cfg["n_layers"] * cfg[
+        "d_model"] * cfg["seq_len"]
+    assert start["params"] == 1009068032 and start["versions"]["gpu_name"] == "NVIDIA H200"
+    peak = _peak(start["versions"]["gpu_name"])
+    assert peak == 989
+    mfu = start["flops_per_token"] * tokens / median / (peak * 1e12)
+
+    ms = mine(runs[name].measurements(), unit, node)
+
+    def value(metric: str) -> float:
+        [m] = [m for m in ms if m.metric == metric]
+        assert m.tags["steps_timed"] == 17 and m.tags["world"] == start["world"]
+        return m.value
+
+    assert value("step_time_s") == median
+    assert value("step_time_p90_s") == p90
+    assert value("tokens_per_s_per_gpu") == pytest.approx(tokens / median, rel=1e-12)
+    assert value("mfu") == pytest.approx(mfu, rel=1e-12)
+    [m] = [m for m in ms if m.metric == "mfu"]
+    assert m.tags["peak_tflops"] == 989 and m.tags["peak_source"] == "gpu_peaks.yaml 'H200'"
+    # and the stored record (the host's own judging) holds the same numbers
+    [rec] = [x for x in stored(name, "measurements") if x["unit_key"] == unit
+             and x["metric"] == "mfu" and (node is None or x["nodes"] == [node])]
+    assert rec["value"] == pytest.approx(mfu, rel=1e-12)
+    shown = {H_REF: ("0.2326", "0.2396", "70,444", "49.6%")}.get(folder) or {
+        "sim-a": ("0.223", "0.2266", "73,487", "51.7%"),
+        "sim-b": ("0.2268", "0.2305", "72,252", "50.8%"),
+        None: ("1.404", "1.467", "11,670", "8.2%")}[node]
+    assert (f"{median:.4g}", f"{p90:.4g}", f"{tokens / median:,.0f}", f"{mfu:.1%}") == shown
+
+
+def test_peak_memory_per_rank(runs: dict[str, Replayed]) -> None:
+    ms = runs[HOST].measurements()
+    for rank in (0, 1):
+        evs = events(rank_file(FIX / HOST / H_REF, rank))
+        last = next(e for e in reversed(evs) if e["event"] in ("end", "step"))
+        assert one(ms, HOST_UNIT, "peak_mem_allocated_bytes", rank=rank).value == last[
+            "mem_alloc_peak"] == 41450008576
+        assert one(ms, HOST_UNIT, "peak_mem_reserved_bytes", rank=rank).value == last[
+            "mem_reserved_peak"]
+
+
+@pytest.mark.parametrize("name,unit,kills,restore,node,saved_on,restored_on", PROTOCOLS)
+def test_checkpoint_size_is_the_manifests_total(runs: dict[str, Replayed], name: str, unit: str,
+                                                kills: list[str], restore: str,
+                                                node: str | None, saved_on: list[str],
+                                                restored_on: list[str]) -> None:
+    """The checkpoints themselves were deleted after the run; every rank's SAVED event
+    carries the byte total of the files the manifest lists (gathered from all ranks)."""
+    saved = [e for k in kills for p in sorted((FIX / name / k).glob("rank*.jsonl"))
+             for e in events(p) if e["event"] == "saved" and e["step"] == K]
+    assert len(saved) == len(saved_on) * (2 if name == HOST else 1)  # one per rank
+    assert len({e["bytes"] for e in saved}) == 1 and not any(e["problems"] for e in saved)
+    rank0 = next(e for e in saved if e["rank"] == 0)
+    ms = mine(runs[name].measurements(), unit, node)
+    [size] = [m for m in ms if m.metric == "ckpt_size_bytes"]
+    assert size.value == rank0["bytes"] and size.tags == {"files": rank0["files"]}
+    assert round(size.value / 1e9, 1) == 12.6
+    [save] = [m for m in ms if m.metric == "ckpt_save_s"]
+    assert save.value == rank0["save_s"]
+    [gbs] = [m for m in ms if m.metric == "ckpt_write_gbs"]
+    assert gbs.value == pytest.approx(rank0["bytes"] / rank0["write_s"] / 1e9, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- telemetry, transport
+
+
+def dmon_samples(path: Path) -> list[tuple[int, int, dict[str, float]]]:
+    """(line number, GPU, values) of each sample, read with the header's column names."""
+    cols: list[str] = []
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if line.startswith("#Time"):
+            cols = line[1:].split()
+        elif line.strip() and not line.startswith("#"):
+            vals = line.split()
+            row = dict(zip(cols, vals, strict=True))
+            h, m, s = (int(x) for x in row.pop("Time").split(":"))
+            out.append((i, int(row.pop("gpu")), {"tod": h * 3600 + m * 60 + s,
+                                                 **{k: float(v) for k, v in row.items()}}))
+    return out
+
+
+THROTTLED = [  # (run, unit, reference folder, node, gpu, samples in the steps, throttled, line)
+    (HOST, HOST_UNIT, H_REF, "h200-host", 0, 6, 4, 95),
+    (HOST, HOST_UNIT, H_REF, "h200-host", 1, 6, 4, 96),
+    (SIM, SIM_SINGLE, "nodes/sim-a/train/reference/sim-a", "sim-a", 0, 6, 6, 37),
+    (SIM, SIM_SINGLE, "nodes/sim-b/train/reference/sim-b", "sim-b", 1, 6, 6, 35),
+    (SIM, SIM_MULTI, "providers/h200-sim/train/multi/reference/sim-a", "sim-a", 0, 29, 27, 42),
+    (SIM, SIM_MULTI, "providers/h200-sim/train/multi/reference/sim-b", "sim-b", 1, 29, 27, 42),
+]
+
+
+@pytest.mark.parametrize("name,unit,folder,node,gpu,n,bad,line", THROTTLED)
+def test_power_throttling_found_in_the_dmon_samples(runs: dict[str, Replayed], name: str,
+                                                    unit: str, folder: str, node: str, gpu: int,
+                                                    n: int, bad: int, line: int) -> None:
+    ref = FIX / name / folder
+    tele = doc(ref)["telemetry"]
+    assert tele["source"] == "dmon" and tele["interval_s"] == 1
+    rank0 = ref if (ref / "rank0.jsonl").is_file() else ref.parent / "sim-a"
+    st = steps(events(rank_file(rank0)))
+    lo = min(s["t"] - s["step_time_s"] for s in st.values()) - tele["interval_s"]
+    hi = max(s["t"] for s in st.values()) + tele["interval_s"]
+    samples = dmon_samples(ref / tele["file"])
+    tod0 = samples[0][2]["tod"]  # the first sample is the sampler's start
+    window = [(i, v) for i, g, v in samples
+              if g == gpu and lo <= tele["started"] + (v["tod"] - tod0) % 86400 <= hi]
+    limit = runs[name].suite.train.thresholds.power_violation_pct
+    throttled = [i for i, v in window if v["pviol"] > limit or v["tviol"] > 0]
+    assert (len(window), len(throttled), throttled[0]) == (n, bad, line)
+    [f] = [f for f in runs[name].findings() if f.unit_key == unit and f.code == "TRAIN_THROTTLED"
+           and f.details["gpu"] == gpu]
+    assert f.details == {"gpu": gpu, "samples": bad, "line": line}
+    assert f"{node} GPU {gpu}: throttled in {bad} of {n} samples while training (pviol" \
+        in f.message
+    assert f.evidence == [f"{folder}/dmon.txt"]
+    power = one(runs[name].measurements(), unit, "gpu_power_w", node=node, gpu=gpu)
+    assert power.value == statistics.median(v["pwr"] for _, v in window)
+    assert power.tags["samples"] == n
+
+
+def test_the_multi_node_run_went_over_sockets_and_the_host_over_nvlink_p2p() -> None:
+    """The training judge does not record NCCL's transport; NCCL's own INFO lines in the
+    captured torchrun output show it, read with the nccl_debug parser."""
+    multi = FIX / SIM / "providers/h200-sim/train/multi/reference"
+    for node, rank in (("sim-a", 0), ("sim-b", 1)):
+        facts = parse_nccl_debug((multi / node / "torchrun.stdout").read_text(), source=node)
+        assert (facts.n_ranks, facts.n_nodes, facts.transports, facts.networks) == (
+            2, 2, ["NET"], ["Socket"])
+        assert [c.rank for c in facts.comms] == [rank]
+        assert first(events(multi / node / f"rank{rank}.jsonl"), "start")["node_hostid"] == node
+    host = parse_nccl_debug((FIX / HOST / H_REF / "torchrun.stdout").read_text(), source="host")
+    assert (host.n_ranks, host.n_nodes, host.transports) == (2, 1, ["P2P"])
+    assert host.nccl_version == "2.28.9"
+
+
+def test_strict_determinism_was_on_and_nothing_fell_back() -> None:
+    for name in (HOST, SIM):
+        for path in sorted((FIX / name).rglob("rank*.jsonl")):
+            evs = events(path)
+            assert first(evs, "start")["deterministic"] == {
+                "CUBLAS_WORKSPACE_CONFIG": ":4096:8", "cudnn.benchmark": False,
+                "cudnn.deterministic": True, "use_deterministic_algorithms": True}, path
+            assert not [e for e in evs if e["event"] == "nondeterministic"], path
+
+
+def test_the_runs_wall_times() -> None:
+    """What docs/benchmarks.md reports as the step's wall time: the run's own clock."""
+    def wall(name: str) -> float:
+        meta = json.loads((FIX / name / "run.json").read_text())
+        t = [datetime.strptime(meta[k], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+             for k in ("started", "finished")]
+        return (t[1] - t[0]).total_seconds()
+
+    assert (wall(HOST), wall(SIM)) == (212, 406)
+    assert "train-host rc=0 wall=213 s" in (FIX / "host-console.txt").read_text()
