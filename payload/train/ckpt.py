@@ -229,6 +229,9 @@ def _tupled(v: Any) -> Any:
     return tuple(_tupled(x) for x in v) if isinstance(v, list) else v
 
 
+WRITER_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
+
+
 def extra_name(rank: int) -> str:
     return "extra-rank%d.pt" % rank
 
@@ -257,7 +260,10 @@ def save(root: str, step: int, model: Any, optimizer: Any, extra: Dict[str, Any]
         shutil.rmtree(path)  # a leftover of an earlier, interrupted attempt
     dist.barrier()
     msd, osd = get_state_dict(model, optimizer)
-    dcp.save({"model": msd, "optim": osd}, checkpoint_id=path)
+    # one writer thread (DCP's default) leaves a fast disk mostly idle: a 1B model's
+    # 12.6 GB took 22 s on an H200 host's local disk
+    writer = dcp.FileSystemWriter(path, thread_count=WRITER_THREADS)
+    dcp.save({"model": msd, "optim": osd}, storage_writer=writer)
     tmp = os.path.join(path, ".%s.tmp" % extra_name(rank))
     with open(tmp, "wb") as f:
         torch.save(extra, f)
