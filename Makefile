@@ -66,5 +66,10 @@ bench: setup
 	$(BIN)/python -m tests.bench.compare_bench --out docs/benchmarks.md
 	$(BIN)/python -m tests.bench.regress_bench --out docs/benchmarks.md
 
+# Mutation testing of the judging modules (mutmut, in a temporary clone of HEAD;
+# minutes per module, not part of `make test`); scores go to docs/reliability.md.
+mutation: setup
+	scripts/mutation.sh
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -516,8 +516,11 @@ class Run:
             raise UsageError(f"{meta_path} is unreadable ({exc}): truncated or damaged",
                              hint="the run's records are in its JSONL files; restore run.json "
                                   "from a backup to use the run again") from None
-        version = data.get("schema_version", data.get("schema")) if isinstance(data, dict) \
-            else None
+        if not isinstance(data, dict):
+            raise UsageError(f"{meta_path} is not a run document (a JSON {type(data).__name__}, "
+                             "not an object)", hint="restore run.json from a backup to use the "
+                             "run again; its records are in its JSONL files")
+        version = data.get("schema_version", data.get("schema"))
         if version != SCHEMA_VERSION:
             raise UsageError(f"run {run_id} was written by a gpuvet with record schema "
                              f"{version}; this gpuvet reads schema {SCHEMA_VERSION}",
