@@ -547,3 +547,86 @@ def test_version_drift_between_one_gpu_nodes_cites_both_nodes(tmp_path: Path) ->
          ["a/q.csv", "a/t.json", "b/q.csv", "b/t.json"],
          {"component": "torch", "versions": {"a": "2.3.1", "b": None}}),
     ]
+
+
+# --- RDMA fabric ----------------------------------------------------------------------------
+
+def ibv_devinfo(n: int) -> str:
+    """The DGX's plain `ibv_devinfo` (no rates), first n adapters."""
+    blocks = fixture("synthetic/ibv_devinfo_dgx-a100.txt").split("\n\n")
+    return "\n\n".join(blocks[:n]).rstrip("\n") + "\n"
+
+
+def ibstat(ports: list[tuple[str, str, str | None]], tail: str = "") -> str:
+    """`ibstat` for one-port adapters: (name, state, rate or None)."""
+    out = []
+    for name, state, rate in ports:
+        out += [f"CA '{name}'", "        CA type: MT4123", "        Number of ports: 1",
+                "        Port 1:", f"                State: {state}",
+                "                Physical state: LinkUp"]
+        out += [f"                Rate: {rate}"] if rate is not None else []
+        out += ["                Link layer: InfiniBand"]
+    return "\n".join(out) + "\n" + tail
+
+
+def fabric(tmp_path: Path, texts: dict[str, str], order: dict[str, Any]) -> list[tuple[Any, ...]]:
+    found = judge(tmp_path, doc_from(texts=texts), {"fabric": {"type": "ib", **order}})
+    return [f for f in found if f[0].startswith("IB_")]
+
+
+IB_EV = ["raw/ibv_devinfo.txt", "raw/ibstat.txt"]
+
+
+def test_ibstat_fills_in_the_rates_but_ibv_devinfo_keeps_the_state(tmp_path: Path) -> None:
+    """Fault caught: ibstat's port replacing ibv_devinfo's (the two listings, taken moments
+    apart, disagree on the state: ibv_devinfo's stands), a rate ibstat knows left out, or a
+    port with a rate counted as unknown (only mlx5_1's rate is unknown, so no warning)."""
+    found = fabric(tmp_path, {"ibv_devinfo": ibv_devinfo(2),
+                              "ibstat": ibstat([("mlx5_0", "Initializing", "200")])},
+                   {"rate_gbps": 200})
+    assert found == [("IB_PORTS", "PASS", "2 InfiniBand port(s) ACTIVE", IB_EV, {})]
+
+
+def test_ibstat_alone_reads_its_states_in_ibv_devinfo_words(tmp_path: Path) -> None:
+    """Fault caught: a state ibstat prints that has no ibv_devinfo name lost (shown as None)."""
+    found = fabric(tmp_path, {"ibstat": ibstat([("mlx5_0", "Active", "400"), ("mlx5_1", "Down", None),
+                                                ("mlx5_2", "Polling", None)])}, {"nics": 3})
+    assert found == [
+        ("IB_PORT_DOWN", "FAIL", "RDMA ports not ACTIVE: mlx5_1:1 PORT_DOWN, mlx5_2:1 Polling", IB_EV,
+         {}),
+        ("IB_PORT_COUNT", "FAIL", "1 active InfiniBand port(s), 3 ordered", IB_EV, {})]
+
+
+def test_a_port_at_exactly_95_percent_of_the_ordered_rate_is_not_slow(tmp_path: Path) -> None:
+    """Fault caught: `<=` for `<` at 95% (190 of 200 Gb/s); every slow port is listed."""
+    found = fabric(tmp_path, {"ibstat": ibstat([("mlx5_0", "Active", "190"),
+                                                ("mlx5_1", "Active", "189"),
+                                                ("mlx5_2", "Active", "100")])}, {"rate_gbps": 200})
+    assert found == [("IB_RATE_LOW", "FAIL", "ports slower than the 200 Gb/s ordered: mlx5_1:1 189 "
+                      "Gb/s, mlx5_2:1 100 Gb/s", IB_EV, {})]
+
+
+def test_no_rate_anywhere_is_a_warning_beside_the_pass(tmp_path: Path) -> None:
+    """Fault caught: the warning not raised, or it suppressing the pass (it is no failure)."""
+    found = fabric(tmp_path, {"ibv_devinfo": ibv_devinfo(2)}, {"rate_gbps": 200})
+    assert found == [
+        ("IB_RATE_UNKNOWN", "WARN", "no output gave the rate of mlx5_0:1, mlx5_1:1 (plain "
+         "ibv_devinfo prints none; ibstat or ibv_devinfo -v do): 200 Gb/s unverified", IB_EV, {}),
+        ("IB_PORTS", "PASS", "2 InfiniBand port(s) ACTIVE", IB_EV, {})]
+
+
+def test_an_ibstat_that_stopped_early_cites_ibstat(tmp_path: Path) -> None:
+    text = ibstat([("mlx5_0", "Active", "200")],
+                  "ibpanic: [12] main: stat of IB device 'mlx5_1' failed: No such file or directory\n")
+    found = fabric(tmp_path, {"ibstat": text}, {})
+    assert found == [
+        ("IB_LISTING_INCOMPLETE", "WARN", "ibstat stopped with `ibpanic: [12] main: stat of IB "
+         "device 'mlx5_1' failed: No such file or directory`: adapters after it were not listed",
+         ["raw/ibstat.txt"], {}),
+        ("IB_PORTS", "PASS", "1 InfiniBand port(s) ACTIVE", IB_EV, {})]
+
+
+def test_no_rdma_device_cites_both_listings(tmp_path: Path) -> None:
+    found = fabric(tmp_path, {}, {})
+    assert found == [("IB_MISSING", "FAIL", "ib ordered but no RDMA device found (ibv_devinfo "
+                      "missing or empty): NCCL will fall back to TCP sockets", IB_EV, {})]
