@@ -194,31 +194,47 @@ def test_step_lines_of_a_users_command(tmp_path: Path) -> None:
     assert [e["step"] for e in supervise.StepLines(str(out)).poll()] == [1, 2]
 
 
+_KILL_TREE_PROBE = """
+import json, os, subprocess, sys, time
+from payload.train import supervise
+job = ("import subprocess, sys, time\\n"
+       "for _ in range(2):\\n"
+       "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+       " start_new_session=True)\\n"
+       "time.sleep(60)\\n")
+reaper = supervise._set_subreaper()
+proc = subprocess.Popen([sys.executable, "-c", job], start_new_session=True)
+deadline = time.monotonic() + 20
+while len(supervise.descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
+kids = supervise.descendants(proc.pid)
+groups = supervise.kill_tree(proc)
+proc.wait(timeout=10)
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    supervise._reap_orphans()
+    if not supervise.descendants(os.getpid()):
+        break
+    time.sleep(0.05)
+print(json.dumps({"reaper": reaper, "kids": kids, "groups": groups}))
+"""
+
+
 def test_kill_tree_reaches_workers_in_their_own_sessions(tmp_path: Path) -> None:
     """torchrun starts each worker with start_new_session: killing torchrun's group misses
-    them; the supervisor kills every descendant's group."""
-    script = ("import subprocess, sys, time\n"
-              "for _ in range(2):\n"
-              "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
-              " start_new_session=True)\n"
-              "time.sleep(60)\n")
-    assert supervise._set_subreaper() in (True, False)
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True)
-    deadline = time.monotonic() + 20
-    while len(supervise.descendants(proc.pid)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    kids = supervise.descendants(proc.pid)
-    assert len(kids) == 2
-    groups = supervise.kill_tree(proc)
-    assert len(groups) == 3  # the leader's group and each worker's session
-    proc.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        supervise._reap_orphans()
-        if not any(_alive(p) for p in kids):
-            break
-        time.sleep(0.05)
-    assert not any(_alive(p) for p in kids)
+    them; the supervisor kills every descendant's group.
+
+    kill_tree kills every descendant of the process that calls it, as the supervisor
+    means to: it runs here in a process of its own, never inside pytest (whose other
+    children, such as the test cluster, are not the job's)."""
+    res = subprocess.run([sys.executable, "-c", _KILL_TREE_PROBE], capture_output=True,
+                         text=True, timeout=90, cwd=str(ROOT))
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["reaper"] in (True, False)
+    assert len(out["kids"]) == 2
+    assert len(out["groups"]) == 3  # the leader's group and each worker's session
+    assert not any(_alive(p) for p in out["kids"])
 
 
 def _alive(pid: int) -> bool:
