@@ -45,8 +45,10 @@ def test_nodes_reach_each_other_as_the_test_user(cluster: Cluster) -> None:
 
 
 def test_each_node_sees_only_its_own_processes(cluster: Cluster) -> None:
+    # one sshd listener per node: its own, not the other nodes' (sessions that earlier
+    # tests left open are sshd processes too, so only the listener is counted)
     for node in cluster.nodes:
-        r = cluster.netns_exec(node.name, ["pgrep", "-c", "-x", "sshd"])
+        r = cluster.netns_exec(node.name, ["pgrep", "-c", "-f", r"^sshd: .*\[listener\]"])
         assert r.stdout.strip() == "1", (node.name, r.stdout, r.stderr)
 
 
