@@ -203,6 +203,14 @@ def test_memory_nobody_reported_is_a_warning_with_no_evidence_to_cite(tmp_path: 
     assert found == [("GPU_MEMORY", "WARN", "memory not reported for GPUs [0, 1]", [], {})]
 
 
+def test_one_gpu_without_a_memory_figure_cites_the_output_that_gave_the_others(
+        tmp_path: Path) -> None:
+    doc = doc_from(texts={"query_gpu": query_csv(["memory.total [MiB]"],
+                                                 [["143771 MiB"], ["[N/A]"]])})
+    found = only(judge(tmp_path, doc, {"memory_per_gpu_gb": 141}), "GPU_MEMORY")
+    assert found == [("GPU_MEMORY", "WARN", "memory not reported for GPUs [1]", [CSV], {})]
+
+
 # --- count, model, form factor ---------------------------------------------------------------
 
 def test_with_only_the_xml_the_count_cites_the_xml(tmp_path: Path) -> None:
@@ -464,9 +472,8 @@ def _bare_node(doc: dict[str, Any]) -> NodeFacts:
 
 def test_torch_names_python_when_the_document_does_not_say_which_interpreter() -> None:
     """Fault caught: the fallback name lost for a document (an older payload's) without the
-    interpreter's path."""
-    found = checks.check_torch(_bare_node({"commands": {}}), checks.Expectations(),
-                               checks.PreflightParams())
+    interpreter's path, or a crash on one that recorded no commands at all."""
+    found = checks.check_torch(_bare_node({}), checks.Expectations(), checks.PreflightParams())
     assert [(r.code, r.message, r.evidence) for r in found] == [
         ("TORCH_UNAVAILABLE", "PyTorch could not be imported with python: no output",
          ["raw/torch.txt"])]
@@ -630,3 +637,18 @@ def test_no_rdma_device_cites_both_listings(tmp_path: Path) -> None:
     found = fabric(tmp_path, {}, {})
     assert found == [("IB_MISSING", "FAIL", "ib ordered but no RDMA device found (ibv_devinfo "
                       "missing or empty): NCCL will fall back to TCP sockets", IB_EV, {})]
+
+
+def test_without_the_collect_document_on_disk_a_failed_query_cites_its_own_output() -> None:
+    """Fault caught: the fallback evidence names no command when collect.json was not written
+    (a document judged in memory)."""
+    nf = NodeFacts(node="n", provider="p", doc={"commands": {"query_gpu": {
+        "missing": False, "timed_out": False, "rc": 9, "stdout": "", "stderr": ""}}},
+        evidence={"query_gpu": "raw/query_gpu.txt"})
+    found = checks.check_driver(nf, checks.Expectations(), checks.PreflightParams())
+    assert [(r.code, r.evidence) for r in found] == [("NVIDIA_DRIVER_MISSING", ["raw/query_gpu.txt"])]
+
+
+def test_the_driver_counts_as_present_when_any_output_described_a_gpu() -> None:
+    assert checks.driver_present(_bare_node({})) is True
+    assert checks.driver_present(NodeFacts(node="n", provider="p", doc={})) is False
