@@ -193,16 +193,17 @@ def test_mpirun_contexts_get_their_own_values_at_run_time(tmp_path: Path) -> Non
 
     sims = [node("sim-a", env={"CUDA_VISIBLE_DEVICES": "0", "TOKEN": "t-a; $(x)"}),
             node("sim-b", env={"CUDA_VISIBLE_DEVICES": "1", "TOKEN": "t-b"})]
-    probe = [sys.executable, "-c", "import os; print('R', os.environ['OMPI_COMM_WORLD_RANK'], "
-             "os.environ['CUDA_VISIBLE_DEVICES'], os.environ['TOKEN'], "
-             "os.environ['NCCL_DEBUG'], os.environ.get('GPUVET_CTX0_TOKEN', '-'))"]
+    # each rank writes its own file: two ranks printing at once interleave on one line
+    probe = [sys.executable, "-c", "import os; e = os.environ; r = e['OMPI_COMM_WORLD_RANK']; "
+             f"open(os.path.join({str(tmp_path)!r}, 'rank' + r), 'w').write(' '.join(["
+             "r, e['CUDA_VISIBLE_DEVICES'], e['TOKEN'], e['NCCL_DEBUG'], "
+             "e.get('GPUVET_CTX0_TOKEN', '-')]))"]
     cmd = nccltests.mpirun_command([(n, probe, 1) for n in sims], nccltests.RUN_ENV, local=True)
     head = sims[0].model_copy(update={"executor": "local", "work_dir": str(tmp_path),
                                       "env": {}})
     res = LocalExecutor(head).run(cmd, timeout=120)
     assert res.ok, res.stdout + res.stderr
-    rows = sorted(line.split(" ", 1)[1] for line in res.stdout.splitlines()
-                  if line.startswith("R "))
+    rows = sorted(p.read_text() for p in tmp_path.glob("rank*"))
     assert rows == ["0 0 t-a; $(x) INFO -", "1 1 t-b INFO -"], res.stdout + res.stderr
 
 
