@@ -68,18 +68,21 @@ class Follower:
         self._offset = 0
         self._partial = ""
 
-    def poll(self) -> List[Dict[str, Any]]:
+    def new_lines(self) -> str:
+        """The whole lines appended since the last call (a line still being written waits)."""
         try:
-            with open(self.path, "r", encoding="utf-8", errors="replace") as f:
+            with open(self.path, "rb") as f:
                 f.seek(self._offset)
-                chunk = f.read()
+                chunk = f.read().decode("utf-8", "replace")
                 self._offset = f.tell()
         except OSError:
-            return []
-        text = self._partial + chunk
-        complete, sep, rest = text.rpartition("\n")
-        self._partial = rest
-        return list(parse_lines(complete + sep)) if sep else []
+            return ""
+        complete, sep, self._partial = (self._partial + chunk).rpartition("\n")
+        return complete + sep
+
+    def poll(self) -> List[Dict[str, Any]]:
+        text = self.new_lines()
+        return list(parse_lines(text)) if text else []
 
 
 def last_of(events: List[Dict[str, Any]], kind: str) -> Optional[Dict[str, Any]]:

@@ -190,26 +190,12 @@ class Trigger:
         return any(kind == k and s == step for k, s in self.at if s is not None)
 
 
-class StepLines:
+class StepLines(protocol.Follower):
     """The user's command's progress: `step=N` in its output (the restore contract)."""
 
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = ""
-
     def poll(self) -> List[Dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read().decode("utf-8", "replace")
-                self._offset = f.tell()
-        except OSError:
-            return []
-        text = self._partial + chunk
-        done, sep, self._partial = text.rpartition("\n")
         out = []
-        for line in (done + sep).splitlines():
+        for line in self.new_lines().splitlines():
             m = STEP_LINE.search(line)
             if m:
                 out.append({"event": protocol.STEP, "step": int(m.group(1)), "t": time.time()})
