@@ -373,7 +373,7 @@ def check_torch(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Res
             return []
         err = (cmd.get("stderr") or "").strip().splitlines()[-1:] or ["no output"]
         return [Result("TORCH_UNAVAILABLE", "WARN", f"PyTorch could not be imported with "
-                       f"{nf.doc.get('python', {}).get('executable', 'python')}: {err[0]}",
+                       f"{(nf.doc.get('python') or {}).get('executable') or 'python'}: {err[0]}",
                        nf.ev("torch"))]
     if not rows:
         return []

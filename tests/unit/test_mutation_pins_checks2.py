@@ -479,8 +479,6 @@ def test_torch_names_python_when_the_document_does_not_say_which_interpreter() -
          ["raw/torch.txt"])]
 
 
-@pytest.mark.xfail(strict=True, reason="collectdoc.validate fills python.executable with None and "
-                   "check_torch prints it: 'imported with None'")
 def test_a_validated_document_without_the_interpreter_does_not_say_none(tmp_path: Path) -> None:
     doc = doc_from(texts={"query_gpu": query_csv([], [[], []])})
     del doc["python"]["executable"]
