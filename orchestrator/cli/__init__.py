@@ -35,8 +35,6 @@ GROUPS = (
     "orchestrator.cli.compare",
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",
-)
-OPTIONAL_GROUPS = (  # command groups that arrive with later steps
     "orchestrator.cli.train",
 )
 
@@ -51,14 +49,6 @@ def build() -> click.Group:
 
     for name in GROUPS:
         importlib.import_module(name).register(root)
-    for name in OPTIONAL_GROUPS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        mod.register(root)
     return root
 
 
