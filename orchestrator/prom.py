@@ -190,7 +190,9 @@ def regress_families(ev: Evaluation) -> list[Family]:
 def _units(ev: Evaluation) -> dict[str, str]:
     known = {"busbw": "GB/s", "step_time_s": "s", "step_time_p90_s": "s", "mfu": "ratio",
              "tokens_per_s_per_gpu": "tokens/s", "tokens_per_s_per_rank": "tokens/s",
-             "ckpt_save_s": "s", "ckpt_load_s": "s", "ckpt_write_gbs": "GB/s", "restart_s": "s"}
+             "ckpt_save_s": "s", "ckpt_load_s": "s", "ckpt_write_gbs": "GB/s", "restart_s": "s",
+             "deterministic_step_time_s": "s", "deterministic_tokens_per_s_per_gpu": "tokens/s",
+             "deterministic_mfu": "ratio"}
     return {r.key.metric: known.get(r.key.metric, "") for r in ev.rows}
 
 

@@ -104,6 +104,9 @@ class TrainParams(_M):
     dtype: Literal["bf16", "fp32"] = "bf16"  # autocast on GPU; CPU runs fp32
     compile: bool = True  # torch.compile on GPU; never on CPU
     deterministic: bool = True
+    # after the reference's verified steps, this many timed steps on the fastest
+    # (non-deterministic) kernels: the speed a training job gets; 0 times the verified ones
+    throughput_steps: int = Field(default=10, ge=0)
     parallel: Literal["auto", "ddp", "fsdp"] = "auto"
     cpu_procs_per_node: int = Field(default=2, ge=1, le=64)  # ranks on a node without GPUs
     stats_skip_steps: int = Field(default=3, ge=0)  # first steps left out of step-time stats
@@ -148,7 +151,7 @@ class TrainParams(_M):
         keys = ("model", "d_model", "n_layers", "n_heads", "vocab_size", "seq_len",
                 "micro_batch", "grad_accum", "steps", "ckpt_step", "lr", "min_lr_ratio",
                 "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip", "dropout", "seed",
-                "dtype", "compile", "deterministic", "parallel", "collective_timeout_s",
+                "dtype", "compile", "deterministic", "throughput_steps", "parallel", "collective_timeout_s",
                 "inject_nan_at_step", "manifest_delay_s")
         dump = self.model_dump(mode="json")
         return {k: dump[k] for k in keys}

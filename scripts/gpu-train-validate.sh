@@ -76,7 +76,7 @@ import json, pathlib, statistics, sys
 out = pathlib.Path(sys.argv[1])
 walls = dict(l.split(" ", 1)[0:1] + [l.rsplit("wall=", 1)[1].strip()]
              for l in (out / "steps.txt").read_text().splitlines() if "wall=" in l)
-cols = ["unit", "step s", "p90 s", "tok/s/GPU", "MFU", "peak alloc GB", "ckpt GB", "save s",
+cols = ["unit", "step s", "p90 s", "tok/s/GPU", "MFU", "det step s", "det MFU", "peak alloc GB", "ckpt GB", "save s",
         "load s", "restart s", "lost", "restore", "step wall"]
 print(" | ".join(cols))
 for name in ("train-host", "train-sim"):
@@ -97,6 +97,7 @@ for name in ("train-host", "train-sim"):
         print(" | ".join([
             "+".join(nodes), v("step_time_s"), v("step_time_p90_s"),
             v("tokens_per_s_per_gpu", fmt="{:,.0f}"), v("mfu", fmt="{:.1%}", scale=1),
+            v("deterministic_step_time_s"), v("deterministic_mfu", fmt="{:.1%}", scale=1),
             v("peak_mem_allocated_bytes", 1e9), v("ckpt_size_bytes", 1e9), v("ckpt_save_s"),
             v("ckpt_load_s"), v("restart_s"), v("steps_lost", fmt="{:.0f}"),
             ",".join(f"{x['code']}:{x['severity']}" for x in verdict) or "-",

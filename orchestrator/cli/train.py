@@ -38,8 +38,10 @@ def register(root: click.Group) -> None:
 
         Reference run, killed run (checkpoint at step K, killed later or inside a
         second save), restore from the newest complete checkpoint, verified bit for
-        bit against the reference. Step time, tokens/s, MFU, memory, checkpoint and
-        restart costs land in RESULTS/<run_id>/ with the raw logs and GPU telemetry.
+        bit against the reference in deterministic mode. Step time, tokens/s and MFU
+        (on the fastest kernels, timed after the reference's verified steps), memory,
+        checkpoint and restart costs land in RESULTS/<run_id>/ with the raw logs and
+        GPU telemetry. docs/training.md describes the protocol.
         """
         from orchestrator.cli._steps import open_run, show_outcome
         from orchestrator.steps import train as step

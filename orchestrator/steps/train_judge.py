@@ -281,31 +281,31 @@ class Judge:
         ev = [self._rank_file(out, 0)]
         skip = min(self.params.stats_skip_steps, max(0, len(steps) - 3))
         timed = [s for k, s in sorted(steps.items()) if k > skip]
-        times = [float(s["step_time_s"]) for s in timed]
-        med, tail90 = statistics.median(times), p90(times)
-        tokens = int(timed[0]["tokens"])
-        tps = tokens / med
+        fast = [e for e in out.rank0() if e.get("event") == protocol.TSTEP]
         gpu = (start.get("versions") or {}).get("gpu_name")
         cuda = str(start.get("device", "")).startswith("cuda")
         tags = {"world": start.get("world"), "gpu": gpu, "parallel": start.get("parallel"),
                 "compiled": start.get("compiled"), "model": self.params.model,
-                "params": start.get("params"), "torch": (start.get("versions") or {}).get("torch"),
-                "steps_timed": len(times)}
-        self.measure("step_time_s", med, "s", stat="median", **tags)
-        self.measure("step_time_p90_s", tail90, "s", stat="p90", **tags)
-        per = "gpu" if cuda else "rank"
-        self.measure(f"tokens_per_s_per_{per}", tps, "tokens/s", **tags)
-        mfu_text = ""
+                "params": start.get("params"), "torch": (start.get("versions") or {}).get("torch")}
+        peak: float | None = None
         if cuda:
             peak, source = peak_tflops(gpu, self.subject.provider, self.params)
-            if peak is not None:
-                achieved = float(start.get("flops_per_token") or 0) * tps / 1e12
-                self.measure("mfu", achieved / peak, "ratio", peak_tflops=peak,
-                             peak_source=source, achieved_tflops=achieved, **tags)
-                mfu_text = f", MFU {achieved / peak:.1%} ({achieved:.0f} of {peak:.0f} TFLOP/s)"
-            else:
+            if peak is None:
                 self.add("TRAIN_NO_MFU", "INFO", f"no MFU: {source}; set "
                          f"train.peak_tflops.{self.subject.provider} in the suite", ev, gpu=gpu)
+            else:
+                tags.update(peak_tflops=peak, peak_source=source)
+        det = bool((start.get("deterministic") or {}).get("use_deterministic_algorithms"))
+        if fast:  # the headline is the fastest kernels' speed; the verified steps' is kept too
+            speed = self._speed(fast, "", start, peak, tags, timed_in="throughput",
+                                deterministic=False)
+            verified = self._speed(timed, "deterministic_", start, peak, tags,
+                                   timed_in="reference", deterministic=det)
+            speed_text = (f"{speed} on the fastest kernels ({len(fast)} steps after the "
+                          f"verified ones); the verified, deterministic steps: {verified}")
+        else:
+            speed_text = self._speed(timed, "", start, peak, tags, timed_in="reference",
+                                     deterministic=det)
         self._memory(out)
         losses = [float(s["loss"]) for _, s in sorted(steps.items())]
         q = max(1, len(losses) // 4)
@@ -325,9 +325,27 @@ class Judge:
         self.add("TRAIN_REFERENCE", "INFO", f"reference: {len(steps)} steps on "
                  f"{start.get('world')} rank(s) ({start.get('device')}, {start.get('parallel')}"
                  f"{', compiled' if start.get('compiled') else ''}), loss {losses[0]:.4f} -> "
-                 f"{losses[-1]:.4f}, step {med:.4g} s median (p90 {tail90:.4g} s), "
-                 f"{tps:,.0f} tokens/s per {per}{mfu_text}", ev)
+                 f"{losses[-1]:.4f}; {speed_text}", ev)
         return True
+
+    def _speed(self, steps: list[dict[str, Any]], prefix: str, start: dict[str, Any],
+               peak: float | None, tags: dict[str, Any], **more: Any) -> str:
+        """Step time, tokens/s and MFU of these steps as measurements; a line for people."""
+        times = [float(s["step_time_s"]) for s in steps]
+        med, tail90 = statistics.median(times), p90(times)
+        tps = int(steps[0]["tokens"]) / med
+        tags = {**tags, **more, "steps_timed": len(times)}
+        per = "gpu" if str(start.get("device", "")).startswith("cuda") else "rank"
+        self.measure(f"{prefix}step_time_s", med, "s", stat="median", **tags)
+        self.measure(f"{prefix}step_time_p90_s", tail90, "s", stat="p90", **tags)
+        self.measure(f"{prefix}tokens_per_s_per_{per}", tps, "tokens/s", **tags)
+        text = f"step {med:.4g} s median (p90 {tail90:.4g} s), {tps:,.0f} tokens/s per {per}"
+        if peak is not None:
+            achieved = float(start.get("flops_per_token") or 0) * tps / 1e12
+            self.measure(f"{prefix}mfu", achieved / peak, "ratio", achieved_tflops=achieved,
+                         **tags)
+            text += f", MFU {achieved / peak:.1%} ({achieved:.0f} of {peak:.0f} TFLOP/s)"
+        return text
 
     def _nondeterministic(self, out: PhaseOutput) -> None:
         for ev in out.all("nondeterministic"):

@@ -42,6 +42,8 @@ DEFAULTS: Dict[str, Any] = {
     "dtype": "bf16",  # autocast dtype on GPU; CPU runs in fp32
     "compile": True,  # GPU only
     "deterministic": True,
+    # timed steps on the fastest kernels after the reference's verified ones (0: none)
+    "throughput_steps": 10,
     "parallel": "auto",  # ddp | fsdp | auto (fsdp when DDP's replicas would not fit)
     "collective_timeout_s": 300.0,
     "inject_nan_at_step": None,

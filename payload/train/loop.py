@@ -25,6 +25,21 @@ Every phase therefore starts with one discarded forward/backward (RNG forked,
 gradients dropped, no optimizer step), which also moves torch.compile's
 compilation out of the timed steps.
 
+Speed. Determinism has a price: PyTorch runs no cuDNN attention then, and flash
+attention's deterministic backward is slower (on an H200, causal attention of the
+1b preset's shape took 2.5 ms forward and backward deterministically, 1.1 ms with
+cuDNN). So the figures a training job would see come from a throughput segment:
+after the reference's N verified steps, the reference phase turns deterministic
+mode off and runs ``throughput_steps`` more steps on the fastest kernels (one
+discarded step first: the kernels change, so torch.compile compiles again). Those
+steps are ``throughput_step`` events, never compared with anything; the
+deterministic steps keep their own timings.
+
+torch.compile compiles regions (:func:`compile_regions`): each block on its own
+(the blocks share one compiled graph), the embeddings, and the head with its loss.
+A launch compiles one block instead of the whole model, and DDP's gradient hooks
+fire block by block as in eager mode.
+
 torch is imported inside :func:`main`.
 """
 
@@ -138,10 +153,26 @@ def _wrap(model: Any, mode: str, torch: Any, device: Any) -> Any:
         return model
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    # 100 MB buckets: torch.compile splits the graph at bucket boundaries (DDPOptimizer),
-    # and a 1B model in 25 MB buckets makes 160 graphs
+    # gradients live in the buckets (no copy in and out); 100 MB buckets: fewer, larger
+    # all-reduces, about a point of MFU over 25 MB on 2 x H200 with the 1b preset
     return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-               bucket_cap_mb=100)
+               bucket_cap_mb=100, gradient_as_bucket_view=True)
+
+
+def compile_regions(model: Any, torch: Any) -> None:
+    """torch.compile per region, before DDP or FSDP wraps the model: every block (one
+    compiled graph serves them all: same code, parameters as inputs), the embeddings,
+    and the head with the loss (the fp32 logits never reach memory whole)."""
+    for block in model.blocks:
+        block.compile()
+    model.embed = torch.compile(model.embed)
+    model.head_loss = torch.compile(model.head_loss)
+
+
+def fastest_kernels(torch: Any) -> None:
+    """Leave deterministic mode: cuDNN attention and atomics-based backward kernels."""
+    torch.use_deterministic_algorithms(False)
+    torch.backends.cudnn.deterministic = False
 
 
 def _optimizer(model: Any, cfg: Dict[str, Any], torch: Any, device: Any) -> Any:
@@ -184,9 +215,10 @@ class Job:
         self.model = model.build(cfg, self.device)
         torch.manual_seed(int(cfg["seed"]) * 1000 + self.rank + 1)  # per-rank dropout masks
         self.mode = _parallel_mode(cfg, torch, self.device)
-        self.wrapped = _wrap(self.model, self.mode, torch, self.device)
         self.compiled = bool(cfg["compile"]) and cuda
-        self.step_fn = torch.compile(self.wrapped) if self.compiled else self.wrapped
+        if self.compiled:
+            compile_regions(self.model, torch)
+        self.wrapped = _wrap(self.model, self.mode, torch, self.device)
         self.opt = _optimizer(self.model, cfg, torch, self.device)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda it: lr_factor(cfg, it))
@@ -209,7 +241,7 @@ class Job:
         torch = self.torch
         with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16,
                             enabled=self.autocast):
-            loss = self.step_fn(x, y)
+            loss = self.wrapped(x, y)
         return loss / accum
 
     def warm_up(self) -> float:
@@ -350,6 +382,33 @@ def _capture_warnings(log: Log) -> None:
     warnings.showwarning = show
 
 
+def _nonfinite(log: Log, rec: Dict[str, Any]) -> bool:
+    if math.isfinite(float(rec["loss"])):
+        return False
+    log(protocol.ERROR, kind="nonfinite", step=rec["step"],
+        message="loss is %s at step %d" % (rec["loss"], rec["step"]))
+    return True
+
+
+def throughput(job: Job, log: Log, count: int) -> int:
+    """`count` timed steps on the fastest kernels, after one discarded step (the kernels
+    change, so torch.compile compiles again); they go on from the reference's state."""
+    fastest_kernels(job.torch)
+    t0 = time.time()
+    first = job.train_step()
+    log(protocol.THROUGHPUT, steps=count, first_step=first["step"],
+        first_step_s=round(time.time() - t0, 4),
+        deterministic=determinism(job.torch, False))
+    if _nonfinite(log, first):
+        return protocol.RC_NONFINITE
+    for _ in range(count):
+        rec = job.train_step()
+        log(protocol.TSTEP, **rec)
+        if _nonfinite(log, rec):
+            return protocol.RC_NONFINITE
+    return 0
+
+
 def run(args: Any, cfg: Dict[str, Any], log: Log) -> int:
     import torch
 
@@ -374,14 +433,17 @@ def run(args: Any, cfg: Dict[str, Any], log: Log) -> int:
     while job.step < int(cfg["steps"]):
         rec = job.train_step()
         log(protocol.STEP, **rec)
-        if not math.isfinite(float(rec["loss"])):
-            log(protocol.ERROR, kind="nonfinite", step=rec["step"],
-                message="loss is %s at step %d" % (rec["loss"], rec["step"]))
+        if _nonfinite(log, rec):
             return protocol.RC_NONFINITE
         if job.step in saves:
             log(protocol.SAVING, step=job.step)
             delay = float(cfg["manifest_delay_s"]) if job.step != first_save else 0.0
             log(protocol.SAVED, step=job.step, **job.save(rec["lr"], delay))
+    count = int(cfg.get("throughput_steps") or 0)
+    if args.phase == "reference" and count > 0 and job.det["use_deterministic_algorithms"]:
+        rc = throughput(job, log, count)
+        if rc:
+            return rc
     log(protocol.END, steps=job.step, **job.memory())
     return 0
 

@@ -76,14 +76,19 @@ def gpt_class() -> Any:
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, mean=0.0, std=0.02)
 
-        def forward(self, idx: Any, targets: Any) -> Any:
-            t = idx.shape[1]
-            pos = torch.arange(t, device=idx.device)
-            x = self.drop(self.tok(idx) + self.pos(pos))
-            for block in self.blocks:
-                x = block(x)
+        def embed(self, idx: Any) -> Any:
+            pos = torch.arange(idx.shape[1], device=idx.device)
+            return self.drop(self.tok(idx) + self.pos(pos))
+
+        def head_loss(self, x: Any, targets: Any) -> Any:
             logits = self.head(self.norm(x))
             return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+        def forward(self, idx: Any, targets: Any) -> Any:
+            x = self.embed(idx)
+            for block in self.blocks:
+                x = block(x)
+            return self.head_loss(x, targets)
 
     return GPT
 

@@ -19,6 +19,8 @@ COMMIT = "commit"  # every data file written and hashed; the manifest comes next
 SAVED = "saved"  # after the manifest: the checkpoint is complete
 SKIP_CKPT = "skip_ckpt"  # a checkpoint found incomplete or corrupt on restore
 LOADED = "loaded"  # a checkpoint restored, with the hashes saved and loaded
+THROUGHPUT = "throughput"  # the verified steps are done; the fastest kernels take over
+TSTEP = "throughput_step"  # a timed step on the fastest kernels (reference phase only)
 END = "end"  # the run reached its last step
 ERROR = "error"  # oom, nonfinite loss, no checkpoint, ... with a kind
 

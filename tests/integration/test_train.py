@@ -85,6 +85,13 @@ def test_each_node_restores_the_others_checkpoint(cluster: Cluster, tmp_path: Pa
     ms = {(m.metric, m.nodes[0]): m.value for m in run.measurements()}
     for n in NODES:
         assert ms[("steps_lost", n)] == 2 and ms[("restart_s", n)] > 0
+        # the headline speed from the steps after the verified ones, out of deterministic
+        # mode; the verified steps' own figures beside it
+        speed = sorted((m.metric, m.tags["timed_in"], m.tags["deterministic"],
+                        m.tags["steps_timed"]) for m in run.measurements()
+                       if m.nodes == [n] and m.metric.endswith("step_time_s"))
+        assert speed == [("deterministic_step_time_s", "reference", True, 10),
+                         ("step_time_s", "throughput", False, 10)]
     _no_workers_left(cluster)
     assert not any((shared / "gpuvet-train" / run.run_id).glob("*/step-*"))  # cleaned up
 

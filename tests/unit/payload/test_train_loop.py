@@ -90,6 +90,35 @@ def test_restore_skips_the_half_written_checkpoint_and_continues_exactly(tmp_pat
     assert kinds.index("saving") < kinds.index("commit") < kinds.index("saved")
     manifest, _ = ckpt.read_manifest(ckpt.step_dir(str(tmp_path / "ckpt"), 3))
     assert manifest is not None and manifest["world_size"] == 1
+    # the reference alone goes on past its verified steps, out of deterministic mode
+    ref_events = protocol.read_events(str(tmp_path / "ref" / "rank0.jsonl"))
+    kinds = [e["event"] for e in ref_events]
+    switch = next(e for e in ref_events if e["event"] == protocol.THROUGHPUT)
+    assert kinds.index(protocol.THROUGHPUT) == kinds.index("step") + 8  # after step 8
+    assert switch["deterministic"]["use_deterministic_algorithms"] is False
+    assert switch["first_step"] == 9 and switch["steps"] == 10
+    fast = [e for e in ref_events if e["event"] == protocol.TSTEP]
+    assert [e["step"] for e in fast] == list(range(10, 20))
+    assert all(e["tokens"] == ref[1]["tokens"] and e["step_time_s"] > 0 for e in fast)
+    assert kinds[-1] == "end"
+    for phase in ("kill", "restore"):
+        assert not [e for e in protocol.read_events(str(tmp_path / phase / "rank0.jsonl"))
+                    if e["event"] in (protocol.THROUGHPUT, protocol.TSTEP)], phase
+
+
+def test_no_throughput_segment_when_the_verified_steps_are_not_deterministic(
+        tmp_path: Path) -> None:
+    """deterministic: false already times the fastest kernels; throughput_steps: 0 asks
+    for none."""
+    res = _run(tmp_path, {**PARAMS, "deterministic": False},
+               [("reference", str(tmp_path / "a"), [])])
+    res2 = _run(tmp_path, {**PARAMS, "throughput_steps": 0},
+                [("reference", str(tmp_path / "b"), [])])
+    for r, out in ((res, "a"), (res2, "b")):
+        assert "RC reference 0" in r.stdout, r.stderr[-2000:]
+        kinds = [e["event"] for e in protocol.read_events(str(tmp_path / out / "rank0.jsonl"))]
+        assert protocol.TSTEP not in kinds and protocol.THROUGHPUT not in kinds
+        assert kinds.count("step") == 8 and kinds[-1] == "end"
 
 
 def test_nan_stops_the_run_with_its_step(tmp_path: Path) -> None:
