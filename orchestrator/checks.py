@@ -88,7 +88,9 @@ def model_matches(expected: str, actual: str) -> bool:
     "L4" is not "L40S", "A10" is not "A100", "80GB" is not "180GB".
     """
     spaced, squashed = actual.lower(), _norm(actual)
-    tokens = [t for t in re.split(r"[^a-z0-9]+", expected.lower()) if t and t != "nvidia"]
+    # the maker's words say nothing about the model, also run on into it ("TeslaV100")
+    tokens = [t for t in (re.sub("nvidia|tesla", "", w)
+                          for w in re.split(r"[^a-z0-9]+", expected.lower())) if t]
 
     def found(t: str) -> bool:
         pat = ((r"(?<![0-9])" if t[0].isdigit() else "") + re.escape(t)

@@ -500,6 +500,12 @@ def test_identical_nodes_no_drift() -> None:
     ("A10", "NVIDIA A100-SXM4-80GB", False),
     ("A10", "NVIDIA A10", True),
     ("", "NVIDIA H200", False),
+    # the maker run on into the model, as orders are sometimes written
+    ("TeslaV100", "Tesla V100-SXM2-16GB", True),
+    ("Tesla V100", "Tesla V100-SXM2-16GB", True),
+    ("NVIDIAA100", "NVIDIA A100-SXM4-80GB", True),
+    ("TeslaV100", "Tesla P100-PCIE-16GB", False),
+    ("Tesla", "Tesla V100-SXM2-16GB", False),  # no model at all
 ])
 def test_model_matches(expected: str, actual: str, ok: bool) -> None:
     assert checks.model_matches(expected, actual) is ok
