@@ -77,8 +77,11 @@ class Result:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+_MAKER = re.compile("nvidia|tesla")  # the maker's words say nothing about the model
+
+
 def _norm(s: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", s.lower().replace("nvidia", "").replace("tesla", ""))
+    return re.sub(r"[^a-z0-9]", "", _MAKER.sub("", s.lower()))
 
 
 def model_matches(expected: str, actual: str) -> bool:
@@ -88,9 +91,8 @@ def model_matches(expected: str, actual: str) -> bool:
     "L4" is not "L40S", "A10" is not "A100", "80GB" is not "180GB".
     """
     spaced, squashed = actual.lower(), _norm(actual)
-    # the maker's words say nothing about the model, also run on into it ("TeslaV100")
-    tokens = [t for t in (re.sub("nvidia|tesla", "", w)
-                          for w in re.split(r"[^a-z0-9]+", expected.lower())) if t]
+    # the maker's words go, also where they run on into the model ("TeslaV100")
+    tokens = [t for t in re.split(r"[^a-z0-9]+", _MAKER.sub(" ", expected.lower())) if t]
 
     def found(t: str) -> bool:
         pat = ((r"(?<![0-9])" if t[0].isdigit() else "") + re.escape(t)

@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from payload.train import protocol
+
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
@@ -118,7 +120,7 @@ def train_steps(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
         for f in sorted(run_dir.glob(pat)):
             phase = f.parent.parent.name
             events = _events(f)
-            for name, kind in ((phase, "step"), ("throughput", "throughput_step")):
+            for name, kind in ((phase, protocol.STEP), ("throughput", protocol.TSTEP)):
                 steps = [e for e in events if e.get("event") == kind and "loss" in e]
                 if steps and name not in found:
                     found[name] = steps
@@ -146,12 +148,17 @@ def losses(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
     return _svg(fig)
 
 
-def step_times(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+def step_time_samples(train: dict[str, dict[str, list[dict[str, Any]]]]
+                      ) -> dict[str, list[float]]:
     """Step times per provider: the steps on the fastest kernels where the run has them
     (the figures the measurements give), else the reference phase's."""
     data = {p: [float(s["step_time_s"]) for s in ph.get("throughput") or ph.get("reference", [])
                 if s.get("step_time_s") is not None] for p, ph in train.items()}
-    data = {p: v for p, v in data.items() if v}
+    return {p: v for p, v in data.items() if v}
+
+
+def step_times(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    data = step_time_samples(train)
     if not data:
         return None
     plt = _plt()

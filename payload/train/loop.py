@@ -102,6 +102,7 @@ def lr_factor(cfg: Dict[str, Any], it: int) -> float:
 
 
 def determinism(torch: Any, on: bool) -> Dict[str, Any]:
+    """Enter or leave deterministic mode; the settings now in force."""
     if on:
         # strict: kernels that have a deterministic variant only use it when it is
         # asked for this way (cuDNN attention's backward, for one); an op that has none
@@ -109,6 +110,8 @@ def determinism(torch: Any, on: bool) -> Dict[str, Any]:
         torch.use_deterministic_algorithms(True, warn_only=False)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
+    else:
+        fastest_kernels(torch)
     return {"use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
             "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
             "cudnn.deterministic": torch.backends.cudnn.deterministic,
@@ -393,12 +396,11 @@ def _nonfinite(log: Log, rec: Dict[str, Any]) -> bool:
 def throughput(job: Job, log: Log, count: int) -> int:
     """`count` timed steps on the fastest kernels, after one discarded step (the kernels
     change, so torch.compile compiles again); they go on from the reference's state."""
-    fastest_kernels(job.torch)
+    settings = determinism(job.torch, False)
     t0 = time.time()
     first = job.train_step()
     log(protocol.THROUGHPUT, steps=count, first_step=first["step"],
-        first_step_s=round(time.time() - t0, 4),
-        deterministic=determinism(job.torch, False))
+        first_step_s=round(time.time() - t0, 4), deterministic=settings)
     if _nonfinite(log, first):
         return protocol.RC_NONFINITE
     for _ in range(count):

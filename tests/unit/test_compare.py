@@ -118,3 +118,18 @@ def test_the_synthetic_store_compares_at_scale(tmp_path) -> None:
     t = next(t for t in c.tables if t.title.startswith("busbw"))
     multi = [r for r in t.rows if r[0] == "multi"]
     assert multi and all(r[6] == pytest.approx(410 / 470 * 0.5, rel=0.05) for r in multi[-3:])
+
+
+def test_training_table_shows_both_mfus() -> None:
+    """The headline MFU (fastest kernels) and the verified, deterministic steps' MFU, each
+    on its own row; a row no provider has is left out."""
+    import pandas as pd
+
+    ms = pd.DataFrame([
+        {"provider": p, "scope": "train", "metric": m, "value": v}
+        for p, m, v in (("a", "mfu", 0.538), ("a", "deterministic_mfu", 0.487),
+                        ("b", "mfu", 0.50))])
+    rows = {r[0]: r[1:] for r in compare.train_table(ms, [], ["a", "b"]).rows}
+    assert rows["MFU (ratio)"] == (0.538, 0.5)
+    assert rows["MFU of the verified, deterministic steps (ratio)"] == (0.487, None)
+    assert "step time (median) (s)" not in rows

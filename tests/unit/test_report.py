@@ -76,3 +76,30 @@ def test_an_error_while_rendering_writes_nothing(comparison, tmp_path, monkeypat
 def test_written_files(comparison, tmp_path: Path) -> None:
     h, m = write_report(comparison, tmp_path / "r.html", tmp_path / "r.md")
     assert h.read_text().endswith("</html>\n") and m.read_text().startswith("# gpuvet: h200 vs beta")
+
+
+def test_step_time_plot_shows_the_fastest_kernels_steps_where_the_run_has_them(tmp_path
+                                                                                ) -> None:
+    """The plot shows the steps the headline figures come from: the reference's steps on
+    the fastest kernels, else (an older run, or throughput_steps: 0) its verified steps."""
+    import json
+
+    from orchestrator.report import plots
+
+    def write(run: Path, events: list[dict]) -> None:
+        d = run / "nodes" / "a" / "train" / "reference" / "a"
+        d.mkdir(parents=True)
+        (d / "rank0.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    verified = [{"event": "step", "step": k, "loss": "1.0", "step_time_s": 0.3}
+                for k in (1, 2, 3)]
+    fast = [{"event": "throughput_step", "step": k, "loss": "1.0", "step_time_s": 0.2}
+            for k in (5, 6)]
+    write(tmp_path / "new", [*verified, {"event": "throughput", "first_step": 4}, *fast])
+    write(tmp_path / "old", verified)
+    new, old = plots.train_steps(tmp_path / "new"), plots.train_steps(tmp_path / "old")
+    assert [s["step"] for s in new["reference"]] == [1, 2, 3]
+    assert [s["step"] for s in new["throughput"]] == [5, 6]
+    assert "throughput" not in old
+    assert plots.step_time_samples({"p": new, "q": old}) == {"p": [0.2, 0.2],
+                                                            "q": [0.3, 0.3, 0.3]}
