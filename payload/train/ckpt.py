@@ -5,7 +5,9 @@ manifest with the sha256 of every file, written last.
 A checkpoint directory without a valid manifest is incomplete (the save was
 interrupted) and is skipped on restore; so is one whose files do not match
 their manifest. The ranks split the hashing between them, on save and on
-verify, so a large checkpoint costs each rank only its share.
+verify, and each hashes its share of the files on several threads (hashlib
+releases the GIL), so a large checkpoint costs each rank a fraction of one
+core's sha256 rate: a 12.6 GB checkpoint took 11 s to hash on one thread.
 
 The state digests recorded at save time and recomputed after a load prove the
 restore bit for bit: every tensor is reduced, where it lives, to two 64-bit
@@ -72,18 +74,28 @@ def data_files(path: str) -> List[str]:
     return sorted(out)
 
 
-def hash_share(path: str, names: List[str], rank: int, world: int) -> Dict[str, Any]:
+# threads per rank for checkpoint I/O: DCP's writer threads, and hashing
+IO_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
+
+
+def _hash_one(full: str) -> Dict[str, Any]:
+    try:
+        return {"sha256": sha256_file(full), "bytes": os.path.getsize(full)}
+    except OSError as exc:
+        return {"error": "%s: %s" % (type(exc).__name__, exc)}
+
+
+def hash_share(path: str, names: List[str], rank: int, world: int,
+               threads: int = IO_THREADS) -> Dict[str, Any]:
     """sha256 and size of this rank's share of the files (every world-th one)."""
-    out: Dict[str, Any] = {}
-    for i, name in enumerate(names):
-        if i % world != rank:
-            continue
-        full = os.path.join(path, name)
-        try:
-            out[name] = {"sha256": sha256_file(full), "bytes": os.path.getsize(full)}
-        except OSError as exc:
-            out[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
-    return out
+    mine = [name for i, name in enumerate(names) if i % world == rank]
+    if threads <= 1 or len(mine) <= 1:
+        return {name: _hash_one(os.path.join(path, name)) for name in mine}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(threads, len(mine))) as pool:
+        futures = [(name, pool.submit(_hash_one, os.path.join(path, name))) for name in mine]
+        return {name: fut.result() for name, fut in futures}
 
 
 def _fsync_dir(path: str) -> None:
@@ -229,9 +241,6 @@ def _tupled(v: Any) -> Any:
     return tuple(_tupled(x) for x in v) if isinstance(v, list) else v
 
 
-WRITER_THREADS = max(1, min(8, (os.cpu_count() or 1) // 2))
-
-
 def extra_name(rank: int) -> str:
     return "extra-rank%d.pt" % rank
 
@@ -262,7 +271,7 @@ def save(root: str, step: int, model: Any, optimizer: Any, extra: Dict[str, Any]
     msd, osd = get_state_dict(model, optimizer)
     # one writer thread (DCP's default) leaves a fast disk mostly idle: a 1B model's
     # 12.6 GB took 22 s on an H200 host's local disk
-    writer = dcp.FileSystemWriter(path, thread_count=WRITER_THREADS)
+    writer = dcp.FileSystemWriter(path, thread_count=IO_THREADS)
     dcp.save({"model": msd, "optim": osd}, storage_writer=writer)
     tmp = os.path.join(path, ".%s.tmp" % extra_name(rank))
     with open(tmp, "wb") as f:

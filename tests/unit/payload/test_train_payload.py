@@ -136,6 +136,25 @@ def test_ranks_split_the_hashing(tmp_path: Path) -> None:
     assert not set(shares[0]) & set(shares[1])
 
 
+def test_threaded_hashing_agrees_with_one_thread(tmp_path: Path) -> None:
+    import hashlib
+
+    d = tmp_path / "c"
+    d.mkdir()
+    for i in range(7):
+        (d / f"__0_{i}.distcp").write_bytes(bytes([i]) * (1000 + 37 * i))
+    names = ckpt.data_files(str(d)) + ["gone.distcp"]
+    for rank, world in ((0, 1), (1, 2)):
+        one = ckpt.hash_share(str(d), names, rank, world, threads=1)
+        many = ckpt.hash_share(str(d), names, rank, world, threads=4)
+        assert many == one
+        assert list(many) == [n for i, n in enumerate(names) if i % world == rank]
+    both = ckpt.hash_share(str(d), names, 0, 1, threads=4)
+    assert both["__0_3.distcp"] == {"sha256": hashlib.sha256(b"\x03" * 1111).hexdigest(),
+                                    "bytes": 1111}
+    assert "FileNotFoundError" in both["gone.distcp"]["error"]
+
+
 def test_a_checkpoint_without_manifest_is_incomplete(tmp_path: Path) -> None:
     d = _fake_ckpt(tmp_path, 7, manifest=False)
     doc, why = ckpt.read_manifest(str(d))
