@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import inspect
 import json
 import os
 import re
@@ -169,17 +168,11 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=progress)
     out.steps.append("nccl")
     if torch:
-        torch_without_builds(inv, nodes, run, suite, pool)
+        torch_without_builds(inv, nodes, run, suite, pool, progress)
     if wants_train(suite, train):
-        try:
-            from orchestrator.steps import train as train_step
-        except ModuleNotFoundError:
-            raise UsageError("the suite asks for the training step, which this gpuvet does "
-                             "not have", hint="run with --no-train") from None
-        fn: Any = train_step.run_train  # type: ignore[attr-defined,unused-ignore]
-        accepted = inspect.signature(fn).parameters
-        kwargs = {k: v for k, v in (("pool", pool), ("progress", progress)) if k in accepted}
-        fn(inv, nodes, run, suite, **kwargs)
+        from orchestrator.steps import train as train_step
+
+        train_step.run_train(inv, nodes, run, suite, pool=pool, progress=progress)
         out.steps.append("train")
     out.evaluation, out.findings = judge(run, settings, last=last, min_size=min_size)
     out.steps.append("regress")
@@ -187,7 +180,7 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
 
 
 def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Suite,
-                         pool: ExecutorPool) -> None:
+                         pool: ExecutorPool, progress: ProgressHook | None = None) -> None:
     """Measure the fabric with torch.distributed where nccl-tests measured nothing across
     a provider's nodes because it could not be built there (no CUDA toolkit, no NCCL,
     CPU nodes): the suite's rounds, each a fresh launch, judged like any torch series."""
@@ -225,7 +218,8 @@ def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Sui
 
         units.append(provider_unit(prov, "torch-multi", work))
     if units:
-        drive(run, nccl_step.STEP, units, concurrency=inv.settings.concurrency)
+        drive(run, nccl_step.STEP, units, concurrency=inv.settings.concurrency,
+              progress=progress)
 
 
 def judge(run: Run, settings: Settings, *, last: int, min_size: int

@@ -8,6 +8,7 @@ import enum
 import json
 import os
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,9 +40,10 @@ class ExitCode(enum.IntEnum):
 
 # Piped output (logs, CI) gets wide tables instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
-# markup off: values from inventories and nodes ("/data/[x]/y") are text, never markup
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH, markup=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False)
+# markup and emoji codes off: values from inventories and nodes ("/data/[x]/y",
+# "node:a: done") are text, never markup or emoji
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 STYLE = {"PASS": "green", "INFO": "cyan", "WARN": "yellow", "FAIL": "bold red",
          "REGRESSED": "bold red", "IMPROVED": "green", "UNCHANGED": "green",
          "NOT ENOUGH DATA": "yellow", "GO": "green", "NO-GO": "bold red"}
@@ -172,22 +174,49 @@ def fleet(inventory: Path, nodes: Sequence[str], providers: Sequence[str], label
 
 @contextlib.contextmanager
 def progress(label: str, total: int) -> Iterator[ProgressHook]:
-    """A live per-node progress bar on stderr; plain lines when stderr is not a terminal."""
+    """A live progress bar on stderr; plain lines when stderr is not a terminal.
+
+    It counts nodes until a step queues its units (a node's, a provider's multi-node
+    run), then units: the steps of a pipeline, and a step's multi-node units after its
+    single-node ones, each add to the total as they are queued. Any state other than
+    queued/start/done/failed is a note on what a unit is doing now (a training phase).
+    """
     bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                    TimeElapsedColumn(), TextColumn("{task.fields[last]}"), console=err,
                    transient=True)
     task = bar.add_task(label, total=total, last="")
     if not err.is_terminal:
-        err.print(f"{label}: {total} unit(s)")
-
-    def hook(node: str, state: str) -> None:
-        if state != "start":
-            bar.update(task, advance=1, last=f"{node} {state}")
-            if not err.is_terminal:
-                err.print(f"  {node}: {state}")
+        err.print(f"{label}: {total} node(s)")
+    def show(c: ProgressCount, last: str | None) -> None:
+        bar.update(task, total=c.total, completed=c.done)
+        if last:
+            bar.update(task, last=last)
 
     with bar:
-        yield hook
+        yield ProgressCount(total, show)
+
+
+class ProgressCount:
+    """The progress hook's state: nodes, then units once one is queued."""
+
+    def __init__(self, total: int, show: Callable[[ProgressCount, str | None], None]) -> None:
+        self.total, self.done, self.units = total, 0, False
+        self._show = show
+        self._lock = threading.Lock()
+
+    def __call__(self, node: str, state: str) -> None:
+        with self._lock:
+            if state == "queued":
+                if not self.units:  # from now on the bar counts units, not nodes
+                    self.total = self.done = 0
+                    self.units = True
+                self.total += 1
+            elif state in ("done", "failed"):
+                self.done += 1
+            shown = state not in ("queued", "start")
+            self._show(self, f"{node} {state}" if shown else None)
+        if shown and not err.is_terminal:
+            err.print(f"  {node}: {state}")
 
 
 def report_failures(group: GroupResult[Any]) -> None:

@@ -273,7 +273,9 @@ class GroupResult(Generic[T]):
         return not self.failures
 
 
-ProgressHook = Callable[[str, str], None]  # (node, "start" | "done" | "failed")
+# (node or unit, state): "queued" (a unit joins the work: the bar counts units from then
+# on), "start", "done", "failed", or any other text: what the unit is doing now
+ProgressHook = Callable[[str, str], None]
 
 
 class Named(Protocol):

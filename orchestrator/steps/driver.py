@@ -35,16 +35,22 @@ class UnitResult:
 
 
 class StageTracker:
-    """Which stage a unit is in: a failure is reported with it."""
+    """Which stage a unit is in: a failure is reported with it. `note` tells the
+    progress display what a long unit is doing (a training phase, say)."""
 
-    def __init__(self) -> None:
+    def __init__(self, note: Callable[[str], None] | None = None) -> None:
         self.stage: Stage = "prepare"
         self.started = time.time()
+        self._note = note
 
     @contextmanager
     def __call__(self, stage: Stage) -> Iterator[None]:
         self.stage = stage
         yield
+
+    def note(self, text: str) -> None:
+        if self._note is not None:
+            self._note(text)
 
 
 @dataclass
@@ -112,9 +118,13 @@ def drive(run: Run, step: str, units: Sequence[Unit], *, concurrency: int,
     out.skipped = [u.key for u in units if run.is_done(u.key, step)]
     todo = [u for u in units if u.key not in out.skipped]
     trackers: dict[str, StageTracker] = {}
+    if progress is not None:
+        for u in todo:
+            progress(u.key, "queued")
 
     def one(u: Unit) -> UnitResult:
-        tracker = trackers.setdefault(u.key, StageTracker())
+        note = (lambda text, key=u.key: progress(key, text)) if progress is not None else None
+        tracker = trackers.setdefault(u.key, StageTracker(note))
         res = u.work(tracker)
         for f in res.findings:
             f.unit_key = u.key

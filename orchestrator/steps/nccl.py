@@ -250,7 +250,8 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
             groups = {p: [n for n in nodes if n.provider == p and n.name in builds] for p in provs}
             punits = [provider_unit(prov, "multi", lambda st, m=m: multi_work(p, m, st))  # type: ignore[misc]
                       for prov, m in groups.items() if len(m) >= 2]
-            more = drive(run, STEP, punits, concurrency=inv.settings.concurrency)
+            more = drive(run, STEP, punits, concurrency=inv.settings.concurrency,
+                         progress=progress)
             driven.done.update(more.done)
             driven.failed.update(more.failed)
             driven.skipped += more.skipped

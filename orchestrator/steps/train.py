@@ -317,6 +317,9 @@ class Step:
                 local = run.node_dir(owner, STEP) / phase / runner.name
                 jobs.append(Job(owner, runner, phase, local, ckpt_root(runner, run, owner),
                                 extra=phase_extra(params, phase)))
+            stage.note(f"{phase} on " + ", ".join(
+                j.node.name if j.unit == j.node.name else f"{j.node.name} ({j.unit}'s checkpoint)"
+                for j in jobs))
             with stage("execute"):
                 done, failures = run_phase(self.pool, run, self.suite, jobs)
             with stage("judge"):
@@ -372,6 +375,7 @@ class Step:
             jobs = [Job(unit, n, phase, folder / n.name, ckpt_root(n, run, unit), node_rank=i,
                         nnodes=len(order), master=master, port=port,
                         extra=phase_extra(params, phase)) for i, n in enumerate(order)]
+            stage.note(f"{phase} on {'+'.join(n.name for n in order)}")
             with stage("execute"):
                 _done, failures = run_phase(self.pool, run, self.suite, jobs)
             with stage("judge"):
@@ -417,7 +421,8 @@ def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         run.retract(keep_units=done, step=STEP)
         driven = drive(run, STEP, singles, concurrency=inv.settings.concurrency,
                        progress=progress)
-        more = drive(run, STEP, multis, concurrency=inv.settings.concurrency)
+        more = drive(run, STEP, multis, concurrency=inv.settings.concurrency,
+                     progress=progress)
         driven.done.update(more.done)
         driven.failed.update(more.failed)
         driven.skipped += more.skipped

@@ -31,10 +31,11 @@ ENV = {"GLOO_SOCKET_IFNAME": "eth0"}
 
 
 def _run(inv: inventory.Inventory, suite: Suite, tmp_path: Path, *, single: bool = True,
-         multi: bool = True) -> Run:
+         multi: bool = True, seen: list[tuple[str, str]] | None = None) -> Run:
     run = Run.create(tmp_path / "results", command="train", suite_hash=suite.hash,
                      suite=suite.model_dump(mode="json"), inventory_path=inv.path)
-    driven = train.run_train(inv, inv.nodes, run, suite, single=single, multi=multi)
+    driven = train.run_train(inv, inv.nodes, run, suite, single=single, multi=multi,
+                             progress=None if seen is None else lambda *ev: seen.append(ev))
     assert not driven.failed, {k: f.message for k, f in driven.failed.items()}
     return run
 
@@ -102,8 +103,13 @@ def test_multi_node_run_resumes_with_every_rank_on_the_other_node(cluster: Clust
     inv, _shared = _shared_inventory(cluster, tmp_path)
     suite = SUITE.model_copy(update={"train": SUITE.train.model_copy(
         update={"kill": "after-step"})})
-    run = _run(inv, suite, tmp_path, single=False)
+    seen: list[tuple[str, str]] = []
+    run = _run(inv, suite, tmp_path, single=False, seen=seen)
     _no_failures(run)
+    # the multi-node unit shows its phases as they begin
+    assert [state for who, state in seen if who == "provider:testlab/multi"
+            and state != "start"] == ["queued", "reference on node1+node2",
+                                      "kill on node1+node2", "restore on node2+node1", "done"]
     ok = _by(run, "TRAIN_RESTORE_OK")[None]
     assert ok.details["exact"] is True and ok.details["restored_on"] == ["node2", "node1"]
     multi = run.dir / "providers" / "testlab" / "train" / "multi"

@@ -121,9 +121,16 @@ def test_your_command_on_two_local_nodes_restores_on_the_other(tmp_path: Path) -
                                     command_kill_after_step=6, timeout_s=60))
     run = Run.create(tmp_path / "results", command="train", suite_hash=suite.hash,
                      suite=suite.model_dump(mode="json"), inventory_path=inv_path)
-    driven = train.run_train(inv, inv.nodes, run, suite)
+    seen: list[tuple[str, str]] = []
+    driven = train.run_train(inv, inv.nodes, run, suite,
+                             progress=lambda who, state: seen.append((who, state)))
     assert not driven.failed, driven.failed
     assert list(driven.done) == ["provider:lab/single-n1+n2"]
+    # progress: the unit queued, then each phase as it begins, each restore on the other node
+    unit = "provider:lab/single-n1+n2"
+    assert [state for who, state in seen if who == unit and state != "start"] == [
+        "queued", "reference on n1, n2", "kill on n1, n2",
+        "restore on n2 (n1's checkpoint), n1 (n2's checkpoint)", "done"]
     fs = run.findings()
     oks = {f.node: f for f in fs if f.code == "TRAIN_RESTORE_OK"}
     assert set(oks) == {"n1", "n2"}, [f.message for f in fs]
