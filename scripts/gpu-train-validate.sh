@@ -4,6 +4,9 @@
 # (reference, checkpoint at step K, SIGKILL before the manifest of a second save,
 # restore, bit-for-bit check) on
 #   host: the 2-GPU node (DDP over NVLink), restored on itself;
+#   one:  a one-GPU host as one node (kind nvidia-h200), restored on itself; its
+#         checkpoints are kept until the script has timed hashing the step-K checkpoint
+#         on one thread and on the payload's IO_THREADS (hash.txt), then removed;
 #   sim:  two simulated 1-GPU nodes (CUDA_VISIBLE_DEVICES + NCCL_HOSTID, so NCCL talks
 #         over NET/Socket), sharing one checkpoint directory: each node's checkpoint is
 #         restored on the other, and the multi-node run resumes with its ranks swapped.
@@ -59,9 +62,11 @@ for n in doc["providers"]["h200-sim"]["nodes"]:
 yaml.dump(doc, open(sys.argv[2], "w"))
 EOF
 R=$OUT/results
+# progress lines on stderr, each stamped with the time it came
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 step() { local name=$1; shift; local t0=$SECONDS
   python3 -m orchestrator train "$@" --results "$R" --json \
-    > "$OUT/$name.json" 2> "$OUT/$name.stderr"; local rc=$?
+    > "$OUT/$name.json" 2> >(stamp > "$OUT/$name.stderr"); local rc=$?
   echo "$name rc=$rc wall=$((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"; }
 nvidia-smi -L | tee "$OUT/gpus.txt"
 python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())' \
@@ -70,6 +75,33 @@ python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cud
 for s in ${STEPS:-host sim}; do case $s in
   host) step train-host -i "$INV" -p h200 --suite "$SUITE" ;;
   sim) step train-sim -i "$SIM_INV" -p h200-sim --suite "$SIM_SUITE" ;;
+  one) ONE_INV=$OUT/h200-one.yaml ONE_SUITE=$OUT/suite-1b-one.yaml
+    sed 's/^name: .*/name: train-1b-h200-one/' "$SUITE" > "$ONE_SUITE"
+    echo "  keep_checkpoints: true" >> "$ONE_SUITE"
+    cat > "$ONE_INV" <<'EOF'
+version: 1
+providers:
+  h200-one:
+    executor: local
+    expect: {gpu_model: H200, gpus_per_node: 1}
+    nodes:
+      - {name: h200-1gpu, work_dir: /tmp/gpuvet-local/one/work, ckpt_dir: /tmp/gpuvet-local/one/ckpt}
+EOF
+    step train-one -i "$ONE_INV" -p h200-one --suite "$ONE_SUITE"
+    ck=$(ls -d /tmp/gpuvet-local/one/ckpt/gpuvet-train/*/*/step-* | head -1)  # step K: the first
+    python3 - "$ck" <<'EOF' | tee "$OUT/hash.txt"
+import sys, time
+from payload.train import ckpt
+path = sys.argv[1]
+names = ckpt.data_files(path)
+for threads in (1, ckpt.IO_THREADS):
+    t0 = time.time()
+    got = ckpt.hash_share(path, names, 0, 1, threads=threads)
+    dt = time.time() - t0
+    gb = sum(r["bytes"] for r in got.values()) / 1e9
+    print(f"hash {len(names)} files, {gb:.2f} GB, {threads} thread(s): {dt:.2f} s ({gb / dt:.2f} GB/s)")
+EOF
+    rm -rf /tmp/gpuvet-local/one/ckpt ;;
 esac; done
 python3 - "$OUT" <<'EOF'
 import json, pathlib, statistics, sys
@@ -79,7 +111,7 @@ walls = dict(l.split(" ", 1)[0:1] + [l.rsplit("wall=", 1)[1].strip()]
 cols = ["unit", "step s", "p90 s", "tok/s/GPU", "MFU", "det step s", "det MFU", "peak alloc GB", "ckpt GB", "save s",
         "load s", "restart s", "lost", "restore", "step wall"]
 print(" | ".join(cols))
-for name in ("train-host", "train-sim"):
+for name in ("train-host", "train-sim", "train-one"):
     f = out / f"{name}.json"
     if not f.is_file() or not f.read_text().strip():
         continue
@@ -102,6 +134,10 @@ for name in ("train-host", "train-sim"):
             v("ckpt_load_s"), v("restart_s"), v("steps_lost", fmt="{:.0f}"),
             ",".join(f"{x['code']}:{x['severity']}" for x in verdict) or "-",
             walls.get(name, "?")]))
+    for m in ms:
+        if m["metric"] == "restart_s":  # where the relaunch's seconds went
+            print("  restart", "+".join(m["nodes"]), f"{m['value']:.1f} s:", ", ".join(
+                f"{k} {v:.2f}" for k, v in m["tags"].items() if isinstance(v, (int, float))))
     bad = [x for x in fs if x["severity"] in ("FAIL", "WARN")]
     for x in bad:
         print(f"  {x['severity']} {x['code']} {x.get('node') or 'provider'}: {x['message'][:300]}")

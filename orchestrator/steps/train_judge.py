@@ -30,6 +30,9 @@ STDOUT, STDERR = "torchrun.stdout", "torchrun.stderr"
 _NCCL_TIMEOUT = re.compile(r"Watchdog caught collective operation timeout|NCCL.*[Tt]imeout|"
                            r"collective operation timeout|DistBackendError.*[Tt]imed out")
 _NCCL_WARN = re.compile(r"NCCL WARN")
+# what a rank's transport says when its peer on another node was SIGKILLed first
+_PEER_LOST = re.compile(r"Connection closed by remote peer|Connection reset by peer|"
+                        r"Broken pipe|remote process exited|Connection refused", re.I)
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
 _EPHEMERAL_FS = {"overlay", "tmpfs", "ramfs", "devtmpfs", "squashfs", "aufs"}
 _INSTANCE_STORE = re.compile(r"Instance Storage|EphemeralDisk|nvme_card", re.I)
@@ -153,6 +156,29 @@ class Subject:
     label: str  # single | multi
 
 
+def restart_parts(out: PhaseOutput) -> dict[str, float]:
+    """Where a relaunch's seconds went, from rank 0's own records: torchrun and the
+    interpreter (launch_s), torch import, CUDA, process group, model, compile set-up,
+    wrap and optimizer (init_s), the discarded warm-up pass (warmup_s), and finding,
+    verifying and loading the checkpoint (load_s, of which verify_s found and verified
+    it). launch + init + warm-up + load + the first step make the relaunch."""
+    parts: dict[str, float] = {}
+    start, warm, loaded = (out.first(k) for k in (protocol.START, protocol.WARMUP, protocol.LOADED))
+    if start is not None:
+        if isinstance(start.get("launch_s"), (int, float)):
+            parts["launch_s"] = float(start["launch_s"])
+        init = start.get("init_s")
+        if isinstance(init, dict) and init:
+            parts["init_s"] = round(sum(float(v) for v in init.values()), 4)
+    if warm is not None and isinstance(warm.get("seconds"), (int, float)):
+        parts["warmup_s"] = float(warm["seconds"])
+    if loaded is not None:
+        for key in ("verify_s", "load_s"):
+            if isinstance(loaded.get(key), (int, float)):
+                parts[key] = float(loaded[key])
+    return parts
+
+
 @dataclass
 class Judge:
     run_id: str
@@ -165,6 +191,7 @@ class Judge:
     kill_out: PhaseOutput | None = None
     saved_step: int | None = None  # the newest save the killed run completed
     inexact: list[str] = field(default_factory=list)  # why losses may not match bit for bit
+    echoes: list[str] = field(default_factory=list)  # ranks that saw the kill land elsewhere
 
     @property
     def params(self) -> TrainParams:
@@ -195,9 +222,15 @@ class Judge:
     def failed(self, out: PhaseOutput, *, killed_ok: bool = False) -> bool:
         """Findings for a phase that broke; True when it did."""
         bad = False
+        killed = any(n.supervise.get("killed") for n in out.nodes)
         for ev in out.all(protocol.ERROR):
             rank = int(ev.get("rank", -1))
             where = f"rank {rank} on {out.node_of(rank)}"
+            if killed_ok and killed and self._past_kill_point(out, rank, ev):
+                # a peer on another node was SIGKILLed first: this rank's collective failed
+                # before its own supervisor killed it, as the kill meant
+                self.echoes.append(f"{where} saw it ({ev.get('type') or ev.get('kind')})")
+                continue
             ev_file = self._rank_file(out, rank)
             kind = ev.get("kind")
             if kind == "oom":
@@ -227,7 +260,6 @@ class Judge:
                          phase=out.phase)
                 bad = True
         ended = out.first(protocol.END) is not None
-        killed = any(n.supervise.get("killed") for n in out.nodes)
         if not bad and not ended and not (killed_ok and killed):
             rcs = {n.node: n.supervise.get("rc") for n in out.nodes}
             tail = _tail(out.nodes[0].file(STDERR))
@@ -237,8 +269,24 @@ class Judge:
             bad = True
         return bad
 
+    def _past_kill_point(self, out: PhaseOutput, rank: int, error: dict[str, Any]) -> bool:
+        """Whether `rank` had logged the kill point (the supervisors' trigger) before `error`."""
+        K, kill = self.params.kill_step, self.params.kill
+        for e in out.ranks.get(rank, []):
+            if e is error:
+                return False
+            kind, step = e.get("event"), int(e.get("step", -1))
+            if kill == "after-step" and kind == protocol.STEP and step >= K:
+                return True
+            if kill == "mid-save" and kind == protocol.SAVING and step == K:
+                return True
+            if kill == "before-manifest" and kind == protocol.COMMIT and step == K:
+                return True
+        return False
+
     def _scan_logs(self, out: PhaseOutput) -> bool:
         bad = False
+        killed = out.phase == "kill" and any(n.supervise.get("killed") for n in out.nodes)
         for n in out.nodes:
             for name in (STDERR, STDOUT):
                 path = n.file(name)
@@ -252,7 +300,9 @@ class Judge:
                              f"{n.node} ({name}:{i}): {ln.strip()[:240]}", [path],
                              phase=out.phase, line=i)
                     bad = True
-                warns = [(i, ln) for i, ln in enumerate(lines, 1) if _NCCL_WARN.search(ln)]
+                # after the SIGKILL a surviving rank's transport reports its lost peer
+                warns = [(i, ln) for i, ln in enumerate(lines, 1) if _NCCL_WARN.search(ln)
+                         and not (killed and _PEER_LOST.search(ln))]
                 if warns:
                     i, ln = warns[0]
                     self.add("TRAIN_NCCL_WARN", "WARN", f"{out.phase}: {len(warns)} NCCL WARN "
@@ -505,7 +555,10 @@ class Judge:
                  f"saved ({size / 1e6:.1f} MB in {saved['save_s']:.3g} s, written at "
                  f"{size / max(write_s, 1e-9) / 1e9:.2f} GB/s); SIGKILLed on "
                  f"{', '.join(n.node for n in killers)} at {kev.get('event')} of step "
-                 f"{kev.get('step')}", ev + [killers[0].file("supervise.json")])
+                 f"{kev.get('step')}"
+                 + (f"; {', '.join(self.echoes)} before its own kill" if self.echoes else ""),
+                 ev + [killers[0].file("supervise.json")],
+                 **({"peers_saw_kill": self.echoes} if self.echoes else {}))
         return True
 
     def _prefix_matches(self, out: PhaseOutput) -> None:
@@ -649,7 +702,7 @@ class Judge:
             return
         relaunch = float(got[K + 1]["t"]) - float(start)
         self.measure("restart_s", max(deaths) + relaunch, "s", dying_s=max(deaths),
-                     relaunch_to_first_step_s=relaunch)
+                     relaunch_to_first_step_s=relaunch, **restart_parts(out))
         lost = self._lost(K)
         if lost is not None:
             self.measure("steps_lost", lost, "steps")

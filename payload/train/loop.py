@@ -189,15 +189,55 @@ def _optimizer(model: Any, cfg: Dict[str, Any], torch: Any, device: Any) -> Any:
     return torch.optim.AdamW(groups, **kwargs)
 
 
+class Laps:
+    """Durations of the start-up stages, in order: where a (re)start's seconds go."""
+
+    def __init__(self, t0: float) -> None:
+        self.t0 = self.t = t0
+        self.laps: Dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.time()
+        self.laps[name] = round(now - self.t, 4)
+        self.t = now
+
+
+def launch_seconds(t_main: float, env: Dict[str, str]) -> Optional[float]:
+    """From the supervisor starting torchrun to this rank's main(): torchrun, the
+    interpreter, imports before torch. None when not started by the supervisor."""
+    try:
+        return round(t_main - float(env["GPUVET_LAUNCH_T"]), 4)
+    except (KeyError, ValueError):
+        return None
+
+
+def _init_group(dist: Any, backend: str, device: Any, timeout_s: float) -> None:
+    """init_process_group; on a GPU bound to its device, so NCCL connects now (an eager
+    init, timed here rather than inside the first collective)."""
+    from datetime import timedelta
+
+    kwargs: Dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    if device is not None:
+        try:
+            dist.init_process_group(backend, device_id=device, **kwargs)
+            return
+        except TypeError:  # torch before 2.3 has no device_id
+            pass
+    dist.init_process_group(backend, **kwargs)
+
+
 class Job:
     """One rank's state: model, optimizer, schedule, data, and how to step them."""
 
-    def __init__(self, args: Any, cfg: Dict[str, Any], log: Log) -> None:
+    def __init__(self, args: Any, cfg: Dict[str, Any], log: Log,
+                 clock: Optional["Laps"] = None) -> None:
         import torch
         import torch.distributed as dist
 
         from payload.train import data, model
 
+        laps = clock if clock is not None else Laps(time.time())
+        self.laps = laps
         self.torch, self.dist, self.cfg, self.log = torch, dist, cfg, log
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -206,25 +246,30 @@ class Job:
         self.device = torch.device("cuda", local) if cuda else torch.device("cpu")
         if cuda:
             torch.cuda.set_device(self.device)
+            torch.zeros(1, device=self.device)  # the CUDA context, timed on its own
         self.det = determinism(torch, bool(cfg["deterministic"]))
-        from datetime import timedelta
-
+        laps.lap("cuda_context")
         self.backend = "nccl" if cuda else "gloo"
-        dist.init_process_group(self.backend,
-                                timeout=timedelta(seconds=float(cfg["collective_timeout_s"])))
+        _init_group(dist, self.backend, self.device if cuda else None,
+                    float(cfg["collective_timeout_s"]))
+        laps.lap("process_group")
         self.autocast = cuda and cfg["dtype"] == "bf16"
         random.seed(int(cfg["seed"]) + self.rank)
         torch.manual_seed(int(cfg["seed"]))  # identical initial weights on every rank
         self.model = model.build(cfg, self.device)
         torch.manual_seed(int(cfg["seed"]) * 1000 + self.rank + 1)  # per-rank dropout masks
+        laps.lap("model")
         self.mode = _parallel_mode(cfg, torch, self.device)
         self.compiled = bool(cfg["compile"]) and cuda
         if self.compiled:
             compile_regions(self.model, torch)
+            laps.lap("compile_setup")
         self.wrapped = _wrap(self.model, self.mode, torch, self.device)
+        laps.lap("wrap")
         self.opt = _optimizer(self.model, cfg, torch, self.device)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda it: lr_factor(cfg, it))
+        laps.lap("optimizer")
         self.data = data.SyntheticTokens(int(cfg["seed"]), self.rank, int(cfg["vocab_size"]),
                                          int(cfg["seq_len"]), int(cfg["micro_batch"]))
         self.step = 0
@@ -411,18 +456,19 @@ def throughput(job: Job, log: Log, count: int) -> int:
     return 0
 
 
-def run(args: Any, cfg: Dict[str, Any], log: Log) -> int:
+def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[Laps] = None) -> int:
     import torch
 
-    job = Job(args, cfg, log)
+    job = Job(args, cfg, log, clock)
     versions = _versions(torch, job.device)
     log(protocol.START, phase=args.phase, world=job.world, backend=job.backend,
+        launch_s=launch_seconds(job.laps.t0, dict(os.environ)), init_s=job.laps.laps,
         device=str(job.device), parallel=job.mode, compiled=job.compiled,
         autocast_bf16=job.autocast, deterministic=job.det, versions=versions, config=cfg,
         params=config.param_count(cfg), flops_per_token=config.flops_per_token(cfg),
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
         node_hostid=os.environ.get("NCCL_HOSTID"))
-    log("warmup", seconds=round(job.warm_up(), 4))
+    log(protocol.WARMUP, seconds=round(job.warm_up(), 4))
     if args.phase == "restore":
         info = job.restore()
         if info is None:
@@ -451,15 +497,17 @@ def run(args: Any, cfg: Dict[str, Any], log: Log) -> int:
 
 
 def main(args: Any) -> int:
+    clock = Laps(time.time())
     cfg = config.from_json(args.params)
     rank = int(os.environ.get("RANK", "0"))
     log = Log(args.out, rank)
     _capture_warnings(log)
     import torch
 
+    clock.lap("import_torch")
     oom = getattr(torch.cuda, "OutOfMemoryError", None)
     try:
-        rc = run(args, cfg, log)
+        rc = run(args, cfg, log, clock)
     except Exception as exc:  # the record says why; torchrun reports the exit status
         kind = "oom" if (oom is not None and isinstance(exc, oom)) or \
             "out of memory" in str(exc) else "exception"

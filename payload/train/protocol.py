@@ -12,7 +12,8 @@ import json
 import os
 from typing import Any, Dict, Iterator, List, Optional
 
-START = "start"  # config, versions, devices, deterministic settings
+START = "start"  # config, versions, devices, deterministic settings, launch_s, init_s
+WARMUP = "warmup"  # seconds of the discarded first pass (compilation included)
 STEP = "step"  # one optimizer step: loss (hex and repr), lr, times, tokens, memory
 SAVING = "saving"  # written before the first byte of a checkpoint
 COMMIT = "commit"  # every data file written and hashed; the manifest comes next

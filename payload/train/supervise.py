@@ -232,6 +232,7 @@ def main(args: Any) -> int:
     spare = telemetry.proc.pid if telemetry.proc is not None else None
     start = time.time()
     doc["start_time"] = start
+    env["GPUVET_LAUNCH_T"] = "%.6f" % start  # the ranks log their launch latency from it
     with open(os.path.join(args.out, stdout_name), "wb") as out, \
             open(os.path.join(args.out, stdout_name.replace("stdout", "stderr")), "wb") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,

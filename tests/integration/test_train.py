@@ -85,8 +85,16 @@ def test_each_node_restores_the_others_checkpoint(cluster: Cluster, tmp_path: Pa
     restored_on_2 = run.dir / "nodes" / "node1" / "train" / "restore" / "node2" / "rank0.jsonl"
     assert '"host": "node2"' in restored_on_2.read_text()
     ms = {(m.metric, m.nodes[0]): m.value for m in run.measurements()}
+    restarts = {m.nodes[0]: m for m in run.measurements() if m.metric == "restart_s"}
     for n in NODES:
         assert ms[("steps_lost", n)] == 2 and ms[("restart_s", n)] > 0
+        # where the restart went, as the restoring ranks timed it: torchrun's launch, the
+        # start-up stages, the warm-up pass, finding, verifying and loading the checkpoint
+        parts = restarts[n].tags
+        assert set(parts) >= {"launch_s", "init_s", "warmup_s", "verify_s", "load_s"}
+        assert 0 < parts["verify_s"] < parts["load_s"]
+        assert 0 < parts["launch_s"] + parts["init_s"] + parts["warmup_s"] + parts[
+            "load_s"] < parts["relaunch_to_first_step_s"]
         # the headline speed from the steps after the verified ones, out of deterministic
         # mode; the verified steps' own figures beside it
         speed = sorted((m.metric, m.tags["timed_in"], m.tags["deterministic"],

@@ -95,6 +95,29 @@ def test_captured_cpu_run_restores_bit_for_bit(fx: Path) -> None:
         assert f.evidence and all((fx / e).is_file() for e in f.evidence), f
 
 
+def test_the_restart_time_says_where_its_seconds_went(fx: Path) -> None:
+    def stamp(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "start":  # what the rank program logs since the start-up was timed
+            ev.update(launch_s=2.5, init_s={"import_torch": 1.25, "cuda_context": 0.0,
+                                            "process_group": 0.5, "model": 0.125})
+        return ev
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", stamp)  # b holds rank 0 in the restore
+    [r] = [m for m in judge(fx).measurements if m.metric == "restart_s"]
+    loaded = next(e for e in map(json.loads, (fx / "restore" / "b" / "rank0.jsonl").open())
+                  if e["event"] == "loaded")
+    warm = next(e for e in map(json.loads, (fx / "restore" / "b" / "rank0.jsonl").open())
+                if e["event"] == "warmup")
+    assert {k: r.tags[k] for k in ("launch_s", "init_s", "warmup_s", "verify_s", "load_s")} == {
+        "launch_s": 2.5, "init_s": 1.875, "warmup_s": warm["seconds"],
+        "verify_s": loaded["verify_s"], "load_s": loaded["load_s"]}
+    # a run from before the start-up was timed: no launch or init part, nothing invented
+    [old] = [m for m in judge(Path(shutil.copytree(FIX, fx.parent / "old"))).measurements
+             if m.metric == "restart_s"]
+    assert "launch_s" not in old.tags and "init_s" not in old.tags
+    assert old.tags["warmup_s"] == warm["seconds"]
+
+
 def test_a_changed_loss_after_restore_names_the_first_differing_step(fx: Path) -> None:
     def bump(ev: dict[str, Any]) -> dict[str, Any]:
         if ev["event"] == "step" and ev["step"] in (9, 11):
@@ -216,6 +239,41 @@ def test_nccl_warn_and_collective_timeout_lines(fx: Path) -> None:
     assert c["TRAIN_NCCL_WARN"].severity == "WARN" and c["TRAIN_NCCL_WARN"].details["line"] == 2
     assert c["TRAIN_NCCL_TIMEOUT"].severity == "FAIL"
     assert "torchrun.stderr:3" in c["TRAIN_NCCL_TIMEOUT"].message
+
+
+PEER_GONE = {"event": "error", "kind": "exception", "rank": 1, "t": 0, "type": "RuntimeError",
+             "message": "[gloo/transport/tcp/pair.cc:553] Connection closed by peer"}
+
+
+def test_a_peer_that_saw_the_kill_land_on_the_other_node_is_no_failure(fx: Path) -> None:
+    # rank 1 (node b) had logged the kill point, the commit of step 7, when rank 0's node was
+    # killed first: its collective failed before its own supervisor's SIGKILL
+    with (fx / "kill" / "b" / "rank1.jsonl").open("a") as f:
+        f.write(json.dumps(PEER_GONE) + "\n")
+    (fx / "kill" / "b" / "torchrun.stdout").write_text(
+        "b:1:9 [0] misc/socket.cc:72 NCCL WARN socketProgress: Connection closed by remote "
+        "peer\n")
+    c = codes(judge(fx))
+    assert "TRAIN_FAILED" not in c and "TRAIN_NCCL_WARN" not in c
+    assert c["TRAIN_RESTORE_OK"].severity == "PASS"
+    assert c["TRAIN_KILLED"].details["peers_saw_kill"] == ["rank 1 on b saw it (RuntimeError)"]
+    assert c["TRAIN_KILLED"].message.endswith("; rank 1 on b saw it (RuntimeError) before its "
+                                              "own kill")
+    # the same line outside the kill phase is a warning
+    (fx / "reference" / "b" / "torchrun.stdout").write_text(
+        (fx / "kill" / "b" / "torchrun.stdout").read_text())
+    assert codes(judge(fx, through="reference"))["TRAIN_NCCL_WARN"].severity == "WARN"
+
+
+def test_an_error_before_the_kill_point_is_a_failure(fx: Path) -> None:
+    # the same error logged before rank 1 reached the commit of step 7: the job broke by itself
+    edit(fx / "kill" / "b" / "rank1.jsonl",
+         lambda ev: None if ev["event"] in ("commit", "saving", "saved") or
+         ev.get("step", 0) > 6 else ev)
+    with (fx / "kill" / "b" / "rank1.jsonl").open("a") as f:
+        f.write(json.dumps(PEER_GONE) + "\n")
+    f = codes(judge(fx))["TRAIN_FAILED"]
+    assert f.severity == "FAIL" and "kill: RuntimeError on rank 1 on b" in f.message
 
 
 def test_a_kill_that_never_came_fails(fx: Path) -> None:
