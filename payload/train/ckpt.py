@@ -7,7 +7,8 @@ interrupted) and is skipped on restore; so is one whose files do not match
 their manifest. The ranks split the hashing between them, on save and on
 verify, and each hashes its share of the files on several threads (hashlib
 releases the GIL), so a large checkpoint costs each rank a fraction of one
-core's sha256 rate: a 12.6 GB checkpoint took 11 s to hash on one thread.
+core's sha256 rate: a 12.6 GB checkpoint took 11 s to hash on one thread. A restore
+reads the files on as many threads (:func:`reader`).
 
 The state digests recorded at save time and recomputed after a load prove the
 restore bit for bit: every tensor is reduced, where it lives, to two 64-bit
@@ -331,6 +332,46 @@ def find_complete(root: str, rank: int, world: int) -> Tuple[Optional[Tuple[int,
     return None, skipped
 
 
+def reader(path: str, threads: int = IO_THREADS) -> Any:
+    """DCP's FileSystemReader, reading its files on `threads` threads.
+
+    DCP reads a rank's files one after the other on one thread, each tensor
+    deserialised and copied to its device in turn: 10.6 s of a 12.6 GB restore on an
+    H200 host. Each file's items are handed to the stock reader on a thread of their own
+    (file reads, deserialisation and copies release the GIL); each item is still read
+    by DCP's own code. Where the reader lacks what this needs, it reads as it always has.
+    """
+    import dataclasses
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    class ThreadedReader(FileSystemReader):
+        def read_data(self, plan: Any, planner: Any) -> Any:
+            storage = getattr(self, "storage_data", None)
+            if threads <= 1 or storage is None or not hasattr(plan, "__dataclass_fields__"):
+                return super().read_data(plan, planner)
+            per_file: Dict[str, List[Any]] = {}
+            for item in plan.items:
+                per_file.setdefault(storage[item.storage_index].relative_path, []).append(item)
+            if len(per_file) <= 1:
+                return super().read_data(plan, planner)
+            from concurrent.futures import ThreadPoolExecutor
+
+            read = super().read_data
+            with ThreadPoolExecutor(max_workers=min(threads, len(per_file))) as pool:
+                done = [pool.submit(read, dataclasses.replace(plan, items=items), planner)
+                        for items in per_file.values()]
+                for fut in done:
+                    fut.result().wait()
+            from torch.futures import Future
+
+            out: Any = Future()
+            out.set_result(None)
+            return out
+
+    return ThreadedReader(path)
+
+
 def load(path: str, model: Any, optimizer: Any, rank: int) -> Dict[str, Any]:
     """Load model and optimizer in place; returns this rank's extra state."""
     import torch
@@ -339,7 +380,7 @@ def load(path: str, model: Any, optimizer: Any, rank: int) -> Dict[str, Any]:
 
     msd, osd = get_state_dict(model, optimizer)
     state: Dict[str, Any] = {"model": msd, "optim": osd}
-    dcp.load(state, checkpoint_id=path)
+    dcp.load(state, storage_reader=reader(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optim"])
     with open(os.path.join(path, extra_name(rank)), "rb") as f:

@@ -336,7 +336,7 @@ def test_restart_time_and_steps_lost(runs: dict[str, Replayed], name: str, unit:
     assert [m.value for m in ms if m.metric == "steps_lost"] == [last - K] == [2]
     [load] = [m for m in ms if m.metric == "ckpt_load_s"]
     assert load.value == first(events(rank_file(restored)), "loaded")["load_s"]
-    expected = {HOST_UNIT: 34.7, SIM_MULTI: 37.8, ONE_UNIT: 32.0}.get(unit) or {"sim-a": 39.5, "sim-b": 38.2}[
+    expected = {HOST_UNIT: 34.7, SIM_MULTI: 37.8, ONE_UNIT: 19.9}.get(unit) or {"sim-a": 39.5, "sim-b": 38.2}[
         str(node)]
     assert round(restart.value, 1) == expected
 
@@ -357,7 +357,7 @@ SHOWN = {
     "sim-a": (("0.2269", "0.2324", "72,207", "50.8%"), ("0.2044", "0.2112", "80,166", "56.4%")),
     "sim-b": (("0.2333", "0.2395", "70,232", "49.4%"), ("0.2083", "0.2177", "78,672", "55.4%")),
     "multi": (("1.372", "1.418", "11,945", "8.4%"), ("1.35", "1.399", "12,137", "8.5%")),
-    "h200-1gpu": (("0.2262", "0.2334", "72,430", "51.0%"), ("0.2037", "0.2141", "80,437", "56.6%")),
+    "h200-1gpu": (("0.2252", "0.2296", "72,755", "51.2%"), ("0.2021", "0.2161", "81,061", "57.0%")),
 }
 
 
@@ -501,7 +501,7 @@ THROTTLED = [  # (run, unit, reference folder, node, gpu, samples in the steps, 
     (SIM, SIM_SINGLE, "nodes/sim-b/train/reference/sim-b", "sim-b", 1, 7, 6, 21),
     (SIM, SIM_MULTI, "providers/h200-sim/train/multi/reference/sim-a", "sim-a", 0, 28, 26, 28),
     (SIM, SIM_MULTI, "providers/h200-sim/train/multi/reference/sim-b", "sim-b", 1, 28, 27, 27),
-    (ONE, ONE_UNIT, "nodes/h200-1gpu/train/reference/h200-1gpu", "h200-1gpu", 0, 7, 6, 29),
+    (ONE, ONE_UNIT, "nodes/h200-1gpu/train/reference/h200-1gpu", "h200-1gpu", 0, 7, 6, 30),
 ]
 
 
@@ -567,7 +567,7 @@ def test_the_runs_wall_times() -> None:
              for k in ("started", "finished")]
         return (t[1] - t[0]).total_seconds()
 
-    assert (wall(HOST), wall(SIM), wall(ONE)) == (150, 329, 133)
-    assert "train-one rc=0 wall=134 s" in (X1 / "one-console.txt").read_text()
+    assert (wall(HOST), wall(SIM), wall(ONE)) == (150, 329, 111)
+    assert "train-one rc=0 wall=112 s" in (X1 / "one-console.txt").read_text()
     assert "train-host rc=0 wall=152 s" in (X2 / "host-console.txt").read_text()
     assert "train-sim rc=0 wall=331 s" in (X2 / "sim-console.txt").read_text()

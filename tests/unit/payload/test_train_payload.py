@@ -179,6 +179,54 @@ def test_digest_sees_a_single_bit_and_ignores_nothing() -> None:
     assert ckpt.digest({"w": odd}) != ckpt.digest({"w": torch.ones(2, dtype=torch.bfloat16)})
 
 
+@pytest.mark.filterwarnings("ignore:torch.distributed is disabled")
+def test_the_threaded_reader_loads_every_file_bit_for_bit(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import threading
+
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    from payload.train import model
+
+    cfg = config.resolve({"model": "tiny"})
+    torch.manual_seed(1)
+    m = model.build(cfg, "cpu")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randint(0, cfg["vocab_size"], (2, cfg["seq_len"]))
+    m(x, x).backward()
+    opt.step()  # AdamW's moments exist
+    state = {"model": m.state_dict(), "optim": opt.state_dict()}
+    saved = ckpt.digest(state)
+    dcp.save(state, storage_writer=FileSystemWriter(str(tmp_path), thread_count=4))
+    assert len(list(tmp_path.glob("*.distcp"))) == 4
+
+    calls: list[tuple[int, int]] = []
+    stock = FileSystemReader.read_data
+
+    def spy(self: Any, plan: Any, planner: Any) -> Any:
+        calls.append((threading.get_ident(), len(plan.items)))
+        return stock(self, plan, planner)
+
+    monkeypatch.setattr(FileSystemReader, "read_data", spy)
+    torch.manual_seed(2)  # other weights, no moments: everything must come from the files
+    m2 = model.build(cfg, "cpu")
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=1e-3)
+    m2(x, x).backward()
+    opt2.step()
+    target = {"model": m2.state_dict(), "optim": opt2.state_dict()}
+    assert ckpt.digest(target) != saved
+    dcp.load(target, storage_reader=ckpt.reader(str(tmp_path), threads=4))
+    m2.load_state_dict(target["model"])
+    opt2.load_state_dict(target["optim"])
+    assert ckpt.digest({"model": m2.state_dict(), "optim": opt2.state_dict()}) == saved
+    # one call of DCP's reader per file, none on the calling thread
+    assert len(calls) == 4 and sum(n for _, n in calls) == len(
+        dcp.FileSystemReader(str(tmp_path)).read_metadata().storage_data)
+    assert threading.get_ident() not in {t for t, _ in calls}
+
+
 # --------------------------------------------------------------------------- events
 
 
