@@ -276,6 +276,42 @@ def test_an_error_before_the_kill_point_is_a_failure(fx: Path) -> None:
     assert f.severity == "FAIL" and "kill: RuntimeError on rank 1 on b" in f.message
 
 
+# rank 1's last event before its error: at the kill point (an echo), or one event short of
+# it (the job broke by itself); the kill is at step 7 (K=5, kill_offset 2)
+KILL_POINTS = [("after-step", ("step", 7), ("step", 6)),
+               ("mid-save", ("saving", 7), ("step", 7)),
+               ("before-manifest", ("commit", 7), ("saving", 7))]
+
+
+@pytest.mark.parametrize("kill,at,short", KILL_POINTS)
+def test_each_kill_point_tells_an_echo_from_a_failure(fx: Path, kill: str,
+                                                      at: tuple[str, int],
+                                                      short: tuple[str, int]) -> None:
+    suite = SUITE.model_copy(update={"train": SUITE.train.model_copy(update={"kill": kill})})
+    rank1 = fx / "kill" / "b" / "rank1.jsonl"
+    original = rank1.read_text()
+    for last, echo in ((at, True), (short, False)):
+        evs = [json.loads(line) for line in original.splitlines()]
+        cut = next(i for i, e in enumerate(evs) if (e["event"], e.get("step")) == last)
+        rank1.write_text("".join(json.dumps(e) + "\n" for e in [*evs[:cut + 1], PEER_GONE]))
+        c = codes(judge(fx, suite, through="kill"))
+        assert ("TRAIN_FAILED" not in c) is echo, (kill, last)
+        assert ("peers_saw_kill" in c["TRAIN_KILLED"].details if echo else
+                "TRAIN_KILLED" not in c), (kill, last)
+
+
+def test_an_error_past_the_kill_point_with_no_kill_is_a_failure(fx: Path) -> None:
+    # nobody was SIGKILLed: an error after the kill point is the job's own
+    for n in ("a", "b"):
+        sup = json.loads((fx / "kill" / n / "supervise.json").read_text())
+        sup.update(killed=False, kill_time=None, kill_event=None)
+        (fx / "kill" / n / "supervise.json").write_text(json.dumps(sup))
+    with (fx / "kill" / "b" / "rank1.jsonl").open("a") as f:
+        f.write(json.dumps(PEER_GONE) + "\n")
+    f = codes(judge(fx))["TRAIN_FAILED"]
+    assert "kill: RuntimeError on rank 1 on b: [gloo" in f.message
+
+
 def test_a_kill_that_never_came_fails(fx: Path) -> None:
     for n in ("a", "b"):
         doc = json.loads((fx / "kill" / n / "supervise.json").read_text())
