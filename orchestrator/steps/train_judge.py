@@ -463,14 +463,15 @@ class Judge:
                 continue
             started = float(tele.get("started") or 0)
             interval = float(tele.get("interval_s") or 1)
+            limits = gpu_limits(tele)
             for gpu, samples in series.items():
                 times = sample_times(samples, started, interval)
                 window = [s for s, t in zip(samples, times, strict=True)
                           if t_first - interval <= t <= t_last + interval]
-                self._judge_gpu(n.node, gpu, window, path, len(samples))
+                self._judge_gpu(n.node, gpu, window, path, len(samples), limits.get(gpu))
 
     def _judge_gpu(self, node: str, gpu: int, window: list[dict[str, Any]], path: Path,
-                   total: int) -> None:
+                   total: int, limits: dict[str, Any] | None = None) -> None:
         th = self.params.thresholds
         if not window:
             self.add("TRAIN_TELEMETRY_SHORT", "INFO", f"{node} GPU {gpu}: none of {total} "
@@ -512,10 +513,11 @@ class Judge:
         if throttled:
             s = throttled[0]
             why = s.get("slowdown") or [k for k in ("pviol", "tviol") if (s.get(k) or 0) > 0]
-            self.add("TRAIN_THROTTLED", "WARN", f"{node} GPU {gpu}: throttled in "
+            severity, more, known = throttle_verdict(throttled, limits)
+            self.add("TRAIN_THROTTLED", severity, f"{node} GPU {gpu}: throttled in "
                      f"{len(throttled)} of {len(window)} samples while training "
-                     f"({', '.join(map(str, why))}, line {s.get('line')})", [path], gpu=gpu,
-                     samples=len(throttled), line=s.get("line"))
+                     f"({', '.join(map(str, why))}, line {s.get('line')}){more}", [path],
+                     gpu=gpu, samples=len(throttled), line=s.get("line"), **known)
 
     # ------------------------------------------------------------------ kill
 
@@ -846,6 +848,47 @@ def read_telemetry(path: Path, source: str, rel: str) -> dict[int, list[dict[str
             "pclk": g.clocks_sm_mhz, "mclk": g.clocks_mem_mhz, "line": i,
             "slowdown": reasons.slowdown if reasons is not None else []})
     return out
+
+
+# a power-capped GPU whose SM clock stays at or above this share of its maximum runs at its
+# rated power: dense bf16 work holds an H200 at its 700 W limit at 1700-1900 of 1980 MHz
+POWER_CAPPED_CLOCK_SHARE = 0.8
+_POWER_ONLY = {"SwPowerCap"}
+
+
+def gpu_limits(tele: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each GPU's maximum SM clock and power limits, as the supervisor read them (by index)."""
+    rows = (tele.get("limits") or {}).get("gpus") or []
+    return {int(r["index"]): r for r in rows if isinstance(r, dict)
+            and isinstance(r.get("index"), int)}
+
+
+def throttle_verdict(throttled: list[dict[str, Any]], limits: dict[str, Any] | None
+                     ) -> tuple[Severity, str, dict[str, Any]]:
+    """WARN, or INFO for a GPU that only sat at its full power limit with its clock near the
+    maximum (its rated power, not a fault); the message's tail and the details that say so.
+    Thermal or hardware slowdown, a lowered power limit, a clock held far below its maximum,
+    or limits that could not be read stay WARN."""
+    power_only = all((s.get("tviol") or 0) <= 0 and set(s.get("slowdown") or []) <= _POWER_ONLY
+                     for s in throttled)
+    if not limits or not power_only:
+        return "WARN", "", {}
+    top, limit, default = (limits.get(k) for k in ("max_sm_clock_mhz", "power_limit_w",
+                                                  "default_power_limit_w"))
+    clocks = [float(s["pclk"]) for s in throttled if s.get("pclk") is not None]
+    if not top or not limit or not clocks:
+        return "WARN", "", {}
+    clock = statistics.median(clocks)
+    known = {"sm_clock_mhz": clock, "max_sm_clock_mhz": top, "power_limit_w": limit,
+             "default_power_limit_w": default}
+    if default and limit < 0.99 * default:
+        return "WARN", (f"; its power limit is {limit:.0f} W, below its default "
+                        f"{default:.0f} W"), known
+    if clock >= POWER_CAPPED_CLOCK_SHARE * top:
+        return "INFO", (f"; at its full power limit ({limit:.0f} W) with the SM clock at "
+                        f"{clock:.0f} of {top:.0f} MHz: its rated power, not a fault"), known
+    return "WARN", (f"; held at its {limit:.0f} W power limit with the SM clock at "
+                    f"{clock:.0f} of {top:.0f} MHz"), known
 
 
 def storage_findings(judge: Judge, node: str, doc: dict[str, Any], probe_file: Path,

@@ -1,7 +1,10 @@
 """GPU telemetry sampled while a training job runs: the recipe's
 ``nvidia-smi dmon -s pucvmet -d 1 -o T``, or a ``--query-gpu`` loop where dmon
 is absent or refuses to run (some vGPU and MIG setups), or a note saying why
-there is none. The raw output is the record; the controller parses it.
+there is none. The raw output is the record; the controller parses it. Beside
+it, each GPU's maximum SM clock and its power limits (enforced and default),
+read once per job: what tells a GPU running at its rated power from one held
+back.
 
 Standard library only, Python 3.8 compatible.
 """
@@ -17,6 +20,8 @@ from payload.proc import which
 DMON_FIELDS = "pucvmet"
 QUERY_FIELDS = ("timestamp,index,utilization.gpu,utilization.memory,power.draw,temperature.gpu,"
                 "clocks.sm,clocks.mem,clocks_throttle_reasons.active,memory.used")
+LIMIT_FIELDS = "index,clocks.max.sm,power.limit,power.default_limit"
+LIMIT_KEYS = ("max_sm_clock_mhz", "power_limit_w", "default_power_limit_w")
 # a dmon that dies this fast did not start (unsupported, no permission)
 _START_CHECK_S = 1.5
 
@@ -41,6 +46,41 @@ def query_argv(interval_s: int, ids: Optional[str]) -> List[str]:
     return argv + (["-i", ids] if ids else [])
 
 
+def limits_argv(ids: Optional[str]) -> List[str]:
+    argv = ["nvidia-smi", "--query-gpu=" + LIMIT_FIELDS, "--format=csv,noheader,nounits"]
+    return argv + (["-i", ids] if ids else [])
+
+
+def parse_limits(text: str) -> List[Dict[str, Any]]:
+    """Rows of the limits query; a value nvidia-smi cannot give ([N/A]) is None."""
+    out = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 1 + len(LIMIT_KEYS) or not cells[0].isdigit():
+            continue
+        row: Dict[str, Any] = {"index": int(cells[0])}
+        for i, key in enumerate(LIMIT_KEYS):
+            try:
+                row[key] = float(cells[1 + i])
+            except ValueError:
+                row[key] = None
+        out.append(row)
+    return out
+
+
+def read_limits(env: Dict[str, str], timeout_s: float = 15.0) -> Dict[str, Any]:
+    try:
+        res = subprocess.run(limits_argv(gpu_ids(env)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=env,
+                             timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"gpus": [], "error": "%s: %s" % (type(exc).__name__, exc)}
+    if res.returncode != 0:
+        tail = res.stderr.decode("utf-8", "replace").strip()[-300:]
+        return {"gpus": [], "error": "exit %d: %s" % (res.returncode, tail or "no message")}
+    return {"gpus": parse_limits(res.stdout.decode("utf-8", "replace")), "error": None}
+
+
 class Telemetry:
     """One sampler process for the length of a job, writing into ``out_dir``."""
 
@@ -54,6 +94,7 @@ class Telemetry:
         self.file: Optional[str] = None
         self.note: Optional[str] = None
         self.started: Optional[float] = None
+        self.limits: Optional[Dict[str, Any]] = None
 
     def _spawn(self, argv: List[str], path: str) -> Optional["subprocess.Popen[bytes]"]:
         with open(path, "wb") as out, open(path + ".stderr", "wb") as err:
@@ -86,7 +127,8 @@ class Telemetry:
             proc = self._spawn(argv, path)
             if proc is not None:
                 self.proc, self.source, self.file = proc, source, name
-                return self.describe()
+                break
+        self.limits = read_limits(self.env)
         return self.describe()
 
     def stop(self) -> Dict[str, Any]:
@@ -104,4 +146,4 @@ class Telemetry:
 
     def describe(self) -> Dict[str, Any]:
         return {"source": self.source, "file": self.file, "note": self.note,
-                "interval_s": self.interval_s, "started": self.started}
+                "interval_s": self.interval_s, "started": self.started, "limits": self.limits}

@@ -419,6 +419,55 @@ def test_throttling_in_the_training_window_is_reported(fx: Path) -> None:
     assert "pviol" in f.message and f.details["line"] == 7
 
 
+def throttled_dmon(pclk: int, tviol: int = 0) -> str:
+    """14 samples of GPU 0; three (lines 7-9) at the power limit (pviol 40), their SM
+    clocks pclk - 100, pclk + 300, pclk: a median of pclk."""
+    clocks = {4: pclk - 100, 5: pclk + 300, 6: pclk}
+    return ("#Time        gpu    pwr  gtemp     sm   pclk   mclk  pviol  tviol\n"
+            "#HH:MM:SS    Idx      W      C      %    MHz    MHz      %   bool\n"
+            + "".join(f"12:00:{k:02d}      0    690     71     99   "
+                      f"{clocks.get(k, 1980)}   3201      "
+                      f"{40 if 4 <= k <= 6 else 0}      {tviol if k == 5 else 0}\n"
+                      for k in range(14)))
+
+
+def with_limits(root: Path, limits: dict[str, Any] | None) -> None:
+    for n in ("a", "b"):
+        doc = json.loads((root / "reference" / n / "supervise.json").read_text())
+        doc["telemetry"]["limits"] = limits
+        (root / "reference" / n / "supervise.json").write_text(json.dumps(doc))
+
+
+H200_LIMITS = {"index": 0, "max_sm_clock_mhz": 1980.0, "power_limit_w": 700.0,
+               "default_power_limit_w": 700.0}
+
+
+@pytest.mark.parametrize("pclk,tviol,limit,severity,tail", [
+    # at its full limit, the clock near its maximum: the rated power of dense work
+    (1800, 0, {}, "INFO", "; at its full power limit (700 W) with the SM clock at 1800 of 1980 "
+                          "MHz: its rated power, not a fault"),
+    (1584, 0, {}, "INFO", "at 1584 of 1980 MHz"),  # exactly 80% of the maximum
+    (1583, 0, {}, "WARN", "; held at its 700 W power limit with the SM clock at 1583 of 1980 MHz"),
+    (1800, 0, {"power_limit_w": 500.0}, "WARN",
+     "; its power limit is 500 W, below its default 700 W"),
+    (1800, 1, {}, "WARN", "(pviol, line 7)"),  # thermal: always a warning
+    (1800, 0, None, "WARN", "(pviol, line 7)"),  # limits unknown: as before
+])
+def test_a_power_limit_alone_is_told_from_a_gpu_held_back(
+        fx: Path, pclk: int, tviol: int, limit: dict[str, float] | None, severity: str,
+        tail: str) -> None:
+    as_gpu(fx, throttled_dmon(pclk, tviol))
+    with_limits(fx, None if limit is None else {"error": None,
+                                                "gpus": [{**H200_LIMITS, **limit}]})
+    f = codes(judge(fx, through="reference"))["TRAIN_THROTTLED"]
+    assert f.severity == severity and tail in f.message, f.message
+    assert f.details["samples"] == 3 and f.details["line"] == 7
+    if limit is not None and not tviol:
+        assert f.details["sm_clock_mhz"] == pclk and f.details["max_sm_clock_mhz"] == 1980
+    else:
+        assert "sm_clock_mhz" not in f.details
+
+
 def test_no_telemetry_is_said_and_an_unknown_gpu_gets_no_mfu(fx: Path) -> None:
     as_gpu(fx, None)
     for n, r in (("a", 0), ("b", 1)):

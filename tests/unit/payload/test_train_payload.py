@@ -321,6 +321,8 @@ def _fake_smi(bin_dir: Path, dmon_ok: bool) -> None:
     script.write_text(
         "#!/bin/sh\n"
         'echo "$@" >> "$(dirname "$0")/calls"\n'
+        'case "$1" in --query-gpu=index,clocks.max.sm*)\n'
+        '  echo "1, 1980, 700.00, 700.00"; echo "2, 1980, [N/A], 700.00"; exit 0;; esac\n'
         'if [ "$1" = dmon ]; then\n'
         + ('  echo "#Time gpu sm"; echo "#HH:MM:SS Idx %"; while true; do '
            'echo "12:00:00 0 97"; sleep 0.2; done\n' if dmon_ok else
@@ -346,6 +348,14 @@ def test_telemetry_prefers_dmon_and_falls_back_to_a_query_loop(tmp_path: Path,
     assert "dmon -s pucvmet -d 1 -o T -i 1" in calls  # only this node's GPU
     if not dmon_ok:
         assert "exited with 3: Not supported" in (t.note or "")
+    # each GPU's clock and power limits, read once beside the samples
+    assert "--query-gpu=index,clocks.max.sm,power.limit,power.default_limit " \
+        "--format=csv,noheader,nounits -i 1" in calls
+    assert desc["limits"] == {"error": None, "gpus": [
+        {"index": 1, "max_sm_clock_mhz": 1980.0, "power_limit_w": 700.0,
+         "default_power_limit_w": 700.0},
+        {"index": 2, "max_sm_clock_mhz": 1980.0, "power_limit_w": None,
+         "default_power_limit_w": 700.0}]}
 
 
 def test_no_nvidia_smi_is_said_not_guessed(tmp_path: Path) -> None:
@@ -353,6 +363,17 @@ def test_no_nvidia_smi_is_said_not_guessed(tmp_path: Path) -> None:
     desc = t.start()
     t.stop()
     assert desc["source"] is None and desc["note"] == "no GPU telemetry: nvidia-smi not found"
+    assert desc["limits"] is None
+
+
+def test_limits_that_cannot_be_read_say_why(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text('#!/bin/sh\necho "NVIDIA-SMI has failed" >&2; exit 9\n')
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    got = telemetry.read_limits({"PATH": str(bin_dir)})
+    assert got == {"gpus": [], "error": "exit 9: NVIDIA-SMI has failed"}
+    assert telemetry.parse_limits("0, 1980, 700.00\nGPU 0: bad\n") == []  # short rows skipped
 
 
 # --------------------------------------------------------------------------- probe
