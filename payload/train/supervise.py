@@ -11,9 +11,9 @@ supervisor makes itself a child subreaper, collects every descendant and
 kills all their process groups at once.
 
 Prints one JSON document (also written to ``supervise.json``): exit status,
-whether and when it killed, the telemetry source, wall times. Times are this
-node's clock (``time.time()``); the controller only subtracts times taken on
-one node.
+whether and when it killed, the telemetry source and the GPUs' clock and power
+limits, wall times. Times are this node's clock (``time.time()``); the
+controller only subtracts times taken on one node.
 
 Standard library only, Python 3.8 compatible.
 """
