@@ -162,17 +162,23 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     from orchestrator.steps import nccl as nccl_step
     from orchestrator.steps import preflight as preflight_step
 
+    def shown(step: str) -> ProgressHook | None:  # one display: each line says its step
+        if progress is None:
+            return None
+        hook = progress
+        return lambda who, state: hook(f"{step} {who}", state)
+
     out = Outcome()
-    preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=progress)
+    preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
-    nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=progress)
+    nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=shown("nccl"))
     out.steps.append("nccl")
     if torch:
-        torch_without_builds(inv, nodes, run, suite, pool, progress)
+        torch_without_builds(inv, nodes, run, suite, pool, shown("nccl"))
     if wants_train(suite, train):
         from orchestrator.steps import train as train_step
 
-        train_step.run_train(inv, nodes, run, suite, pool=pool, progress=progress)
+        train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"))
         out.steps.append("train")
     out.evaluation, out.findings = judge(run, settings, last=last, min_size=min_size)
     out.steps.append("regress")

@@ -68,6 +68,12 @@ def test_second_run_over_a_throttled_link_regresses_and_a_concurrent_one_is_refu
     assert prov["verdict"] == "NOT ENOUGH DATA"  # nothing to compare with yet
     codes = {f["code"] for f in doc["findings"]}
     assert {"NCCL_BUILD_FAILED", "NCCL_TORCH_ONLY", "NVIDIA_DRIVER_MISSING"} <= codes
+    # progress on stderr (not a terminal: plain lines), each line naming its step, the
+    # torch fallback's multi-node unit included
+    lines = first.stderr.splitlines()
+    assert lines[0] == "pipeline: 2 node(s)"
+    assert {"  preflight node:node1: done", "  preflight node:node2: done",
+            "  nccl provider:testlab/torch-multi: done"} <= set(lines), lines
     tests = doc["regress"]["tests"]
     assert {t["size"] for t in tests} == {256 << 10, 512 << 10, 1 << 20}
     assert {(t["engine"], t["verdict"], t["n_cur"], t["n_base"]) for t in tests} == {

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The whole pipeline on a one-GPU host with the local executor: preflight, nccl-tests
+# (built from a source archive the controller pushes: the host has no network), the
+# training step (the 1b preset, bf16, compiled, the full protocol) and regress, in one run;
+# then the same pipeline interrupted with SIGINT while it trains, to see the run marked
+# interrupted, exit 130, the lock released and no process left behind.
+#
+#   OUT=/tmp/pv NCCL_SOURCE=.snapshots/nccl-tests.tar.gz scripts/gpu-pipeline-validate.sh
+# (a dry run without a GPU: PY=.venv/bin/python NODE_PYTHON=$PWD/.venv/bin/python MODEL=tiny)
+set -u
+PY=${PY:-python3}
+OUT=${OUT:-/tmp/gpuvet-pipeline-validate}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0 NCCL_MNNVL_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
+  NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=200
+if [ -d .whl ] && ! "$PY" -c 'import pydantic, ruamel.yaml, click' 2>/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+rm -rf /tmp/gpuvet-local
+INV=$OUT/one.yaml SUITE=$OUT/suite-pipeline.yaml R=$OUT/results
+cat > "$INV" <<'YAML'
+version: 1
+providers:
+  h200-one:
+    executor: local
+    expect: {gpu_model: H200, gpus_per_node: 1}
+    nodes:
+      - {name: h200-1gpu, work_dir: /tmp/gpuvet-local/one/work, ckpt_dir: /tmp/gpuvet-local/one/ckpt}
+YAML
+[ -n "${NODE_PYTHON:-}" ] && sed -i "s#work_dir: /tmp/gpuvet-local/one/work,#python: $NODE_PYTHON, &#" "$INV"
+cat > "$SUITE" <<YAML
+name: pipeline-1b-h200
+nccl:
+  max_bytes: 128M
+  build_timeout_s: 500
+  source: {local_path: $(realpath "${NCCL_SOURCE:-.snapshots/nccl-tests.tar.gz}")}
+train:
+  model: ${MODEL:-1b}
+  steps: 20
+  ckpt_step: 8
+  kill: before-manifest
+  kill_offset: 2
+  timeout_s: 540
+YAML
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+nvidia-smi -L | tee "$OUT/gpus.txt"
+t0=$SECONDS
+"$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" -v --json \
+  > "$OUT/pipeline.json" 2> >(stamp > "$OUT/pipeline.stderr")
+echo "pipeline rc=$? wall=$((SECONDS - t0)) s" | tee "$OUT/steps.txt"
+# the same again, interrupted while it trains
+"$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" \
+  > "$OUT/interrupted.txt" 2>&1 &
+pid=$!
+for _ in $(seq 1 400); do  # until the second run's reference has logged a step
+  if [ "$(ls -d "$R"/2* 2>/dev/null | wc -l)" -ge 2 ]; then
+    id=$(basename "$(ls -d "$R"/2* | sort | tail -1)")
+    grep -qs '"event": "step"' /tmp/gpuvet-local/one/work/train-runs/"$id"/*/reference/rank0.jsonl \
+      && break
+  fi
+  sleep 0.5
+done
+kill -INT $pid; wait $pid
+echo "interrupted rc=$? after $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
+sleep 2
+echo "left behind: $(pgrep -fa 'payload train|torch.distributed.run|all_reduce_perf|nvidia-smi dmon' | grep -v pgrep | wc -l) process(es)" | tee -a "$OUT/steps.txt"
+"$PY" - "$R" <<'PY' | tee -a "$OUT/steps.txt"
+import json, pathlib, sys
+for run in sorted(pathlib.Path(sys.argv[1]).glob("2*")):
+    meta = json.loads((run / "run.json").read_text())
+    fs = [json.loads(l) for l in (run / "findings.jsonl").read_text().splitlines()] \
+        if (run / "findings.jsonl").is_file() else []
+    bad = [f"{f['severity']} {f['code']}" for f in fs if f["severity"] in ("FAIL", "WARN")]
+    print(run.name, meta["status"], meta.get("started"), meta.get("finished"),
+          "lock" if (run / ".lock").exists() and (run / ".lock").stat().st_size else "",
+          sorted(set(bad)))
+PY
+ls -la "$R" | head; [ -s "$R/pipeline.lock" ] && echo "pipeline.lock: $(cat "$R/pipeline.lock")"
+"$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" --no-train \
+  > "$OUT/third.txt" 2>&1
+echo "a third pipeline (--no-train) rc=$? (2 would be the lock still held)" | tee -a "$OUT/steps.txt"
+tar czf "$OUT/results.tar.gz" -C "$OUT" results pipeline.json pipeline.stderr interrupted.txt \
+  third.txt
