@@ -5,7 +5,8 @@
 # then the same pipeline interrupted with SIGINT while it trains, to see the run marked
 # interrupted, exit 130, the lock released and no process left behind.
 #
-#   OUT=/tmp/pv NCCL_SOURCE=.snapshots/nccl-tests.tar.gz scripts/gpu-pipeline-validate.sh
+#   OUT=/tmp/pv NCCL_SOURCE=.snapshots/nccl-tests.tar.gz [STEPS='full interrupt'] \
+#     scripts/gpu-pipeline-validate.sh
 # (a dry run without a GPU: PY=.venv/bin/python NODE_PYTHON=$PWD/.venv/bin/python MODEL=tiny)
 set -u
 PY=${PY:-python3}
@@ -47,23 +48,31 @@ YAML
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 nvidia-smi -L | tee "$OUT/gpus.txt"
 t0=$SECONDS
-"$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" -v --json \
-  > "$OUT/pipeline.json" 2> >(stamp > "$OUT/pipeline.stderr")
-echo "pipeline rc=$? wall=$((SECONDS - t0)) s" | tee "$OUT/steps.txt"
-# the same again, interrupted while it trains
+runs() { ls -d "$R"/2* 2>/dev/null | wc -l; }
+if [[ " ${STEPS:-full interrupt} " == *" full "* ]]; then
+  "$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" -v --json \
+    > "$OUT/pipeline.json" 2> >(stamp > "$OUT/pipeline.stderr")
+  echo "pipeline rc=$? wall=$((SECONDS - t0)) s" | tee "$OUT/steps.txt"
+fi
+[[ " ${STEPS:-full interrupt} " == *" interrupt "* ]] || exit 0
+# the same again, interrupted (SIGINT, as Ctrl-C sends) while it trains; job control on,
+# or the shell would start the background job with SIGINT ignored
+before=$(runs)
+set -m
 "$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" \
   > "$OUT/interrupted.txt" 2>&1 &
 pid=$!
-for _ in $(seq 1 400); do  # until the second run's reference has logged a step
-  if [ "$(ls -d "$R"/2* 2>/dev/null | wc -l)" -ge 2 ]; then
+set +m
+for _ in $(seq 1 400); do  # until the new run's reference has logged a step
+  if [ "$(runs)" -gt "$before" ]; then
     id=$(basename "$(ls -d "$R"/2* | sort | tail -1)")
     grep -qs '"event": "step"' /tmp/gpuvet-local/one/work/train-runs/"$id"/*/reference/rank0.jsonl \
       && break
   fi
   sleep 0.5
 done
-kill -INT $pid; wait $pid
-echo "interrupted rc=$? after $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"
+kill -INT $pid; t1=$SECONDS; wait $pid
+echo "interrupted rc=$? $((SECONDS - t1)) s after the SIGINT" | tee -a "$OUT/steps.txt"
 sleep 2
 echo "left behind: $(pgrep -fa 'payload train|torch.distributed.run|all_reduce_perf|nvidia-smi dmon' | grep -v pgrep | wc -l) process(es)" | tee -a "$OUT/steps.txt"
 "$PY" - "$R" <<'PY' | tee -a "$OUT/steps.txt"
@@ -81,5 +90,5 @@ ls -la "$R" | head; [ -s "$R/pipeline.lock" ] && echo "pipeline.lock: $(cat "$R/
 "$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" --no-train \
   > "$OUT/third.txt" 2>&1
 echo "a third pipeline (--no-train) rc=$? (2 would be the lock still held)" | tee -a "$OUT/steps.txt"
-tar czf "$OUT/results.tar.gz" -C "$OUT" results pipeline.json pipeline.stderr interrupted.txt \
-  third.txt
+tar czf "$OUT/results.tar.gz" -C "$OUT" results $(cd "$OUT" && ls pipeline.json \
+  pipeline.stderr interrupted.txt third.txt 2>/dev/null)

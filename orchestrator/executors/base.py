@@ -286,10 +286,19 @@ class Named(Protocol):
 N = TypeVar("N", bound=Named)
 _DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 _LIVE_POOLS: weakref.WeakSet[ExecutorPool] = weakref.WeakSet()
+# set by an interrupt until the next top-level fanout: workers still running see it, start
+# no more commands, and the step driver writes no records of theirs
+_INTERRUPTED = threading.Event()
+
+
+def interrupted() -> bool:
+    """Whether an interrupt (SIGINT, SIGTERM) is stopping the work in progress."""
+    return _INTERRUPTED.is_set()
 
 
 def cancel_all() -> None:
     """Kill every command in flight on every node (an interrupt: nothing else will wait)."""
+    _INTERRUPTED.set()
     pools = list(_LIVE_POOLS)
     threads = [threading.Thread(target=p.cancel, daemon=True) for p in pools]
     for t in threads:
@@ -304,14 +313,17 @@ def fanout(nodes: Sequence[N], fn: Callable[[N], T], *, concurrency: int = 32,
 
     On SIGINT/SIGTERM (raised in the calling thread) no further node is started,
     the commands running on the nodes are killed with their process groups, and
-    the interrupt goes on up once the workers have returned.
+    the interrupt goes on up once the workers have returned. A fanout inside a
+    worker (a unit's own phases) starts nothing more once an interrupt is on.
     """
     group: GroupResult[T] = GroupResult()
     lock = threading.Lock()
     stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        _INTERRUPTED.clear()  # a new operation; nested fanouts run in worker threads
 
     def one(node: N) -> None:
-        if stop.is_set():
+        if stop.is_set() or _INTERRUPTED.is_set():
             return  # interrupted before this node started: nothing to record
         if progress:
             progress(node.name, "start")

@@ -21,7 +21,7 @@ from typing import Any
 
 from orchestrator.errors import GpuvetError, StepError, StoreError
 from orchestrator.executors import ExecutorPool, fanout, options_for
-from orchestrator.executors.base import ProgressHook, is_unreachable
+from orchestrator.executors.base import ProgressHook, interrupted, is_unreachable
 from orchestrator.inventory import Inventory, Node
 from orchestrator.records import Finding, Measurement, Stage, finding
 from orchestrator.store import Run
@@ -126,6 +126,10 @@ def drive(run: Run, step: str, units: Sequence[Unit], *, concurrency: int,
         note = (lambda text, key=u.key: progress(key, text)) if progress is not None else None
         tracker = trackers.setdefault(u.key, StageTracker(note))
         res = u.work(tracker)
+        if interrupted():
+            # what the unit judged was cut short by the interrupt (its commands killed):
+            # no records, not done, so --resume runs it again
+            raise StepError("interrupted: the unit's results are not recorded")
         for f in res.findings:
             f.unit_key = u.key
         for m in res.measurements:

@@ -88,3 +88,66 @@ def test_closed_stdout_does_not_leave_a_run_running(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
     (run,) = [p for p in results.iterdir() if p.is_dir()]
     assert json.loads((run / "run.json").read_text())["status"] == "passed"
+
+
+SLOW_TRAINER = """#!/bin/sh
+# a user's trainer, slow enough to be interrupted: step lines, a checkpoint at step 4,
+# --resume; the marker lets the test prove this very process gone
+start=1
+if [ "$1" = "--resume" ] && [ -f "$GPUVET_CKPT_DIR/state" ]; then
+  start=$(( $(cat "$GPUVET_CKPT_DIR/state") + 1 ))
+fi
+i=$start
+while [ $i -le 8 ]; do
+  echo "step=$i"
+  if [ $i -eq 4 ]; then echo $i > "$GPUVET_CKPT_DIR/state"; fi
+  sleep $DELAY
+  i=$(( i + 1 ))
+done
+"""
+
+
+def test_sigint_mid_training_records_nothing_of_the_unit_and_resume_runs_it(
+        tmp_path: Path) -> None:
+    delay = f"0.3{os.getpid()}"  # also the marker of the trainer's sleeps
+    trainer = tmp_path / "trainer.sh"
+    trainer.write_text(SLOW_TRAINER.replace("$DELAY", delay))
+    trainer.chmod(0o755)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nproviders:\n  p:\n    executor: local\n    nodes:\n"
+                   f"      - {{name: n1, python: {sys.executable}, work_dir: {tmp_path}/w1}}\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(f"train:\n  command: {trainer}\n  resume_flag: --resume\n"
+                     "  command_kill_after_step: 6\n  timeout_s: 120\n")
+    results = tmp_path / "results"
+    argv = [str(GPUVET), "train", "-i", str(inv), "--suite", str(suite), "--results",
+            str(results)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def stepping() -> bool:  # the reference phase is under way
+            out = list((tmp_path / "w1" / "train-runs").glob("*/n1/reference/command.stdout"))
+            return bool(out) and "step=2" in out[0].read_text()
+
+        wait_for(stepping)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (out, err)
+    wait_for(lambda: not sleepers(delay), timeout=10)  # the trainer was killed
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    assert json.loads((run / "run.json").read_text())["status"] == "interrupted"
+    # the phase the interrupt cut short is not judged: no failure of the user's command,
+    # and the unit is not done
+    text = (run / "findings.jsonl").read_text() if (run / "findings.jsonl").exists() else ""
+    assert "TRAIN_" not in text, text
+    assert not (run / "nodes" / "n1" / "train" / "done.json").exists()
+    # --resume runs the unit again, from its reference phase, to the end
+    res = subprocess.run([*argv, "--resume", run.name], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    codes = [json.loads(line)["code"] for line in (run / "findings.jsonl").read_text()
+             .splitlines()]
+    assert "TRAIN_RESTORE_OK" in codes and "TRAIN_COMMAND_FAILED" not in codes, codes
+    assert (run / "nodes" / "n1" / "train" / "done.json").exists()
