@@ -62,6 +62,19 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--resume-flag", help="appended to --command in the restore phase")
 
 
+class Stopped(Exception):
+    """SIGTERM or SIGHUP to the supervisor (the controller interrupted, the SSH session
+    went): the job it started dies with it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__("signal %d" % signum)
+        self.signum = signum
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise Stopped(signum)
+
+
 def _set_subreaper() -> bool:
     """Orphans of the job (workers whose torchrun died) become our children, not init's."""
     try:
@@ -230,6 +243,11 @@ def main(args: Any) -> int:
                            "timed_out": False, "last_step": None}
     doc["telemetry"] = telemetry.start()
     spare = telemetry.proc.pid if telemetry.proc is not None else None
+    # torchrun, its workers and the sampler run in sessions of their own: a signal to our
+    # process group does not reach them, so a TERM or HUP (the controller's interrupt, a
+    # dropped SSH session) is turned into killing them here
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     start = time.time()
     doc["start_time"] = start
     env["GPUVET_LAUNCH_T"] = "%.6f" % start  # the ranks log their launch latency from it
@@ -252,8 +270,11 @@ def main(args: Any) -> int:
                     doc["kill_groups"] = kill_tree(proc, spare)
                     doc["killed"] = True
                 time.sleep(POLL_S)
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Stopped) as exc:
             kill_tree(proc, spare)
+            telemetry.stop()
+            if isinstance(exc, Stopped):
+                return 128 + exc.signum  # after the cleanup below
             raise
         finally:
             proc.wait()

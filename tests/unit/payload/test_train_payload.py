@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -302,6 +303,47 @@ def test_kill_tree_reaches_workers_in_their_own_sessions(tmp_path: Path) -> None
     assert len(out["kids"]) == 2
     assert len(out["groups"]) == 3  # the leader's group and each worker's session
     assert not any(_alive(p) for p in out["kids"])
+
+
+_SESSIONS_JOB = (
+    "import os, subprocess, sys, time\n"
+    "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+    " start_new_session=True) for _ in range(2)]\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(' '.join(str(k.pid) for k in kids))\n"
+    "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    "time.sleep(120)\n")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_a_supervisor_told_to_stop_takes_its_whole_job_with_it(tmp_path: Path,
+                                                               sig: signal.Signals) -> None:
+    """The controller's interrupt TERMs the supervisor's process group (a dropped SSH
+    session HUPs it); the job's processes live in sessions of their own, out of that
+    group's reach, and must die with the supervisor rather than go on holding the GPUs."""
+    job = tmp_path / "job.py"
+    job.write_text(_SESSIONS_JOB)
+    pids = tmp_path / "pids"
+    cmd = f"{sys.executable} {job} {pids}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "payload", "train-supervise", "--out", str(tmp_path / "out"),
+         "--phase", "reference", f"--command={cmd}", "--timeout", "120"],
+        cwd=str(ROOT), start_new_session=True, env={**os.environ, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not pids.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kids = [int(p) for p in pids.read_text().split()]
+        assert len(kids) == 2 and all(_alive(k) for k in kids)
+        os.killpg(proc.pid, sig)
+        assert proc.wait(timeout=20) == 128 + sig.value
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(k) for k in kids)
 
 
 def _alive(pid: int) -> bool:
