@@ -73,8 +73,11 @@ for _ in $(seq 1 400); do  # until the new run's reference has logged a step
 done
 kill -INT $pid; t1=$SECONDS; wait $pid
 echo "interrupted rc=$? $((SECONDS - t1)) s after the SIGINT" | tee -a "$OUT/steps.txt"
-sleep 2
-echo "left behind: $(pgrep -fa 'payload train|torch.distributed.run|all_reduce_perf|nvidia-smi dmon' | grep -v pgrep | wc -l) process(es)" | tee -a "$OUT/steps.txt"
+left() { pgrep -fa 'payload train|torch.distributed.run|all_reduce_perf|nvidia-smi dmon' \
+  | grep -v pgrep; }
+for _ in $(seq 1 20); do [ -z "$(left)" ] && break; sleep 0.5; done
+echo "left behind after $((SECONDS - t1)) s: $(left | wc -l) process(es)" | tee -a "$OUT/steps.txt"
+left | cut -c1-200 | tee -a "$OUT/steps.txt"
 "$PY" - "$R" <<'PY' | tee -a "$OUT/steps.txt"
 import json, pathlib, sys
 for run in sorted(pathlib.Path(sys.argv[1]).glob("2*")):
