@@ -26,7 +26,7 @@ from orchestrator.suite import PreflightParams
 from payload.ncclbuild import nccl_wheel
 from payload.probes import count_visible
 
-EPHEMERAL_FSTYPES = {"tmpfs", "ramfs", "overlay", "overlayfs", "devtmpfs", "squashfs"}
+EPHEMERAL_FSTYPES = {"tmpfs", "ramfs", "overlay", "overlayfs", "aufs", "devtmpfs", "squashfs"}
 EPHEMERAL_PATH = re.compile(r"^/(tmp|dev/shm|run)(/|$)|^/(mnt/)?(ephemeral\d*|local_disk\d*|"
                             r"mnt/resource|mnt/local|nvme\d*)(/|$)")
 

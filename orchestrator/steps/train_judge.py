@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from orchestrator.checks import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.errors import ParseError
 from orchestrator.parsers.dmon import parse_dmon
 from orchestrator.parsers.nvidia_smi import parse_query_gpu
@@ -34,7 +35,6 @@ _NCCL_WARN = re.compile(r"NCCL WARN")
 _PEER_LOST = re.compile(r"Connection closed by remote peer|Connection reset by peer|"
                         r"Broken pipe|remote process exited|Connection refused", re.I)
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
-_EPHEMERAL_FS = {"overlay", "tmpfs", "ramfs", "devtmpfs", "squashfs", "aufs"}
 _INSTANCE_STORE = re.compile(r"Instance Storage|EphemeralDisk|nvme_card", re.I)
 
 
@@ -903,9 +903,15 @@ def storage_findings(judge: Judge, node: str, doc: dict[str, Any], probe_file: P
     if not configured:
         judge.add("CKPT_DIR_DEFAULT", "INFO", f"{node}: no ckpt_dir in the inventory: "
                   f"checkpoints go under the work dir; {where}", [probe_file])
-    if fstype in _EPHEMERAL_FS:
+    real = str(path.get("realpath") or doc.get("ckpt_dir") or "")
+    if fstype in EPHEMERAL_FSTYPES:
         judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: the checkpoint would not "
                   "survive the instance", [probe_file], reason="ephemeral-fs", fstype=fstype)
+    elif EPHEMERAL_PATH.search(real):
+        # the paths preflight's CKPT_DIR_EPHEMERAL names: cleared at boot, or instance scratch
+        judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: under a scratch path "
+                  f"({real}), cleared when the instance restarts or goes", [probe_file],
+                  reason="scratch-path", fstype=fstype)
     elif _INSTANCE_STORE.search(model):
         judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: an instance store, lost "
                   "when the instance stops", [probe_file], reason="instance-store",

@@ -195,12 +195,19 @@ def mine(ms: list[Measurement], unit: str, node: str | None) -> list[Measurement
 # What the judge learned after these runs were captured. The restart time now says where
 # its seconds went (tags the capture lacks; launch and init only from ranks that time
 # their start-up). An NCCL WARN that a surviving rank's transport printed when its peer on
-# the other node was SIGKILLed first is the kill's echo, no longer a warning.
+# the other node was SIGKILLed first is the kill's echo, no longer a warning. A checkpoint
+# directory under a scratch path (these runs used /tmp) is CKPT_NOT_PERSISTENT, as
+# preflight's CKPT_DIR_EPHEMERAL already said.
 RESTART_PARTS = {"launch_s", "init_s", "warmup_s", "verify_s", "load_s"}
 
 
+def scratch(r: dict[str, Any]) -> bool:
+    return r.get("code") == "CKPT_NOT_PERSISTENT" and r["details"].get("reason") == "scratch-path"
+
+
 def as_at_capture(name: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    if name == ONE:  # captured after both changes
+    records = [r for r in records if not scratch(r)]
+    if name == ONE:  # captured after the other changes
         return records
     return [{**r, "tags": {k: v for k, v in r["tags"].items() if k not in RESTART_PARTS}}
             if r.get("metric") == "restart_s" else r for r in records]
@@ -245,7 +252,14 @@ def test_nothing_failed_and_the_only_warnings_are_throttling(runs: dict[str, Rep
         assert not [f for f in fs if f.severity == "FAIL"]
         # the one-GPU run's supervisor read the GPU's limits: its power capping is INFO
         assert {f.code for f in fs if f.severity == "WARN"} == (
-            set() if name == ONE else {"TRAIN_THROTTLED"})
+            {"CKPT_NOT_PERSISTENT"} if name == ONE else {"TRAIN_THROTTLED",
+                                                         "CKPT_NOT_PERSISTENT"})
+        # every node's checkpoints were under /tmp: cleared when the instance restarts
+        local = [f for f in fs if f.code == "CKPT_NOT_PERSISTENT"]
+        assert local and all(f.details["reason"] == "scratch-path"
+                             and "under a scratch path (/tmp/gpuvet-local/" in f.message
+                             for f in local)
+        assert {f.node for f in local} == set(runs[name].run.meta.nodes)
     # the SIGKILL of one multi-node rank closed its peer's socket before the peer's own kill:
     # NCCL said so twice on sim-b, and that is the kill's echo, not a warning
     out = (RUN[SIM] / "providers/h200-sim/train/multi/kill/sim-b/torchrun.stdout").read_text()

@@ -504,14 +504,22 @@ def test_p90_is_nearest_rank() -> None:
 # --------------------------------------------------------------------------- storage
 
 
-def _probe_doc(fstype: str, source: str, model: str | None = None) -> dict[str, Any]:
+def _probe_doc(fstype: str, source: str, model: str | None = None,
+               real: str = "/ck") -> dict[str, Any]:
     return {"ckpt_dir": "/ck", "block_model": model,
-            "path": {"mount": {"fstype": fstype, "source": source, "mount_point": "/"}}}
+            "path": {"realpath": real,
+                     "mount": {"fstype": fstype, "source": source, "mount_point": "/"}}}
 
 
 @pytest.mark.parametrize("doc,reason", [
     (_probe_doc("overlay", "overlay"), "ephemeral-fs"),
     (_probe_doc("tmpfs", "tmpfs"), "ephemeral-fs"),
+    (_probe_doc("aufs", "none"), "ephemeral-fs"),
+    # a scratch path on a disk (the real path counts: /ck may be a link into /tmp)
+    (_probe_doc("ext4", "/dev/vda", real="/tmp/ckpt"), "scratch-path"),
+    (_probe_doc("xfs", "/dev/sdb1", real="/mnt/resource/ck"), "scratch-path"),
+    (_probe_doc("ext4", "/dev/vda", real="/var/tmp/ckpt"), None),  # kept across reboots
+    (_probe_doc("ext4", "/dev/vda", real="/home/u/tmp/ckpt"), None),
     (_probe_doc("xfs", "/dev/nvme1n1", "Amazon EC2 NVMe Instance Storage"), "instance-store"),
     (_probe_doc("ext4", "/dev/vda"), None),
     (_probe_doc("nfs4", "fs:/export"), None),
