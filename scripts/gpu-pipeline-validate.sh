@@ -9,28 +9,15 @@
 #     scripts/gpu-pipeline-validate.sh
 # (a dry run without a GPU: PY=.venv/bin/python NODE_PYTHON=$PWD/.venv/bin/python MODEL=tiny)
 set -u
-PY=${PY:-python3}
 OUT=${OUT:-/tmp/gpuvet-pipeline-validate}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 NCCL_MNNVL_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
-  NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1 COLUMNS=200
-if [ -d .whl ] && ! "$PY" -c 'import pydantic, ruamel.yaml, click' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
+. "$(dirname "$0")/gpu-env.sh"
 rm -rf /tmp/gpuvet-local
-INV=$OUT/one.yaml SUITE=$OUT/suite-pipeline.yaml R=$OUT/results
-cat > "$INV" <<'YAML'
-version: 1
-providers:
-  h200-one:
-    executor: local
-    expect: {gpu_model: H200, gpus_per_node: 1}
-    nodes:
-      - {name: h200-1gpu, work_dir: /tmp/gpuvet-local/one/work, ckpt_dir: /tmp/gpuvet-local/one/ckpt}
-YAML
-[ -n "${NODE_PYTHON:-}" ] && sed -i "s#work_dir: /tmp/gpuvet-local/one/work,#python: $NODE_PYTHON, &#" "$INV"
+INV=inventories/h200-local.yaml SUITE=$OUT/suite-pipeline.yaml R=$OUT/results
+if [ -n "${NODE_PYTHON:-}" ]; then
+  sed "s#^        work_dir: #        python: $NODE_PYTHON\n&#" "$INV" > "$OUT/one.yaml"
+  INV=$OUT/one.yaml
+fi
 cat > "$SUITE" <<YAML
 name: pipeline-1b-h200
 nccl:
@@ -45,7 +32,6 @@ train:
   kill_offset: 2
   timeout_s: 540
 YAML
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 nvidia-smi -L | tee "$OUT/gpus.txt"
 t0=$SECONDS
 runs() { ls -d "$R"/2* 2>/dev/null | wc -l; }

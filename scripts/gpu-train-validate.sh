@@ -20,15 +20,7 @@
 set -u
 OUT=${OUT:-/tmp/gpuvet-train-validate}
 mkdir -p "$OUT"
-# multicast off: the same switches as scripts/gpu-validate.sh (see KINDS.md on the host)
-export NCCL_NVLS_ENABLE=0 NCCL_MNNVL_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 \
-  NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 COLUMNS=200
-if [ -d .whl ] && ! python3 -c 'import pydantic, ruamel.yaml, click' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
+. "$(dirname "$0")/gpu-env.sh"
 SUITE=${SUITE:-$OUT/suite-1b.yaml}
 if [ ! -f "$SUITE" ]; then
   cat > "$SUITE" <<'EOF'
@@ -62,8 +54,6 @@ for n in doc["providers"]["h200-sim"]["nodes"]:
 yaml.dump(doc, open(sys.argv[2], "w"))
 EOF
 R=$OUT/results
-# progress lines on stderr, each stamped with the time it came
-stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 step() { local name=$1; shift; local t0=$SECONDS
   python3 -m orchestrator train "$@" --results "$R" --json \
     > "$OUT/$name.json" 2> >(stamp > "$OUT/$name.stderr"); local rc=$?
@@ -75,19 +65,10 @@ python3 -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cud
 for s in ${STEPS:-host sim}; do case $s in
   host) step train-host -i "$INV" -p h200 --suite "$SUITE" ;;
   sim) step train-sim -i "$SIM_INV" -p h200-sim --suite "$SIM_SUITE" ;;
-  one) ONE_INV=$OUT/h200-one.yaml ONE_SUITE=$OUT/suite-1b-one.yaml
+  one) ONE_SUITE=$OUT/suite-1b-one.yaml
     sed 's/^name: .*/name: train-1b-h200-one/' "$SUITE" > "$ONE_SUITE"
     echo "  keep_checkpoints: true" >> "$ONE_SUITE"
-    cat > "$ONE_INV" <<'EOF'
-version: 1
-providers:
-  h200-one:
-    executor: local
-    expect: {gpu_model: H200, gpus_per_node: 1}
-    nodes:
-      - {name: h200-1gpu, work_dir: /tmp/gpuvet-local/one/work, ckpt_dir: /tmp/gpuvet-local/one/ckpt}
-EOF
-    step train-one -i "$ONE_INV" -p h200-one --suite "$ONE_SUITE"
+    step train-one -i inventories/h200-local.yaml -p h200-one --suite "$ONE_SUITE"
     ck=$(ls -d /tmp/gpuvet-local/one/ckpt/gpuvet-train/*/*/step-* | head -1)  # step K: the first
     python3 - "$ck" <<'EOF' | tee "$OUT/hash.txt"
 import sys, time

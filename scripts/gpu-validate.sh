@@ -9,13 +9,7 @@
 set -u
 OUT=${OUT:-/tmp/gpuvet-validate}
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 COLUMNS=200
-if [ -d .whl ] && ! python3 -c 'import pydantic, ruamel.yaml' 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD
-fi
+. "$(dirname "$0")/gpu-env.sh"
 SRC=${GPUVET_NCCL_SOURCE:-}
 suite() {  # $1 file, $2 max bytes
   { echo "nccl:"; echo "  max_bytes: $2"; echo "  timeout_s: 300"; echo "  build_timeout_s: 500"

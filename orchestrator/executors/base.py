@@ -318,12 +318,11 @@ def fanout(nodes: Sequence[N], fn: Callable[[N], T], *, concurrency: int = 32,
     """
     group: GroupResult[T] = GroupResult()
     lock = threading.Lock()
-    stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         _INTERRUPTED.clear()  # a new operation; nested fanouts run in worker threads
 
     def one(node: N) -> None:
-        if stop.is_set() or _INTERRUPTED.is_set():
+        if _INTERRUPTED.is_set():
             return  # interrupted before this node started: nothing to record
         if progress:
             progress(node.name, "start")
@@ -364,7 +363,7 @@ def fanout(nodes: Sequence[N], fn: Callable[[N], T], *, concurrency: int = 32,
         for f in as_completed(futures):
             f.result()
     except BaseException:  # KeyboardInterrupt, Terminated: stop starting, kill, then go on up
-        stop.set()
+        _INTERRUPTED.set()  # before the pool lets a queued node start
         pool.shutdown(wait=False, cancel_futures=True)
         cancel_all()
         raise

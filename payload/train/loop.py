@@ -230,7 +230,7 @@ class Job:
     """One rank's state: model, optimizer, schedule, data, and how to step them."""
 
     def __init__(self, args: Any, cfg: Dict[str, Any], log: Log,
-                 clock: Optional["Laps"] = None) -> None:
+                 clock: Optional[Laps] = None) -> None:
         import torch
         import torch.distributed as dist
 

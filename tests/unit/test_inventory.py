@@ -36,6 +36,12 @@ def test_shipped_examples_load() -> None:
     assert [n.env["NCCL_HOSTID"] for n in local.nodes] == ["sim-a", "sim-b"]
     assert {n.executor for n in local.nodes} == {"local"}
     inventory.load(REPO / "inventories/h200x2-local.yaml")
+    # the one-GPU host's inventory is the one its captured run used
+    one = inventory.load(REPO / "inventories/h200-local.yaml")
+    ran = inventory.load(REPO / "tests/fixtures/h200x1-train/one-run/inventory.yaml")
+    assert [(n.name, n.provider, n.work_dir, n.ckpt_dir, n.executor) for n in one.nodes] == [
+        (n.name, n.provider, n.work_dir, n.ckpt_dir, n.executor) for n in ran.nodes]
+    assert one.provider_of(one.nodes[0]).expect == ran.provider_of(ran.nodes[0]).expect
 
 
 def test_fleet_of_32_nodes_merges_provider_defaults() -> None:

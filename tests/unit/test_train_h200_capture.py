@@ -458,6 +458,16 @@ def test_each_launch_timed_its_start_up() -> None:
     assert "launch_s" not in first(events(rank_file(RUN[HOST] / H_REF)), "start")
 
 
+def test_a_process_group_bound_to_its_gpu_needs_no_guess() -> None:
+    """Ranks that pass device_id to init_process_group (the one-GPU run): no barrier that
+    has to guess its device; the 2 x H200 runs, from before, warned on every launch."""
+    warning = "barrier(): using the device under current context"
+    before = sorted(RUN[HOST].rglob("torchrun.stderr"))
+    assert before and all(warning in p.read_text() for p in before)
+    after = sorted(RUN[ONE].rglob("torchrun.stderr"))
+    assert len(after) == 3 and not any(warning in p.read_text() for p in after)
+
+
 def test_peak_memory_per_rank(runs: dict[str, Replayed]) -> None:
     ms = runs[HOST].measurements()
     for rank in (0, 1):
