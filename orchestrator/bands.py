@@ -90,7 +90,7 @@ def shipped() -> tuple[ShippedBands, ...]:
 
 
 def find_shipped(gpu_name: str, gpus: int, nodes: int) -> ShippedBands | None:
-    from orchestrator.checks import model_matches
+    from orchestrator.steps.preflight.checks import model_matches
 
     for ref in shipped():
         if model_matches(ref.gpu, gpu_name) and ref.gpus == gpus and ref.nodes == nodes:

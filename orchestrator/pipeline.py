@@ -159,8 +159,8 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                  torch: bool = False, train: bool | None = None, last: int = 10,
                  min_size: int = 16 << 20) -> Outcome:
     """The steps through their library functions, one after the other, then the verdict."""
-    from orchestrator.steps import nccl as nccl_step
-    from orchestrator.steps import preflight as preflight_step
+    from orchestrator.steps.nccl import step as nccl_step
+    from orchestrator.steps.preflight import step as preflight_step
 
     def shown(step: str) -> ProgressHook | None:  # one display: each line says its step
         if progress is None:
@@ -176,7 +176,7 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     if torch:
         torch_without_builds(inv, nodes, run, suite, pool, shown("nccl"))
     if wants_train(suite, train):
-        from orchestrator.steps import train as train_step
+        from orchestrator.steps.train import step as train_step
 
         train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"))
         out.steps.append("train")
@@ -191,9 +191,9 @@ def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Sui
     a provider's nodes because it could not be built there (no CUDA toolkit, no NCCL,
     CPU nodes): the suite's rounds, each a fresh launch, judged like any torch series."""
     from orchestrator.records import finding
-    from orchestrator.steps import nccl as nccl_step
     from orchestrator.steps.driver import UnitResult, drive, provider_unit
-    from orchestrator.steps.nccl_judge import Series, judge_series
+    from orchestrator.steps.nccl import step as nccl_step
+    from orchestrator.steps.nccl.judge import Series, judge_series
 
     measured = {m.provider for m in run.measurements()
                 if m.step == nccl_step.STEP and m.scope == "multi"}

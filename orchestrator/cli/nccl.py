@@ -45,7 +45,7 @@ def register(root: click.Group) -> None:
         measurements and findings land in RESULTS/<run_id>/.
         """
         from orchestrator.cli._steps import open_run, show_outcome
-        from orchestrator.steps import nccl as step
+        from orchestrator.steps.nccl import step
         from orchestrator.suite import load_suite
 
         the_suite = load_suite(suite)

@@ -93,7 +93,7 @@ def register(root: click.Group) -> None:
         check, datatype, op), so imports of different experiments never share one.
         """
         from orchestrator.cli._steps import show_outcome
-        from orchestrator.steps.nccl_import import AlreadyImported, import_logs
+        from orchestrator.steps.nccl.importer import AlreadyImported, import_logs
 
         try:
             run, findings, ms = import_logs(list(logs), provider, n_nodes, results)
@@ -127,7 +127,7 @@ def register(root: click.Group) -> None:
         """
         from orchestrator.cli._common import render
         from orchestrator.cli._steps import show_outcome
-        from orchestrator.steps.poc_import import files_table, import_poc
+        from orchestrator.steps.poc.importer import files_table, import_poc
 
         res = import_poc(folder, provider, node, inventory, results)
         if not as_json:

@@ -41,7 +41,7 @@ def register(root: click.Group) -> None:
         """
         from orchestrator.cli._steps import open_run, show_outcome
         from orchestrator.errors import UsageError
-        from orchestrator.steps import preflight as pf
+        from orchestrator.steps.preflight import step as pf
         from orchestrator.suite import load_suite
 
         the_suite = load_suite(suite)

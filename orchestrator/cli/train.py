@@ -44,7 +44,7 @@ def register(root: click.Group) -> None:
         GPU telemetry. docs/training.md describes the protocol.
         """
         from orchestrator.cli._steps import open_run, show_outcome
-        from orchestrator.steps import train as step
+        from orchestrator.steps.train import step
         from orchestrator.suite import load_suite
 
         the_suite = load_suite(suite)

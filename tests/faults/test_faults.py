@@ -164,7 +164,7 @@ def test_link_down_mid_multinode_collective(cluster: Cluster, inv: Path, tmp_pat
 
     from orchestrator import inventory
     from orchestrator.executors import ExecutorPool, options_for
-    from orchestrator.steps import nccl as nccl_step
+    from orchestrator.steps.nccl import step as nccl_step
     from orchestrator.store import Run
     from orchestrator.suite import NcclParams, Suite
 

@@ -10,8 +10,8 @@ from cluster import Cluster
 from orchestrator import inventory, nccltests
 from orchestrator.executors import ExecutorPool, options_for
 from orchestrator.executors.base import shell_join
-from orchestrator.steps import nccl as nccl_step
-from orchestrator.steps.nccl_judge import Series, judge_series
+from orchestrator.steps.nccl import step as nccl_step
+from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import NcclParams, Suite
 

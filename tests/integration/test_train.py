@@ -19,7 +19,7 @@ from cluster import Cluster
 
 from orchestrator import inventory
 from orchestrator.records import Finding
-from orchestrator.steps import train
+from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import Suite, load_suite
 from payload.train import protocol

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import inventory as inv_mod
-from orchestrator.checks import provider_results
 from orchestrator.nccltests import BuildDoc
 from orchestrator.records import Finding, Measurement, finding
-from orchestrator.steps.nccl_judge import Series, judge_series
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.preflight.checks import provider_results
+from orchestrator.steps.preflight.step import judge_document
 from orchestrator.store import Run, write_json
 from orchestrator.suite import Suite
 from orchestrator.verdicts import run_status

@@ -26,10 +26,11 @@ from collectdoc import (
     path_info,
 )
 
-from orchestrator import checks, parsers
 from orchestrator import inventory as inv_mod
+from orchestrator import parsers
 from orchestrator.records import Finding
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.preflight import checks
+from orchestrator.steps.preflight.step import judge_document
 
 REPO = Path(__file__).resolve().parents[2]
 SYN = "synthetic/"

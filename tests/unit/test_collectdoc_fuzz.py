@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from orchestrator.errors import UsageError
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.preflight.step import judge_document
 from tests.unit.collectdoc import H200_ORDER, inventory
 
 DOC = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-gpuvet"

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.analysis import frames
 from orchestrator.errors import UsageError
-from orchestrator.steps.nccl_import import import_logs
+from orchestrator.steps.nccl.importer import import_logs
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "h200x2" / "nccl-tests"
 ROUNDS = [FIX / f"all_reduce_8B-128M_g2_round{r}.log" for r in (1, 2, 3)]

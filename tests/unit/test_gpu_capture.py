@@ -10,8 +10,8 @@ from collectdoc import inventory
 
 from orchestrator import parsers
 from orchestrator.parsers._nccl_common import NcclTestsRun
-from orchestrator.steps.nccl_judge import Series, judge_series
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.preflight.step import judge_document
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 

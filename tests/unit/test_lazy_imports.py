@@ -9,9 +9,9 @@ HEAVY = ("torch", "ray", "pandas")
 def test_cli_and_steps_import_no_heavy_packages() -> None:
     code = (
         "import sys\n"
-        "import orchestrator.cli, orchestrator.steps.preflight\n"
+        "import orchestrator.cli, orchestrator.steps.preflight.step\n"
         "orchestrator.cli.build()\n"
-        "import orchestrator.steps.nccl, orchestrator.executors.ssh, orchestrator.parsers\n"
+        "import orchestrator.steps.nccl.step, orchestrator.executors.ssh, orchestrator.parsers\n"
         "orchestrator.parsers.kinds()\n"
         f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
     )

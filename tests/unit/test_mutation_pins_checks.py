@@ -14,7 +14,7 @@ import pytest
 from collectdoc import H200_ORDER, NO_MPI, NO_NCCL, doc_from, fixture, h200_doc, h200_text, inventory
 
 from orchestrator.records import Finding
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.preflight.step import judge_document
 
 SYN = "synthetic/"
 DGX_CSV = SYN + "query-gpu_dgx-a100-80gb_r535.csv"

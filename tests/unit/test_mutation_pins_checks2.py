@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from collectdoc import H200_FILES, H200_ORDER, doc_from, fixture, h200_doc, h200_text, inventory
 
-from orchestrator import checks
-from orchestrator.checks import NodeFacts, model_matches
 from orchestrator.parsers import parse
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.preflight import checks
+from orchestrator.steps.preflight.checks import NodeFacts, model_matches
+from orchestrator.steps.preflight.step import judge_document
 
 XML = "raw/nvidia_smi_q_xml.txt"
 CSV = "raw/query_gpu.txt"

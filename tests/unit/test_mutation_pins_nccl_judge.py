@@ -17,7 +17,7 @@ from orchestrator import inventory
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
 from orchestrator.records import Finding, Measurement
-from orchestrator.steps.nccl_judge import Series, _size, judge_series
+from orchestrator.steps.nccl.judge import Series, _size, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 

@@ -10,7 +10,7 @@ import pytest
 from orchestrator import inventory
 from orchestrator.inventory import Inventory, Node
 from orchestrator.records import Finding, Measurement
-from orchestrator.steps.nccl_judge import Series, judge_series
+from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 

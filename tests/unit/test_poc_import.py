@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.steps.poc_files import Identity, PocFile, bus_key, read
-from orchestrator.steps.poc_import import split_nodes
+from orchestrator.steps.poc.files import Identity, PocFile, bus_key, read
+from orchestrator.steps.poc.importer import split_nodes
 from tests.unit.clirun import CliResult, gpuvet
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -414,7 +414,7 @@ def test_the_closest_parser_is_the_strongest_signature(tmp_path: Path) -> None:
 def test_a_strong_signature_that_does_not_parse_lets_the_next_try(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.errors import ParseError
-    from orchestrator.steps import poc_files
+    from orchestrator.steps.poc import files as poc_files
 
     def refuse(text: str, source: str | None = None) -> Any:
         raise ParseError("lookalike", "not quite", source=source)

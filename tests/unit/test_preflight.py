@@ -12,7 +12,7 @@ import pytest
 from collectdoc import H200_ORDER, fixture, h200_doc, h200_text, inventory
 
 from orchestrator.errors import UsageError
-from orchestrator.steps.preflight import judge_document
+from orchestrator.steps.preflight.step import judge_document
 from payload.commands import COMMANDS
 
 GPUVET = Path(sys.executable).with_name("gpuvet")

@@ -31,7 +31,7 @@ from orchestrator import inventory
 from orchestrator.executors import ExecutorPool
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.records import Finding, Measurement
-from orchestrator.steps import train
+from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import Suite, load_suite
 from orchestrator.testing import Call, Reply, Script, ScriptedPool, scripted_pool

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.records import Finding
-from orchestrator.steps.train_judge import (
+from orchestrator.steps.train.judge import (
     Judge,
     PhaseOutput,
     Subject,
@@ -596,7 +596,7 @@ def test_too_few_samples_do_not_make_an_idle_verdict(fx: Path) -> None:
 
 
 def test_samples_are_placed_by_the_time_dmon_printed() -> None:
-    from orchestrator.steps.train_judge import sample_times
+    from orchestrator.steps.train.judge import sample_times
 
     # dmon skipped 10:00:03 and printed 10:00:05 twice: counting would drift by a second
     tods = [36001, 36002, 36004, 36005, 36005, 36007]

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from orchestrator import inventory
 from orchestrator.inventory import Node
-from orchestrator.steps import train
+from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import Suite, TrainParams, load_suite
 from payload.train.protocol import KILL_POINTS

@@ -17,7 +17,7 @@ from typing import Any
 from orchestrator.errors import ParseError, UsageError
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope
-from orchestrator.steps.nccl_judge import Series, judge_series
+from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Index, Run
 from orchestrator.suite import Suite
 

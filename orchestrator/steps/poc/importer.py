@@ -27,16 +27,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator import checks, parsers
 from orchestrator import inventory as inventory_mod
+from orchestrator import parsers
 from orchestrator.errors import UsageError
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.gpus import GPU_FACTS
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
-from orchestrator.steps import preflight as pf
-from orchestrator.steps.nccl_import import experiment, experiment_hash
-from orchestrator.steps.nccl_judge import Series, judge_series
-from orchestrator.steps.poc_files import Identity, PocFile, as_json, describe, read
+from orchestrator.steps.nccl.importer import experiment, experiment_hash
+from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read
+from orchestrator.steps.preflight import checks
+from orchestrator.steps.preflight import step as pf
 from orchestrator.store import Run, atomic_write, write_json
 from orchestrator.suite import Suite
 from orchestrator.verdicts import Table

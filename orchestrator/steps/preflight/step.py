@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator import checks, collectdoc, parsers
+from orchestrator import collectdoc, parsers
 from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError, ParseError, StepError
 from orchestrator.executors import ExecutorPool
@@ -23,6 +23,7 @@ from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.records import Finding, finding
 from orchestrator.steps.driver import Driven, StageTracker, UnitResult, drive, node_unit, step_pool
+from orchestrator.steps.preflight import checks
 from orchestrator.store import Run, atomic_write, write_json
 from orchestrator.suite import Suite
 from payload.commands import COMMANDS_BY_ID

@@ -50,8 +50,8 @@ from orchestrator.steps.driver import (
     provider_unit,
     step_pool,
 )
-from orchestrator.steps.train_judge import Judge, PhaseOutput, Subject, read_phase
-from orchestrator.steps.train_judge import storage_findings as judge_storage
+from orchestrator.steps.train.judge import Judge, PhaseOutput, Subject, read_phase
+from orchestrator.steps.train.judge import storage_findings as judge_storage
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite, TrainParams
 from payload.scrub import scrub_text

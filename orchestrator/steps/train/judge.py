@@ -18,11 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from orchestrator.checks import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.errors import ParseError
 from orchestrator.parsers.dmon import parse_dmon
 from orchestrator.parsers.nvidia_smi import parse_query_gpu
 from orchestrator.records import Finding, Measurement, Severity, finding
+from orchestrator.steps.preflight.checks import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.suite import Suite, TrainParams
 from payload.train import protocol
 

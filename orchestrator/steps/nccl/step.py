@@ -34,7 +34,7 @@ from orchestrator.steps.driver import (
     provider_unit,
     step_pool,
 )
-from orchestrator.steps.nccl_judge import Series, judge_series
+from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 
