@@ -8,6 +8,7 @@ the other nodes go on.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable
@@ -69,9 +70,11 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
         except ParseError as exc:
             nf.parse_errors[cid] = exc.what
     if out_dir is not None:
+        # derived from collect.json, which is on disk already: no fsync
         write_json(out_dir / "facts.json",
                    {"facts": {k: parsers.to_jsonable(v) for k, v in nf.facts.items()},
-                    "parse_errors": nf.parse_errors, "versions": checks.versions(nf)})
+                    "parse_errors": nf.parse_errors, "versions": checks.versions(nf)},
+                   durable=False)
     expect = inv.provider_of(node).expect
     results = checks.node_results(nf, expect, (suite or Suite()).preflight)
     findings = [_finding(r, run_id, node.name, node.provider) for r in results]
@@ -111,7 +114,10 @@ def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Su
                             hint=f"see {out_dir / 'collect.json'}") from None
         report = judge_document(doc, node, inv, run.run_id, out_dir, run.rel, suite)
     if reports is not None:
-        reports[node.name] = report
+        # kept for the cross-node checks, which read parsed facts only: without the
+        # collect document (~0.2 MB in memory per node) what stays is small
+        reports[node.name] = NodeReport(dataclasses.replace(report.facts, doc={}),
+                                        report.findings)
     return UnitResult(findings=report.findings, summary={"findings": len(report.findings)})
 
 
