@@ -223,3 +223,13 @@ def test_repair_runs_a_suspect_link_again_and_refuses_overlap() -> None:
     with pytest.raises(ValueError, match="both a suspect and passed: a"):
         P.repair_rounds(["a"], ["a", "b"])
     assert P.repair_rounds(["x"], []) == ()  # nobody to confirm with
+
+
+def test_job_keys_stay_short_and_tell_groups_apart() -> None:
+    assert P.pair("a", "b").key == "a+b"
+    whole = P.Job(tuple(names(1000)))
+    assert len(whole.key) < 40 and whole.key.startswith("n0000+999-")
+    other = P.Job(tuple(reversed(names(1000))))
+    assert other.key != whole.key
+    keys = [j.key for r in P.group_rounds(names(64)) for j in r.jobs]
+    assert len(keys) == len(set(keys))

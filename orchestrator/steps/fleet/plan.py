@@ -20,6 +20,7 @@ here is pure and deterministic given the node order and the seed.
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,13 @@ class Job:
 
     @property
     def key(self) -> str:
-        return "+".join(self.nodes)
+        """A name for the job's unit and files: "a+b" for a pair; a group's is its first
+        node, how many others and a digest of all of them (a file name of 1,000 node
+        names would be longer than any filesystem allows)."""
+        if len(self.nodes) <= 2:
+            return "+".join(self.nodes)
+        digest = hashlib.sha256("\0".join(self.nodes).encode()).hexdigest()[:10]
+        return f"{self.nodes[0]}+{len(self.nodes) - 1}-{digest}"
 
 
 @dataclass(frozen=True)
