@@ -88,9 +88,8 @@ def atomic_write(path: Path, data: str | bytes, *, durable: bool = True,
         raise
 
 
-def write_json(path: Path, obj: Any, *, durable: bool = True) -> None:
-    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n",
-                 durable=durable)
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
 def new_run_id() -> str:

@@ -25,7 +25,7 @@ from orchestrator.inventory import Inventory, Node
 from orchestrator.records import Finding, finding
 from orchestrator.steps.driver import Driven, StageTracker, UnitResult, drive, node_unit, step_pool
 from orchestrator.steps.preflight import checks
-from orchestrator.store import Run, atomic_write, write_json
+from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite
 from payload.commands import COMMANDS_BY_ID
 from payload.scrub import scrub_text
@@ -70,11 +70,13 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
         except ParseError as exc:
             nf.parse_errors[cid] = exc.what
     if out_dir is not None:
-        # derived from collect.json, which is on disk already: no fsync
-        write_json(out_dir / "facts.json",
-                   {"facts": {k: parsers.to_jsonable(v) for k, v in nf.facts.items()},
-                    "parse_errors": nf.parse_errors, "versions": checks.versions(nf)},
-                   durable=False)
+        # derived from collect.json, which is on disk already: no fsync; one line, as
+        # json's C encoder writes it (indented output takes the pure-Python encoder, a
+        # tenth of preflight's CPU per node)
+        facts = {"facts": {k: parsers.to_jsonable(v) for k, v in nf.facts.items()},
+                 "parse_errors": nf.parse_errors, "versions": checks.versions(nf)}
+        atomic_write(out_dir / "facts.json",
+                     json.dumps(facts, sort_keys=True, default=str) + "\n", durable=False)
     expect = inv.provider_of(node).expect
     results = checks.node_results(nf, expect, (suite or Suite()).preflight)
     findings = [_finding(r, run_id, node.name, node.provider) for r in results]
