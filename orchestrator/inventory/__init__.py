@@ -32,27 +32,39 @@ the local-executor demo runs on a machine without ``~/.ssh``:
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StringConstraints,
-    ValidationError,
-    field_validator,
-    model_validator,
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import InventoryError
+from orchestrator.inventory.model import (
+    DEFAULT_KNOWN_HOSTS,
+    NAME_PATTERN,
+    Access,
+    EnvName,
+    ExecutorName,
+    Expectations,
+    Fabric,
+    HostStr,
+    InventoryFile,
+    JumpHost,
+    Name,
+    NodeSpec,
+    PathStr,
+    PcieExpectation,
+    Pricing,
+    Provider,
+    RayOptions,
+    Settings,
+    UserStr,
+    path_like,
 )
-
-from orchestrator.bands import Band
-from orchestrator.errors import InventoryError, UsageError
+from orchestrator.inventory.nodes import Inventory, Node
 from orchestrator.inventory.reader import (
     MAX_BYTES,
     MAX_DEPTH,
@@ -73,360 +85,6 @@ __all__ = [
     "Problem", "Provider", "RayOptions", "Settings", "Source", "Span", "UserStr", "load",
     "scrubbed_copy",
 ]
-
-ExecutorName = Literal["ssh", "local", "ray"]
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
-
-# --- values that reach ssh or a shell ------------------------------------------------------
-
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_USER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}\Z")
-_LABEL_RE = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?\Z")
-_SHELL_CHARS = frozenset(";&|`$<>()\\'\"*?!{}[]#~^,=")
-
-
-def _not_blank(v: str) -> str:
-    if not v.strip():
-        raise ValueError("must not be empty")
-    if v != v.strip():
-        raise ValueError(f"{v!r} has leading or trailing spaces")
-    return v
-
-
-def _path_like(v: str) -> str:
-    """A path or program: a leading '-' would be read as an option by the command it reaches."""
-    _not_blank(v)
-    if v.startswith("-"):
-        raise ValueError(f"{v!r} starts with '-', which a command would read as an option")
-    return v
-
-
-def _host(v: str) -> str:
-    _not_blank(v)
-    if v.startswith("-"):
-        raise ValueError(f"{v!r} starts with '-', which ssh would read as an option")
-    if "@" in v:
-        raise ValueError(f"{v!r} holds '@': put the user in `user:`")
-    bad = sorted({c for c in v if c.isspace() or c in _SHELL_CHARS or not c.isprintable()})
-    if bad:
-        raise ValueError(f"{v!r} holds {' '.join(repr(c) for c in bad)}: a host is a hostname, "
-                         "an IP address or an ssh_config alias")
-    if ":" in v:
-        try:
-            ipaddress.IPv6Address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not a valid IPv6 address") from None
-        return v
-    if re.fullmatch(r"[0-9.]+", v):
-        try:
-            ipaddress.IPv4Address(v)
-        except ValueError:
-            raise ValueError(f"{v!r} is not a valid IPv4 address") from None
-        return v
-    name = v[:-1] if v.endswith(".") else v
-    if len(name) > 253 or not all(_LABEL_RE.match(label) for label in name.split(".")):
-        raise ValueError(f"{v!r} is not a hostname, an IP address or an ssh_config alias "
-                         "(letters, digits, '-', '_' in dot-separated labels)")
-    return v
-
-
-def _user(v: str) -> str:
-    _not_blank(v)
-    if not _USER_RE.match(v):
-        raise ValueError(f"{v!r} is not a user name (letters, digits, '_', '.', '@', '-'; "
-                         "not starting with '-')")
-    return v
-
-
-def _env_name(v: str) -> str:
-    if not _ENV_NAME_RE.match(v):
-        raise ValueError(f"{v!r} is not an environment variable name (letters, digits and '_', "
-                         "not starting with a digit)")
-    return v
-
-
-def _ray_address(v: str) -> str:
-    if v == "auto":
-        return v
-    hostport = v[len("ray://"):] if v.startswith("ray://") else v
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not 1 <= int(port) <= 65535:
-        raise ValueError(f"{v!r} is not 'auto', HOST:PORT or ray://HOST:PORT")
-    _host(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
-    return v
-
-
-Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
-PathStr = Annotated[str, AfterValidator(_path_like)]
-HostStr = Annotated[str, AfterValidator(_host)]
-UserStr = Annotated[str, AfterValidator(_user)]
-EnvName = Annotated[str, AfterValidator(_env_name)]
-
-
-# --- the document as written ---------------------------------------------------------------
-
-class _Model(BaseModel):
-    # strict: YAML's true/false are not numbers and numbers are not strings
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
-
-
-class Access(_Model):
-    """How to reach a node; set per provider (defaults) and per node (overrides)."""
-
-    host: HostStr | None = None
-    port: int | None = Field(default=None, ge=1, le=65535)
-    user: UserStr | None = None
-    identity_file: PathStr | None = None
-    ssh_alias: HostStr | None = None
-    proxy_jump: Name | None = None
-    python: PathStr | None = None
-    work_dir: PathStr | None = None
-    ckpt_dir: PathStr | None = None
-    env: dict[EnvName, str] | None = None
-    connect_timeout_s: float | None = Field(default=None, gt=0, le=3600)
-
-
-class Fabric(_Model):
-    type: Literal["ib", "roce", "efa", "ethernet", "none"] = "none"
-    nics: int | None = Field(default=None, ge=0)
-    rate_gbps: float | None = Field(default=None, gt=0)
-
-
-class PcieExpectation(_Model):
-    min_gen: int | None = Field(default=None, ge=1, le=6)
-    min_width: int | None = Field(default=None, ge=1, le=32)
-
-
-class Expectations(_Model):
-    """What was ordered. Every field is optional: unset means 'not checked'."""
-
-    gpu_model: str | None = None
-    gpus_per_node: int | None = Field(default=None, ge=1)
-    memory_per_gpu_gb: float | None = Field(default=None, gt=0)
-    form_factor: Literal["sxm", "pcie"] | None = None
-    interconnect: Literal["nvswitch", "nvlink", "pcie"] | None = None
-    mig_allowed: bool = False
-    fabric: Fabric = Fabric()
-    pcie: PcieExpectation = PcieExpectation()
-    # overrides the shipped reference bands: one band or a list, each for one message size
-    nccl_busbw: Band | list[Band] | None = None
-
-
-class Pricing(_Model):
-    gpu_hour: float = Field(ge=0)
-    currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
-    billing_granularity: Literal["second", "minute", "hour", "day", "month"] = "hour"
-    node_month: float | None = Field(default=None, ge=0)
-    storage_gb_month: float | None = Field(default=None, ge=0)
-    egress_gb: float | None = Field(default=None, ge=0)
-
-
-class RayOptions(_Model):
-    address: Annotated[str, AfterValidator(_ray_address)] = "auto"
-
-
-class NodeSpec(Access):
-    name: Name
-
-
-class Provider(_Model):
-    name: Name  # always its key in `providers`
-    executor: ExecutorName = "ssh"
-    access: Access = Access()
-    expect: Expectations = Expectations()
-    pricing: Pricing | None = None
-    ray: RayOptions | None = None
-    nodes: list[NodeSpec] = Field(min_length=1)
-
-
-class JumpHost(_Model):
-    host: HostStr
-    port: int = Field(default=22, ge=1, le=65535)
-    user: UserStr | None = None
-    identity_file: PathStr | None = None
-
-
-class Settings(_Model):
-    known_hosts: PathStr = DEFAULT_KNOWN_HOSTS
-    ssh_config: PathStr | None = None
-    concurrency: int = Field(default=32, ge=1, le=1024)
-    # exchange rates for comparing prices: one unit of the key currency is this many of
-    # the first compared provider's currency (`gpuvet compare`, `gpuvet report`)
-    rates: dict[Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")],
-                Annotated[float, Field(gt=0, allow_inf_nan=False)]] = {}
-
-
-class InventoryFile(_Model):
-    """The document as written: providers keyed by name."""
-
-    version: Literal[1] = 1
-    settings: Settings = Settings()
-    jump_hosts: dict[Name, JumpHost] = {}
-    providers: dict[str, Provider]
-
-    @model_validator(mode="before")
-    @classmethod
-    def _names_from_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("providers"), dict):
-            provs = {}
-            for key, prov in data["providers"].items():
-                if isinstance(prov, dict) and "name" not in prov:
-                    prov = {"name": key, **prov}
-                provs[key] = prov
-            data = {**data, "providers": provs}
-        return data
-
-    @field_validator("version", mode="before")
-    @classmethod
-    def _version_not_bool(cls, v: Any) -> Any:
-        if isinstance(v, bool):  # True == 1 would pass Literal[1]
-            raise ValueError(f"version must be the number 1, got {str(v).lower()}")
-        return v
-
-    @field_validator("providers")
-    @classmethod
-    def _not_empty(cls, v: dict[str, Provider]) -> dict[str, Provider]:
-        if not v:
-            raise ValueError("at least one provider is needed")
-        return v
-
-
-# --- the merged view executors use ---------------------------------------------------------
-
-class Node(BaseModel):
-    """A node with its provider's access defaults merged in: what executors use."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    provider: str
-    executor: ExecutorName
-    host: str | None
-    port: int
-    user: str | None
-    identity_file: str | None
-    ssh_alias: str | None
-    proxy_jump: str | None
-    python: str
-    work_dir: str
-    ckpt_dir: str | None
-    env: dict[str, str]
-    connect_timeout_s: float
-
-    @property
-    def target(self) -> str:
-        """What to show a person: user@host:port or the alias."""
-        if self.ssh_alias:
-            return self.ssh_alias
-        host = self.host or "localhost"
-        prefix = f"{self.user}@" if self.user else ""
-        suffix = f":{self.port}" if self.port != 22 else ""
-        if suffix and ":" in host:  # an IPv6 address
-            host = f"[{host}]"
-        return f"{prefix}{host}{suffix}"
-
-
-class Inventory:
-    """The parsed inventory plus the merged view of every node."""
-
-    def __init__(self, doc: InventoryFile, path: Path) -> None:
-        self.doc = doc
-        self.path = path
-        self.nodes: list[Node] = [
-            _merge(prov, spec) for prov in doc.providers.values() for spec in prov.nodes
-        ]
-
-    @property
-    def providers(self) -> dict[str, Provider]:
-        return self.doc.providers
-
-    @property
-    def settings(self) -> Settings:
-        return self.doc.settings
-
-    def node(self, name: str) -> Node:
-        for n in self.nodes:
-            if n.name == name:
-                return n
-        raise UsageError(_no_such("node", [name], [n.name for n in self.nodes], self.path),
-                         hint=f"`gpuvet inventory check {self.path}` lists the nodes")
-
-    def provider_of(self, node: Node) -> Provider:
-        return self.doc.providers[node.provider]
-
-    def select(self, names: Sequence[str] | None = None,
-               providers: str | Sequence[str] | None = None, *,
-               provider: str | None = None) -> list[Node]:
-        """The nodes named (-n) that belong to one of the providers (-p): both optional.
-
-        With both, the intersection; an empty intersection is an error rather than a
-        run on nothing. Nodes come in inventory order, each once however often named.
-        Unknown names are the caller's mistake, not the inventory's: UsageError.
-        `provider=` is the single-provider spelling of earlier callers.
-        """
-        nodes = self.nodes
-        if isinstance(providers, str):
-            providers = [providers]
-        if provider is not None:
-            providers = [*(providers or []), provider]
-        if providers:
-            unknown = [p for p in dict.fromkeys(providers) if p not in self.doc.providers]
-            if unknown:
-                raise UsageError(_no_such("provider", unknown, list(self.doc.providers), self.path),
-                                 hint=f"`gpuvet inventory check {self.path}` lists the providers")
-            chosen = set(providers)
-            nodes = [n for n in nodes if n.provider in chosen]
-        if names:
-            known = [n.name for n in self.nodes]
-            unknown = [n for n in dict.fromkeys(names) if n not in known]
-            if unknown:
-                raise UsageError(_no_such("node", unknown, known, self.path),
-                                 hint=f"`gpuvet inventory check {self.path}` lists the nodes")
-            wanted = set(names)
-            picked = [n for n in nodes if n.name in wanted]
-            if not picked:
-                raise UsageError(
-                    f"none of the nodes {', '.join(dict.fromkeys(names))} belongs to provider "
-                    f"{', '.join(dict.fromkeys(providers or []))}; nothing to run on",
-                    hint="drop -p, or name nodes of the chosen providers with -n")
-            nodes = picked
-        return list(nodes)
-
-
-def _no_such(kind: str, unknown: list[str], known: list[str], path: Path) -> str:
-    parts = []
-    for name in unknown:
-        close = difflib.get_close_matches(name, known, n=1)
-        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    listed = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
-    return f"no {kind} named {', '.join(parts)} in {path} ({kind}s: {listed})"
-
-
-def _merge(prov: Provider, spec: NodeSpec) -> Node:
-    base = prov.access.model_dump()
-    over = {k: v for k, v in spec.model_dump().items() if v is not None and k != "name"}
-    m = {**base, **over}
-    env = {**(prov.access.env or {}), **(spec.env or {})}
-    work_dir = m.get("work_dir") or ("/tmp/gpuvet" if prov.executor != "local"
-                                     else f"/tmp/gpuvet-local/{spec.name}")
-    return Node(
-        name=spec.name,
-        provider=prov.name,
-        executor=prov.executor,
-        host=m.get("host"),
-        port=m.get("port") or 22,
-        user=m.get("user"),
-        identity_file=m.get("identity_file"),
-        ssh_alias=m.get("ssh_alias"),
-        proxy_jump=m.get("proxy_jump"),
-        python=m.get("python") or "python3",
-        work_dir=work_dir,
-        ckpt_dir=m.get("ckpt_dir"),
-        env=env,
-        connect_timeout_s=m.get("connect_timeout_s") or 10.0,
-    )
-
 
 # --- loading -------------------------------------------------------------------------------
 
@@ -702,14 +360,14 @@ def _semantic_problems(source: Source) -> Iterator[Problem]:
         return
     for jname, jump in jump_hosts.items():
         ident = _str(jump, "identity_file")
-        if _valid(_path_like, ident) and (why := _file_problem(str(ident))):
+        if _valid(path_like, ident) and (why := _file_problem(str(ident))):
             loc = ("jump_hosts", jname, "identity_file")
             yield Problem(source.line_of(loc), loc, why)
     ssh_config = _str(settings, "ssh_config")
-    if _valid(_path_like, ssh_config) and (why := _file_problem(str(ssh_config))):
+    if _valid(path_like, ssh_config) and (why := _file_problem(str(ssh_config))):
         yield Problem(source.line_of(("settings", "ssh_config")), ("settings", "ssh_config"), why)
     known = _str(settings, "known_hosts") if "known_hosts" in settings else DEFAULT_KNOWN_HOSTS
-    if _valid(_path_like, known) and (why := _known_hosts_problem(str(known))):
+    if _valid(path_like, known) and (why := _known_hosts_problem(str(known))):
         yield Problem(source.line_of(("settings", "known_hosts")), ("settings", "known_hosts"), why)
 
 
@@ -717,7 +375,7 @@ def _ssh_values(source: Source, loc: Loc, m: dict[Any, Any], nodes: dict[str, An
                 jump_hosts: dict[Any, Any]) -> Iterator[Problem]:
     """Checks of values an ssh provider's access block or node sets, reported where set."""
     ident = _str(m, "identity_file")
-    if _valid(_path_like, ident) and (why := _file_problem(str(ident))):
+    if _valid(path_like, ident) and (why := _file_problem(str(ident))):
         yield Problem(source.line_of((*loc, "identity_file")), (*loc, "identity_file"), why)
     jump = _str(m, "proxy_jump")
     if jump and jump not in jump_hosts and jump not in nodes:
