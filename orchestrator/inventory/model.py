@@ -43,6 +43,7 @@ _SHELL_CHARS = frozenset(";&|`$<>()\\'\"*?!{}[]#~^,=")
 
 
 def _not_blank(v: str) -> str:
+    """An empty or padded value is a typo, and ssh or a shell would get it as written."""
     if not v.strip():
         raise ValueError("must not be empty")
     if v != v.strip():
@@ -59,6 +60,12 @@ def path_like(v: str) -> str:
 
 
 def _host(v: str) -> str:
+    """A host as ssh gets it: a hostname, an IPv4/IPv6 address or an ssh_config alias.
+
+    Nothing else, because the value reaches ssh, ssh_config lookups and command
+    lines on the nodes (mpirun's -H): a '-' would be read as an option, '@' as
+    a user, a space or ';' as a second word.
+    """
     _not_blank(v)
     if v.startswith("-"):
         raise ValueError(f"{v!r} starts with '-', which ssh would read as an option")
@@ -88,6 +95,7 @@ def _host(v: str) -> str:
 
 
 def _user(v: str) -> str:
+    """A login name ssh accepts on its command line; never an option."""
     _not_blank(v)
     if not _USER_RE.match(v):
         raise ValueError(f"{v!r} is not a user name (letters, digits, '_', '.', '@', '-'; "
@@ -96,6 +104,7 @@ def _user(v: str) -> str:
 
 
 def _env_name(v: str) -> str:
+    """The names a shell can export: the value is quoted, the name cannot be."""
     if not _ENV_NAME_RE.match(v):
         raise ValueError(f"{v!r} is not an environment variable name (letters, digits and '_', "
                          "not starting with a digit)")
@@ -103,6 +112,7 @@ def _env_name(v: str) -> str:
 
 
 def _ray_address(v: str) -> str:
+    """What ray.init takes: 'auto' or a [ray://]HOST:PORT whose host passes ``_host``."""
     if v == "auto":
         return v
     hostport = v[len("ray://"):] if v.startswith("ray://") else v
@@ -144,12 +154,16 @@ class Access(_Model):
 
 
 class Fabric(_Model):
+    """The network between nodes that was ordered."""
+
     type: Literal["ib", "roce", "efa", "ethernet", "none"] = "none"
     nics: int | None = Field(default=None, ge=0)
     rate_gbps: float | None = Field(default=None, gt=0)
 
 
 class PcieExpectation(_Model):
+    """The PCIe link each GPU was promised: a GPU that trained down is a finding."""
+
     min_gen: int | None = Field(default=None, ge=1, le=6)
     min_width: int | None = Field(default=None, ge=1, le=32)
 
@@ -170,6 +184,8 @@ class Expectations(_Model):
 
 
 class Pricing(_Model):
+    """What the provider charges: the cost of each result in compare and report."""
+
     gpu_hour: float = Field(ge=0)
     currency: str = Field(default="USD", pattern=r"^[A-Z]{3}$")
     billing_granularity: Literal["second", "minute", "hour", "day", "month"] = "hour"
@@ -179,14 +195,20 @@ class Pricing(_Model):
 
 
 class RayOptions(_Model):
+    """Where the Ray cluster of an ``executor: ray`` provider is."""
+
     address: Annotated[str, AfterValidator(_ray_address)] = "auto"
 
 
 class NodeSpec(Access):
+    """A node as written: its name and the Access keys it sets over its provider's."""
+
     name: Name
 
 
 class Provider(_Model):
+    """One seller's nodes, with the access defaults and the order (``expect``) they share."""
+
     name: Name  # always its key in `providers`
     executor: ExecutorName = "ssh"
     access: Access = Access()
@@ -197,6 +219,8 @@ class Provider(_Model):
 
 
 class JumpHost(_Model):
+    """A bastion that ``proxy_jump`` names (a node may be named there too)."""
+
     host: HostStr
     port: int = Field(default=22, ge=1, le=65535)
     user: UserStr | None = None
@@ -204,6 +228,8 @@ class JumpHost(_Model):
 
 
 class Settings(_Model):
+    """Settings of the whole file: ssh's files, nodes worked on at once, exchange rates."""
+
     known_hosts: PathStr = DEFAULT_KNOWN_HOSTS
     ssh_config: PathStr | None = None
     concurrency: int = Field(default=32, ge=1, le=1024)

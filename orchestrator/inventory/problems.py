@@ -104,6 +104,7 @@ def _data_loc(source: Source, loc: Loc) -> tuple[Loc, bool]:
 
 
 def _got(value: Any) -> str:
+    """What the value was, in YAML's words rather than Python's: "got a boolean (true)"."""
     if isinstance(value, bool):
         return f"got a boolean ({str(value).lower()})"
     if value is None:
@@ -120,6 +121,12 @@ def _got(value: Any) -> str:
 
 
 def validation_problems(exc: ValidationError, source: Source) -> list[Problem]:
+    """pydantic's errors as problems at the line of the value each is about, in its order.
+
+    Its messages are kept, with what was found added to type and range errors;
+    an unknown key gets "did you mean". Of a union, the members whose type does
+    not fit keep quiet when another member explains the value.
+    """
     items: list[tuple[Loc, bool, str, Any]] = []
     for err in exc.errors(include_url=False):
         loc, tagged = _data_loc(source, tuple(err["loc"]))
@@ -160,6 +167,9 @@ def validation_problems(exc: ValidationError, source: Source) -> list[Problem]:
 
 # --- problems between values ---------------------------------------------------------------
 
+# The checks between values read the data as written, which pydantic may have refused:
+# a key is used only when it holds what the schema wants, else pydantic reports it.
+
 def _str(m: Any, key: str) -> str | None:
     v = m.get(key) if isinstance(m, dict) else None
     return v if isinstance(v, str) else None
@@ -176,6 +186,7 @@ def _list(m: Any, key: str) -> list[Any]:
 
 
 def _valid(check: Any, value: str | None) -> bool:
+    """Whether a model validator accepts the value: a path is looked up only when it is one."""
     if value is None:
         return False
     try:
@@ -207,6 +218,12 @@ def _known_hosts_problem(value: str) -> str | None:
 
 
 def semantic_problems(source: Source) -> Iterator[Problem]:
+    """Problems no single field can show, in the order of the file's sections.
+
+    Names first, because the later checks look nodes up by name; then each
+    provider's access and nodes, proxy_jump loops, and the files that ssh
+    providers need.
+    """
     data = source.data
     providers, jump_hosts, settings = (_dict(data, k) for k in ("providers", "jump_hosts",
                                                                  "settings"))

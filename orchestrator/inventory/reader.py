@@ -119,6 +119,8 @@ class _Key:
 
 
 class _Frame:
+    """A mapping or list being built, with what the limits need: its weight and height."""
+
     __slots__ = ("container", "anchor", "line", "loc", "weight", "height", "key", "key_line",
                  "merges")
 
@@ -157,6 +159,7 @@ class Source:
         self._build()
 
     def line_of(self, loc: Loc) -> int:
+        """The line of the deepest part of `loc` that is written: a missing key's mapping."""
         node, line = self.data, self.root_line
         for part in loc:
             table = self._lines.get(id(node)) if isinstance(node, (dict, list)) else None
@@ -166,9 +169,15 @@ class Source:
         return line
 
     def span_of(self, container: Any, key: Any) -> Span | None:
+        """Where the scalar value of `key` is written, for editing the text in place."""
         return self._spans.get(id(container), {}).get(key)
 
     def _build(self) -> None:
+        """One pass over the parser's events; the limits are checked as each value arrives.
+
+        An alias is counted at its full expanded weight but never copied: it
+        is the anchored container itself, so a bomb is refused before it grows.
+        """
         anchors: dict[str, tuple[Any, int, int, Span | None]] = {}
         stack: list[_Frame] = []
         total = 0
@@ -240,6 +249,8 @@ class Source:
         return (*top.loc, top.key)
 
     def _scalar(self, ev: ScalarEvent, line: int, stack: list[_Frame]) -> Any:
+        """A scalar's value as ruamel's safe loader would make it, with quick paths for the
+        plain words and integers most of an inventory is."""
         tag = ev.tag
         if tag is not None and tag != "!" and tag not in _SCALAR_TAGS:
             self.problems.append(Problem(line, self._loc_here(stack),
@@ -270,6 +281,7 @@ class Source:
 
     def _attach(self, stack: list[_Frame], value: Any, line: int, weight: int, height: int,
                 span: Span | None) -> None:
+        """Put a finished value where it belongs: the top, a list item, a key or its value."""
         if not stack:
             self.data, self.root_line = value, line
             return

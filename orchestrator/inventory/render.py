@@ -30,6 +30,7 @@ def render(p: Path, problems: list[Problem]) -> list[str]:
 
 
 def _fmt_loc(loc: Loc) -> str:
+    """A key path as the user would write it: ``providers.p.nodes[0].host``."""
     out = ""
     for part in loc:
         if isinstance(part, int) and not isinstance(part, bool):
