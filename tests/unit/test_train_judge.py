@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.judging.storage import storage_findings
 from orchestrator.records import Finding
 from orchestrator.steps.train.judge import (
     Judge,
@@ -21,7 +22,6 @@ from orchestrator.steps.train.judge import (
     p90,
     peak_tflops,
     read_phase,
-    storage_findings,
 )
 from orchestrator.suite import Suite, TrainParams, load_suite
 
@@ -596,7 +596,7 @@ def test_too_few_samples_do_not_make_an_idle_verdict(fx: Path) -> None:
 
 
 def test_samples_are_placed_by_the_time_dmon_printed() -> None:
-    from orchestrator.steps.train.judge import sample_times
+    from orchestrator.judging.telemetry import sample_times
 
     # dmon skipped 10:00:03 and printed 10:00:05 twice: counting would drift by a second
     tods = [36001, 36002, 36004, 36005, 36005, 36007]

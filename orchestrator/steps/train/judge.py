@@ -18,11 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import ParseError
-from orchestrator.parsers.dmon import parse_dmon
-from orchestrator.parsers.nvidia_smi import parse_query_gpu
-from orchestrator.records import Finding, Measurement, Severity, finding
-from orchestrator.steps.preflight.checks import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
+from orchestrator.judging import telemetry
+from orchestrator.judging.sink import Sink
+from orchestrator.records import Finding, Measurement, Severity
 from orchestrator.suite import Suite, TrainParams
 from payload.train import protocol
 
@@ -35,7 +33,6 @@ _NCCL_WARN = re.compile(r"NCCL WARN")
 _PEER_LOST = re.compile(r"Connection closed by remote peer|Connection reset by peer|"
                         r"Broken pipe|remote process exited|Connection refused", re.I)
 _CUDA_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
-_INSTANCE_STORE = re.compile(r"Instance Storage|EphemeralDisk|nvme_card", re.I)
 
 
 # --------------------------------------------------------------------------- reading
@@ -52,6 +49,11 @@ class NodeOutput:
 
     def file(self, name: str) -> Path:
         return self.dir / name
+
+    def telemetry(self) -> telemetry.NodeTelemetry:
+        """The GPU telemetry its supervisor sampled, as the telemetry judge reads it."""
+        return telemetry.NodeTelemetry(self.node, self.supervise.get("telemetry") or {},
+                                       self.dir, self.file("supervise.json"))
 
 
 @dataclass
@@ -179,37 +181,49 @@ def restart_parts(out: PhaseOutput) -> dict[str, float]:
     return parts
 
 
+def telemetry_rules(params: TrainParams) -> telemetry.TelemetryRules:
+    """The training step's telemetry verdicts: its thresholds, its codes and words."""
+    th = params.thresholds
+    return telemetry.TelemetryRules(idle_util_pct=th.gpu_idle_util_pct,
+                                    power_violation_pct=th.power_violation_pct)
+
+
 @dataclass
 class Judge:
     run_id: str
     suite: Suite
     subject: Subject
     rel: Callable[[Path], str]
-    findings: list[Finding] = field(default_factory=list)
-    measurements: list[Measurement] = field(default_factory=list)
+    sink: Sink = field(init=False)
     ref: PhaseOutput | None = None
     kill_out: PhaseOutput | None = None
     saved_step: int | None = None  # the newest save the killed run completed
     inexact: list[str] = field(default_factory=list)  # why losses may not match bit for bit
     echoes: list[str] = field(default_factory=list)  # ranks that saw the kill land elsewhere
 
+    def __post_init__(self) -> None:
+        s = self.subject
+        self.sink = Sink(self.run_id, STEP, self.suite.hash, s.provider, s.node, s.nodes,
+                         s.label, self.rel, scope="train", engine="train")
+
     @property
     def params(self) -> TrainParams:
         return self.suite.train
 
+    @property
+    def findings(self) -> list[Finding]:
+        return self.sink.findings
+
+    @property
+    def measurements(self) -> list[Measurement]:
+        return self.sink.measurements
+
     def add(self, code: str, sev: Severity, msg: str, evidence: list[Path] | None = None,
             **details: Any) -> None:
-        ev = [self.rel(p) for p in evidence or [] if p.is_file()]
-        self.findings.append(finding(self.run_id, STEP, provider=self.subject.provider,
-                                     node=self.subject.node, code=code, severity=sev,
-                                     message=f"[{self.subject.label}] {msg}", evidence=ev,
-                                     **details))
+        self.sink.add(code, sev, msg, evidence, **details)
 
     def measure(self, metric: str, value: float, unit: str, **tags: Any) -> None:
-        self.measurements.append(Measurement(
-            run_id=self.run_id, provider=self.subject.provider, nodes=self.subject.nodes,
-            step=STEP, metric=metric, value=float(value), unit=unit,
-            suite_hash=self.suite.hash, scope="train", engine="train", tags=tags))
+        self.sink.measure(metric, value, unit, **tags)
 
     def _rank_file(self, out: PhaseOutput, rank: int) -> Path:
         for n in out.nodes:
@@ -447,77 +461,8 @@ class Judge:
                 max(float(s["t"]) for s in steps.values()))
 
     def _telemetry_window(self, out: PhaseOutput, t_first: float, t_last: float) -> None:
-        for n in out.nodes:
-            tele = n.supervise.get("telemetry") or {}
-            if not tele.get("file"):
-                self.add("TRAIN_NO_TELEMETRY", "INFO", f"{n.node}: "
-                         f"{tele.get('note') or 'no GPU telemetry'}",
-                         [n.file("supervise.json")], node_of_sample=n.node)
-                continue
-            path = n.file(str(tele["file"]))
-            try:
-                series = read_telemetry(path, str(tele.get("source")), self.rel(path))
-            except (ParseError, OSError) as exc:
-                what = exc.what if isinstance(exc, ParseError) else str(exc)
-                self.add("TRAIN_TELEMETRY_UNREADABLE", "WARN", f"{n.node}: {what}", [path])
-                continue
-            started = float(tele.get("started") or 0)
-            interval = float(tele.get("interval_s") or 1)
-            limits = gpu_limits(tele)
-            for gpu, samples in series.items():
-                times = sample_times(samples, started, interval)
-                window = [s for s, t in zip(samples, times, strict=True)
-                          if t_first - interval <= t <= t_last + interval]
-                self._judge_gpu(n.node, gpu, window, path, len(samples), limits.get(gpu))
-
-    def _judge_gpu(self, node: str, gpu: int, window: list[dict[str, Any]], path: Path,
-                   total: int, limits: dict[str, Any] | None = None) -> None:
-        th = self.params.thresholds
-        if not window:
-            self.add("TRAIN_TELEMETRY_SHORT", "INFO", f"{node} GPU {gpu}: none of {total} "
-                     "telemetry samples fell inside the training steps (a run shorter than "
-                     "the sampling interval)", [path])
-            return
-
-        def med(key: str) -> float | None:
-            vals = [float(s[key]) for s in window if s.get(key) is not None]
-            return statistics.median(vals) if vals else None
-
-        for key, metric, unit in (("sm", "gpu_util_pct", "%"), ("pwr", "gpu_power_w", "W"),
-                                  ("pclk", "sm_clock_mhz", "MHz"),
-                                  ("mclk", "mem_clock_mhz", "MHz"),
-                                  ("rxpci", "pcie_rx_mbs", "MB/s"),
-                                  ("txpci", "pcie_tx_mbs", "MB/s")):
-            v = med(key)
-            if v is not None:
-                self.measure(metric, v, unit, stat="median", node=node, gpu=gpu,
-                             samples=len(window))
-        for key, metric, unit in (("gtemp", "gpu_temp_max_c", "C"),
-                                  ("fb", "gpu_mem_used_max_mb", "MB")):
-            vals = [float(s[key]) for s in window if s.get(key) is not None]
-            if vals:
-                self.measure(metric, max(vals), unit, stat="max", node=node, gpu=gpu)
-        util = med("sm")
-        if util is not None and util < th.gpu_idle_util_pct and len(window) < MIN_IDLE_SAMPLES:
-            self.add("TRAIN_TELEMETRY_SHORT", "INFO", f"{node} GPU {gpu}: SM utilisation "
-                     f"{util:.0f}% over only {len(window)} sample(s) while training: too few "
-                     f"to call the GPU idle (at least {MIN_IDLE_SAMPLES}; run more steps)",
-                     [path], gpu=gpu, util_pct=util)
-        elif util is not None and util < th.gpu_idle_util_pct:
-            self.add("TRAIN_GPU_IDLE", "WARN", f"{node} GPU {gpu}: SM utilisation "
-                     f"{util:.0f}% (median of {len(window)} samples while training)", [path],
-                     gpu=gpu, util_pct=util)
-        throttled = [s for s in window
-                     if (s.get("pviol") or 0) > th.power_violation_pct or (s.get("tviol") or 0) > 0
-                     or s.get("slowdown")]
-        if throttled:
-            s = throttled[0]
-            why = s.get("slowdown") or [k for k in ("pviol", "tviol") if (s.get(k) or 0) > 0]
-            severity, more, known = throttle_verdict(throttled, limits)
-            self.add("TRAIN_THROTTLED", severity, f"{node} GPU {gpu}: throttled in "
-                     f"{len(throttled)} of {len(window)} samples while training "
-                     f"({', '.join(map(str, why))}, line {s.get('line')}){more}", [path],
-                     gpu=gpu, samples=len(throttled), line=s.get("line"), **known)
+        telemetry.judge_window(self.sink, telemetry_rules(self.params),
+                               [n.telemetry() for n in out.nodes], t_first, t_last)
 
     # ------------------------------------------------------------------ kill
 
@@ -793,126 +738,3 @@ def _tail(path: Path, n: int = 3) -> str:
     lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines()
              if ln.strip() and not ln.startswith("*")]
     return " | ".join(lines[-n:])[-400:]
-
-
-# a handful of 1 s samples around a few seconds of training (compile, a checkpoint) says
-# nothing about idleness: below this many the idle verdict is withheld
-MIN_IDLE_SAMPLES = 5
-
-
-def _time_of_day(text: str | None) -> int | None:
-    """dmon -o T prints the node's wall clock as HH:MM:SS: seconds since midnight."""
-    if not text:
-        return None
-    try:
-        h, m, sec = (int(x) for x in text.split(":"))
-    except ValueError:
-        return None
-    return h * 3600 + m * 60 + sec
-
-
-def sample_times(samples: list[dict[str, Any]], started: float, interval: float) -> list[float]:
-    """Each sample's time on the node's clock.
-
-    dmon prints the time of day of every sample; counting samples times the interval
-    drifts (dmon skips and repeats seconds under load). The first sample is taken as
-    the sampler's start, and later ones are placed by their printed time relative to
-    it, which needs no time zone. Samples without a time fall back to the count."""
-    first = next((s["tod"] for s in samples if s.get("tod") is not None), None)
-    out = []
-    for k, s in enumerate(samples):
-        tod = s.get("tod")
-        if first is None or tod is None:
-            out.append(started + (k + 1) * interval)
-        else:
-            out.append(started + (tod - first) % 86400)
-    return out
-
-
-def read_telemetry(path: Path, source: str, rel: str) -> dict[int, list[dict[str, Any]]]:
-    """Per GPU, its samples in order: dmon column names (sm, pwr, gtemp, pclk, mclk, pviol,
-    tviol, rxpci, txpci) and `line`; the query loop's fields mapped onto them."""
-    text = path.read_text(errors="replace")
-    out: dict[int, list[dict[str, Any]]] = {}
-    if source == "dmon":
-        facts = parse_dmon(text, source=rel)
-        for s in facts.samples:
-            out.setdefault(s.gpu, []).append({**s.values, "line": s.line_no,
-                                              "tod": _time_of_day(s.time)})
-        return out
-    query = parse_query_gpu(text, source=rel)
-    for i, g in enumerate(query.gpus, 2):
-        reasons = g.clocks_event_reasons
-        out.setdefault(g.index if g.index is not None else 0, []).append({
-            "sm": g.utilization_gpu_pct, "pwr": g.power_draw_w, "gtemp": g.temperature_gpu_c,
-            "pclk": g.clocks_sm_mhz, "mclk": g.clocks_mem_mhz, "line": i,
-            "slowdown": reasons.slowdown if reasons is not None else []})
-    return out
-
-
-# a power-capped GPU whose SM clock stays at or above this share of its maximum runs at its
-# rated power: dense bf16 work holds an H200 at its 700 W limit at 1700-1900 of 1980 MHz
-POWER_CAPPED_CLOCK_SHARE = 0.8
-_POWER_ONLY = {"SwPowerCap"}
-
-
-def gpu_limits(tele: dict[str, Any]) -> dict[int, dict[str, Any]]:
-    """Each GPU's maximum SM clock and power limits, as the supervisor read them (by index)."""
-    rows = (tele.get("limits") or {}).get("gpus") or []
-    return {int(r["index"]): r for r in rows if isinstance(r, dict)
-            and isinstance(r.get("index"), int)}
-
-
-def throttle_verdict(throttled: list[dict[str, Any]], limits: dict[str, Any] | None
-                     ) -> tuple[Severity, str, dict[str, Any]]:
-    """WARN, or INFO for a GPU that only sat at its full power limit with its clock near the
-    maximum (its rated power, not a fault); the message's tail and the details that say so.
-    Thermal or hardware slowdown, a lowered power limit, a clock held far below its maximum,
-    or limits that could not be read stay WARN."""
-    power_only = all((s.get("tviol") or 0) <= 0 and set(s.get("slowdown") or []) <= _POWER_ONLY
-                     for s in throttled)
-    if not limits or not power_only:
-        return "WARN", "", {}
-    top, limit, default = (limits.get(k) for k in ("max_sm_clock_mhz", "power_limit_w",
-                                                  "default_power_limit_w"))
-    clocks = [float(s["pclk"]) for s in throttled if s.get("pclk") is not None]
-    if not top or not limit or not clocks:
-        return "WARN", "", {}
-    clock = statistics.median(clocks)
-    known = {"sm_clock_mhz": clock, "max_sm_clock_mhz": top, "power_limit_w": limit,
-             "default_power_limit_w": default}
-    if default and limit < 0.99 * default:
-        return "WARN", (f"; its power limit is {limit:.0f} W, below its default "
-                        f"{default:.0f} W"), known
-    if clock >= POWER_CAPPED_CLOCK_SHARE * top:
-        return "INFO", (f"; at its full power limit ({limit:.0f} W) with the SM clock at "
-                        f"{clock:.0f} of {top:.0f} MHz: its rated power, not a fault"), known
-    return "WARN", (f"; held at its {limit:.0f} W power limit with the SM clock at "
-                    f"{clock:.0f} of {top:.0f} MHz"), known
-
-
-def storage_findings(judge: Judge, node: str, doc: dict[str, Any], probe_file: Path,
-                     configured: bool) -> None:
-    """Where the checkpoint directory lives: a filesystem that dies with the instance."""
-    path = doc.get("path") or {}
-    mount = path.get("mount") or {}
-    fstype = mount.get("fstype")
-    model = doc.get("block_model") or ""
-    where = (f"{doc.get('ckpt_dir')} is on {fstype or '?'} (mount {mount.get('mount_point')}, "
-             f"source {mount.get('source')}{', device ' + model if model else ''})")
-    if not configured:
-        judge.add("CKPT_DIR_DEFAULT", "INFO", f"{node}: no ckpt_dir in the inventory: "
-                  f"checkpoints go under the work dir; {where}", [probe_file])
-    real = str(path.get("realpath") or doc.get("ckpt_dir") or "")
-    if fstype in EPHEMERAL_FSTYPES:
-        judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: the checkpoint would not "
-                  "survive the instance", [probe_file], reason="ephemeral-fs", fstype=fstype)
-    elif EPHEMERAL_PATH.search(real):
-        # the paths preflight's CKPT_DIR_EPHEMERAL names: cleared at boot, or instance scratch
-        judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: under a scratch path "
-                  f"({real}), cleared when the instance restarts or goes", [probe_file],
-                  reason="scratch-path", fstype=fstype)
-    elif _INSTANCE_STORE.search(model):
-        judge.add("CKPT_NOT_PERSISTENT", "WARN", f"{node}: {where}: an instance store, lost "
-                  "when the instance stops", [probe_file], reason="instance-store",
-                  fstype=fstype)

@@ -39,6 +39,7 @@ from orchestrator.errors import GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
+from orchestrator.judging.storage import storage_findings
 from orchestrator.steps.driver import (
     Driven,
     StageTracker,
@@ -51,7 +52,6 @@ from orchestrator.steps.driver import (
     step_pool,
 )
 from orchestrator.steps.train.judge import Judge, PhaseOutput, Subject, read_phase
-from orchestrator.steps.train.judge import storage_findings as judge_storage
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite, TrainParams
 from payload.scrub import scrub_text
@@ -275,7 +275,7 @@ class Step:
                      self.run.rel)
 
     def storage(self, judge: Judge, p: Probe, others: list[Probe]) -> None:
-        judge_storage(judge, p.node.name, p.doc, p.file, p.node.ckpt_dir is not None)
+        storage_findings(judge.sink, p.node.name, p.doc, p.file, p.node.ckpt_dir is not None)
         free = (p.doc.get("path") or {}).get("free_bytes")
         # fp32 weights and AdamW's two moments; the kill phase may write two checkpoints,
         # and nodes sharing the directory write theirs at the same time
