@@ -14,15 +14,10 @@ import pytest
 
 from orchestrator.judging.storage import storage_findings
 from orchestrator.records import Finding
-from orchestrator.steps.train.judge import (
-    Judge,
-    PhaseOutput,
-    Subject,
-    command_steps,
-    p90,
-    peak_tflops,
-    read_phase,
-)
+from orchestrator.steps.train.command import command_steps
+from orchestrator.steps.train.judge import Judge, Subject
+from orchestrator.steps.train.reading import PhaseOutput, read_phase
+from orchestrator.steps.train.throughput import p90, peak_tflops
 from orchestrator.suite import Suite, TrainParams, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ the step driver:
   nodes' disks.
 
 Each phase is one `train-supervise` per node (payload/train/supervise.py); its
-files come back into the run directory and train_judge.py judges them.
+files come back into the run directory and judge.py judges them.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from orchestrator.errors import GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
+from orchestrator.judging.sink import combined
 from orchestrator.judging.storage import storage_findings
 from orchestrator.steps.driver import (
     Driven,
@@ -51,7 +52,8 @@ from orchestrator.steps.driver import (
     provider_unit,
     step_pool,
 )
-from orchestrator.steps.train.judge import Judge, PhaseOutput, Subject, read_phase
+from orchestrator.steps.train.judge import Judge, Subject
+from orchestrator.steps.train.reading import PhaseOutput, read_phase
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite, TrainParams
 from payload.scrub import scrub_text
@@ -337,11 +339,7 @@ class Step:
                         saved_on[j.unit] = j.node
         _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, p.node.name))
                                           for p in group])
-        res = UnitResult(summary={"nodes": names})
-        for jd in judges.values():
-            res.findings += jd.findings
-            res.measurements += jd.measurements
-        return res
+        return combined([jd.sink for jd in judges.values()], {"nodes": names})
 
     def _judge_phase(self, jd: Judge, phase: str, out: PhaseOutput, saved_on: list[str],
                      restored_on: list[str]) -> bool:
@@ -388,7 +386,7 @@ class Step:
                     break
         _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, unit))
                                           for p in members])
-        return UnitResult(jd.findings, jd.measurements, {"nodes": names, "shared": shared})
+        return jd.sink.result({"nodes": names, "shared": shared})
 
 
 def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
