@@ -35,7 +35,7 @@ from typing import Any
 
 from orchestrator import nccltests
 from orchestrator import payload as payload_mod
-from orchestrator.errors import GpuvetError, StepError
+from orchestrator.errors import ConnectionFailed, GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
@@ -440,6 +440,4 @@ def _raise(exc: GpuvetError, stage: StageTracker) -> UnitResult:
 
 
 def _unreachable(exc: GpuvetError) -> bool:
-    from orchestrator.errors import ConnectionFailed
-
     return isinstance(exc, ConnectionFailed) or isinstance(exc.__cause__, ConnectionFailed)

@@ -11,6 +11,8 @@ import statistics
 from importlib import resources
 from typing import Any
 
+from ruamel.yaml import YAML
+
 from orchestrator.judging.sink import Sink
 from orchestrator.steps.train.reading import PhaseOutput
 from orchestrator.suite import TrainParams
@@ -19,8 +21,6 @@ from payload.train import protocol
 
 @functools.lru_cache(maxsize=1)
 def _peak_table() -> list[dict[str, Any]]:
-    from ruamel.yaml import YAML
-
     text = resources.files("orchestrator").joinpath("data/gpu_peaks.yaml").read_text()
     doc = YAML(typ="safe").load(text)
     return list(doc["peaks"])
