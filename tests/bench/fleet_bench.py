@@ -166,8 +166,8 @@ def child_fleet(n: int, tmp: Path) -> dict[str, Any]:
     from orchestrator import inventory, nccltests, parsers
     from orchestrator.executors.base import shell_join
     from orchestrator.parsers._nccl_common import NcclTestsRun
-    from orchestrator.records import Measurement
-    from orchestrator.steps.driver import UnitResult, drive, provider_unit
+    from orchestrator.records import Measurement, UnitResult
+    from orchestrator.steps.driver import drive, provider_unit
     from orchestrator.steps.fleet import localise as L
     from orchestrator.steps.fleet import plan as P
     from orchestrator.steps.fleet import stragglers as S

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.records import Measurement, finding
-from orchestrator.steps.driver import StageTracker, UnitResult, drive, provider_unit
+from orchestrator.records import Measurement, UnitResult, finding
+from orchestrator.steps.driver import StageTracker, drive, provider_unit
 from orchestrator.store import Run
 
 
