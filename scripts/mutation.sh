@@ -35,6 +35,7 @@ declare -A TESTS=(
     [orchestrator/verdicts.py]="tests/unit/test_mutation_pins_verdicts.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
     [payload/scrub.py]="tests/unit/test_mutation_pins_scrub.py tests/unit/payload/test_scrub.py tests/unit/test_store.py"
     [payload/ncclbuild.py]="tests/unit/test_mutation_pins_ncclbuild.py tests/unit/test_ncclbuild.py"
+    [orchestrator/gpunames.py]="tests/unit/test_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_bands.py"
     [orchestrator/steps/preflight/checks.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
     [orchestrator/parsers/dmon.py]="tests/unit/parsers/test_dmon.py"
     [orchestrator/parsers/gpus.py]="tests/unit/parsers/test_gpus.py"
@@ -58,7 +59,7 @@ declare -A SKIP=(
 )
 ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/store.py orchestrator/steps/nccl/judge.py
        orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
-       orchestrator/steps/preflight/checks.py orchestrator/parsers/*.py)
+       orchestrator/gpunames.py orchestrator/steps/preflight/checks.py orchestrator/parsers/*.py)
 
 if [ $# -gt 0 ]; then modules=("$@"); else modules=("${ORDER[@]}"); fi
 cd "$ROOT"

@@ -26,8 +26,8 @@ from collectdoc import (
     path_info,
 )
 
+from orchestrator import gpunames, parsers
 from orchestrator import inventory as inv_mod
-from orchestrator import parsers
 from orchestrator.records import Finding
 from orchestrator.steps.preflight import checks
 from orchestrator.steps.preflight.step import judge_document
@@ -509,7 +509,7 @@ def test_identical_nodes_no_drift() -> None:
     ("Tesla", "Tesla V100-SXM2-16GB", False),  # no model at all
 ])
 def test_model_matches(expected: str, actual: str, ok: bool) -> None:
-    assert checks.model_matches(expected, actual) is ok
+    assert gpunames.model_matches(expected, actual) is ok
 
 
 @pytest.mark.parametrize("name,ff", [
@@ -524,7 +524,7 @@ def test_model_matches(expected: str, actual: str, ok: bool) -> None:
     ("NVIDIA L40S", None),
 ])
 def test_form_factor_of(name: str, ff: str | None) -> None:
-    assert checks.form_factor_of(name) == ff
+    assert gpunames.form_factor_of(name) == ff
 
 
 def test_ckpt_dir_not_in_inventory_is_not_judged() -> None:

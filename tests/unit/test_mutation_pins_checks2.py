@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from collectdoc import H200_FILES, H200_ORDER, doc_from, fixture, h200_doc, h200_text, inventory
 
+from orchestrator.gpunames import model_matches
 from orchestrator.parsers import parse
 from orchestrator.steps.preflight import checks
-from orchestrator.steps.preflight.checks import NodeFacts, model_matches
+from orchestrator.steps.preflight.checks import NodeFacts
 from orchestrator.steps.preflight.step import judge_document
 
 XML = "raw/nvidia_smi_q_xml.txt"

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from orchestrator.gpunames import form_factor_of, model_matches
 from orchestrator.inventory import Expectations
 from orchestrator.parsers.gpus import GpuView, merge_gpus
 from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts, QueryGpuFacts
@@ -75,41 +76,6 @@ class Result:
     message: str
     evidence: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
-
-
-_MAKER = re.compile("nvidia|tesla")  # the maker's words say nothing about the model
-
-
-def _norm(s: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", _MAKER.sub("", s.lower()))
-
-
-def model_matches(expected: str, actual: str) -> bool:
-    """Every token of the order ("A100 SXM4 80GB") must appear in the GPU's name.
-
-    A token that starts or ends with a digit must not run on into more digits there:
-    "L4" is not "L40S", "A10" is not "A100", "80GB" is not "180GB".
-    """
-    spaced, squashed = actual.lower(), _norm(actual)
-    # the maker's words go, also where they run on into the model ("TeslaV100")
-    tokens = [t for t in re.split(r"[^a-z0-9]+", _MAKER.sub(" ", expected.lower())) if t]
-
-    def found(t: str) -> bool:
-        pat = ((r"(?<![0-9])" if t[0].isdigit() else "") + re.escape(t)
-               + (r"(?![0-9])" if t[-1].isdigit() else ""))
-        return re.search(pat, spaced) is not None or re.search(pat, squashed) is not None
-
-    return bool(tokens) and all(found(t) for t in tokens)
-
-
-def form_factor_of(name: str) -> str | None:
-    n = name.lower()
-    if "pcie" in n or " nvl" in n:
-        return "pcie"
-    if "sxm" in n or re.search(r"\bh(100|200|20)\b.*hbm3|^nvidia h200$|^nvidia gh200|^nvidia b200",
-                               n):
-        return "sxm"
-    return None
 
 
 # Delivered memory below this share of the order is a different card, not rounding:
