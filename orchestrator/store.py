@@ -22,6 +22,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -37,10 +38,12 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from ruamel.yaml import YAML
 
 from orchestrator import __version__
 from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError
 from orchestrator.records import Finding, Measurement
+from payload.scrub import redact_value, scrub_text
 
 SCHEMA_VERSION = 2
 DEFAULT_ROOT = Path("results")
@@ -427,12 +430,6 @@ def _inventory_copy(path: Path) -> str:
 
     The values (tokens, passwords, PEM keys handed to nodes) are replaced in place, so
     the copy keeps the file's layout, comments and line numbers."""
-    import io
-
-    from ruamel.yaml import YAML
-
-    from payload.scrub import redact_value, scrub_text
-
     text = path.read_text(encoding="utf-8", errors="replace")
     yaml = YAML()  # round trip: comments and layout stay
     try:

@@ -42,7 +42,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
+from orchestrator.analysis import frames
 from orchestrator.analysis.baseline import (
     DEFAULT_LAST,
     METRICS,
@@ -123,8 +125,6 @@ class _Raw:
 
 def _welch(base: np.ndarray, cur: np.ndarray) -> tuple[float, float, float]:
     """(p, standard error of the difference, Welch-Satterthwaite df)."""
-    from scipy import stats
-
     nb, nc = len(base), len(cur)
     vb, vc = float(np.var(base, ddof=1)) / nb, float(np.var(cur, ddof=1)) / nc
     se = math.sqrt(vb + vc)
@@ -140,8 +140,6 @@ def _welch(base: np.ndarray, cur: np.ndarray) -> tuple[float, float, float]:
 def _prediction(base: np.ndarray, value: float) -> tuple[float, float, float]:
     """One new value against the baseline: a t prediction interval (the run has the
     baseline's spread), which is Welch's test with the current variance taken as known."""
-    from scipy import stats
-
     nb = len(base)
     se = float(np.std(base, ddof=1)) * math.sqrt(1 + 1 / nb)
     diff = value - float(np.mean(base))
@@ -156,8 +154,6 @@ def _enough(nb: int, nc: int, settings: Settings) -> bool:
 
 
 def _mwu_p(base: np.ndarray, cur: np.ndarray) -> float:
-    from scipy import stats
-
     if np.ptp(np.concatenate([base, cur])) == 0:
         return 1.0
     return float(stats.mannwhitneyu(cur, base, alternative="two-sided").pvalue)
@@ -172,8 +168,6 @@ def bh(ps: Sequence[float]) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (q), in the given order."""
     if not ps:
         return []
-    from scipy import stats
-
     return [float(q) for q in stats.false_discovery_control(np.asarray(ps, dtype=float),
                                                             method="bh")]
 
@@ -181,8 +175,6 @@ def bh(ps: Sequence[float]) -> list[float]:
 def compare_all(pairs: Sequence[tuple[Sequence[float], Sequence[float], int]],
                 settings: Settings = Settings()) -> list[Comparison]:
     """Test every (baseline, current, direction) of one run, corrected together."""
-    from scipy import stats
-
     raws = [_Raw(np.asarray(b, dtype=float), np.asarray(c, dtype=float), d) for b, c, d in pairs]
     testable = [r for r in raws if _enough(len(r.base), len(r.cur), settings)
                 and float(np.mean(r.base)) > 0]
@@ -401,8 +393,6 @@ def evaluate(root: Path, run_id: str | None = None, providers: Sequence[str] = (
     Raises UsageError for a run or provider that is not in the store; a provider
     without baseline data is NOT ENOUGH DATA, not an error.
     """
-    from orchestrator.analysis import frames
-
     runs = frames.runs(root)
     if run_id is not None:
         if run_id not in set(runs["run_id"]):
