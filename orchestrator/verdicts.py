@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.records import SEVERITY_ORDER, Finding, Severity, worst
 
@@ -74,5 +74,5 @@ def failed(findings: Iterable[Finding]) -> bool:
     return any(f.severity == "FAIL" for f in findings)
 
 
-def run_status(findings: Iterable[Finding]) -> str:
+def run_status(findings: Iterable[Finding]) -> Literal["passed", "failed"]:
     return "failed" if failed(findings) else "passed"

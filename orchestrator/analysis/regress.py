@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 
 Verdict = Literal["REGRESSED", "IMPROVED", "UNCHANGED", "NOT ENOUGH DATA"]
 TestName = Literal["welch", "mwu"]
+TESTS: dict[str, TestName] = {"mwu": "mwu", "welch": "welch"}  # by the name a user types
 VERDICT_ORDER: dict[Verdict, int] = {"NOT ENOUGH DATA": 0, "UNCHANGED": 1, "IMPROVED": 2,
                                      "REGRESSED": 3}
 # Asymptotic relative efficiency of Mann-Whitney U to the t-test under normal noise.

@@ -104,8 +104,9 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     rounds = sel.groupby(["run_id", "scope", "nodes"])["round"].nunique()
     few = rounds[rounds < ROUNDS_NEEDED]
     if len(few):
-        shown = ", ".join(f"{key[1]} on {key[2]}: {n} round(s)"  # type: ignore[index]
-                          for key, n in few.items())
+        shown = ", ".join(f"{scope} on {nodes}: {n} round(s)" for scope, nodes, n in zip(
+            few.index.get_level_values("scope"), few.index.get_level_values("nodes"), few,
+            strict=True))
         return Reason(check, "missing", f"fewer than {ROUNDS_NEEDED} rounds: {shown}")
     busbw = [f for f in nccl if f.code == "NCCL_BUSBW"]
     if not busbw or not _ev(busbw):

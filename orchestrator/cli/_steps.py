@@ -57,7 +57,7 @@ def show_outcome(run: Run, findings: list[Finding], node_names: Sequence[str], *
                  ) -> int:
     """Finish the run, then show it: a closed stdout cannot leave a run "running"."""
     status = run_status(findings)
-    run.finish(status)  # type: ignore[arg-type]
+    run.finish(status)
     if as_json:
         emit_json({"run_id": run.run_id, "status": status, "results": str(run.dir),
                    "verdicts": verdicts(findings, node_names),

@@ -71,7 +71,7 @@ def register(root: click.Group) -> None:
                                       train=train, last=last, min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
-            run.finish(status)  # type: ignore[arg-type]
+            run.finish(status)
             ev = outcome.evaluation
             assert ev is not None
             failed = status == "failed" or ev.regressed

@@ -8,6 +8,7 @@ streamed into the run directory; everything else is derived from them.
 
 from __future__ import annotations
 
+import functools
 import shlex
 import socket
 import statistics
@@ -235,8 +236,7 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         return UnitResult(outcome.findings, outcome.measurements)
 
     with step_pool(inv, pool, accept_new_host_keys) as p:
-        units = [node_unit(n, lambda st, n=n: node_work(p, n, st))  # type: ignore[misc]
-                 for n in nodes]
+        units = [node_unit(n, functools.partial(node_work, p, n)) for n in nodes]
         done = {u.key for u in units if run.is_done(u.key, STEP)}
         for n in nodes:
             if f"node:{n.name}" in done:
@@ -248,7 +248,7 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         driven = drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
         if multi:
             groups = {p: [n for n in nodes if n.provider == p and n.name in builds] for p in provs}
-            punits = [provider_unit(prov, "multi", lambda st, m=m: multi_work(p, m, st))  # type: ignore[misc]
+            punits = [provider_unit(prov, "multi", functools.partial(multi_work, p, m))
                       for prov, m in groups.items() if len(m) >= 2]
             more = drive(run, STEP, punits, concurrency=inv.settings.concurrency,
                          progress=progress)

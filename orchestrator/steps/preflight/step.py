@@ -8,6 +8,7 @@ the other nodes go on.
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from collections.abc import Callable
@@ -126,7 +127,7 @@ def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     """
     reports: dict[str, NodeReport] = {}
     with step_pool(inv, pool, accept_new_host_keys) as p:
-        units = [node_unit(n, lambda st, n=n: run_node(p, n, inv, run, suite, st, reports))  # type: ignore[misc]
+        units = [node_unit(n, functools.partial(run_node, p, n, inv, run, suite, reports=reports))
                  for n in nodes]
         run.retract(keep_units={u.key for u in units if run.is_done(u.key, STEP)}, step=STEP)
         driven = drive(run, STEP, units, concurrency=inv.settings.concurrency,
