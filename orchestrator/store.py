@@ -42,7 +42,7 @@ from ruamel.yaml import YAML
 
 from orchestrator import __version__
 from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError
-from orchestrator.records import Finding, Measurement
+from orchestrator.records import Finding, Measurement, unit_folder
 from payload.scrub import redact_value, scrub_text
 
 SCHEMA_VERSION = 2
@@ -637,11 +637,8 @@ class Run:
         self._index_write(lambda: self.index.replace_records(self.run_id, fs, ms))
 
     def _done_path(self, unit: str, step: str) -> Path:
-        kind, _, name = unit.partition(":")
-        safe = name.replace("/", "__")
-        if kind == "node":
-            return self.dir / "nodes" / name / step / "done.json"
-        return self.dir / "providers" / safe / step / "done.json"
+        kind, name = unit_folder(unit)
+        return self.dir / kind / name / step / "done.json"
 
     def mark_done(self, unit: str, step: str, summary: dict[str, Any]) -> None:
         write_json(self._done_path(unit, step), summary)

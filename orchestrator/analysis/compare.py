@@ -237,13 +237,13 @@ def transports_table(findings: Sequence[Finding], providers: Sequence[str]) -> T
     for p in providers:
         for f in findings:
             if f.provider == p and f.code == "NCCL_TRANSPORTS":
-                rows.append((p, f.subject, ", ".join(f.details.get("transports") or []) or "-",
+                rows.append((p, f.label, ", ".join(f.details.get("transports") or []) or "-",
                              f.message))
     return Table("transports NCCL used", ("provider", "where", "transports", "message"), rows)
 
 
 def agreement_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
-    rows = [(f.provider, f.subject, f.severity, f.message) for f in findings
+    rows = [(f.provider, f.label, f.severity, f.message) for f in findings
             if f.provider in providers and f.code == "TORCH_VS_NCCL_TESTS"]
     return Table("torch.distributed vs nccl-tests", ("provider", "where", "severity", "message"),
                  rows)

@@ -60,6 +60,7 @@ from orchestrator.analysis.baseline import (
 )
 from orchestrator.analysis.changepoint import detect
 from orchestrator.errors import UsageError
+from orchestrator.records import subject_key, subject_label
 from orchestrator.verdicts import Table
 
 if TYPE_CHECKING:
@@ -237,15 +238,23 @@ def compare_all(pairs: Sequence[tuple[Sequence[float], Sequence[float], int]],
 
 @dataclass(frozen=True)
 class Row:
-    """A verdict about one subject (the provider, or one node) in one series."""
+    """A verdict about one node, or the provider as a whole, in one series."""
 
     key: SeriesKey
-    subject: str  # "provider:P" or a node name
+    node: str | None  # None: the provider (key.provider) as a whole
     result: Comparison
 
     @property
     def is_node(self) -> bool:
-        return not self.subject.startswith("provider:")
+        return self.node is not None
+
+    @property
+    def subject(self) -> str:  # the key of --json and Prometheus output
+        return subject_key(self.key.provider, self.node)
+
+    @property
+    def label(self) -> str:  # as tables show it
+        return subject_label(self.key.provider, self.node)
 
 
 @dataclass(frozen=True)
@@ -278,17 +287,17 @@ def judge(run_id: str, current: Sequence[Sample], baseline: Sequence[Sample],
     cur_by_key: dict[SeriesKey, list[Sample]] = {}
     for s in current:
         cur_by_key.setdefault(s.key, []).append(s)
-    plan: list[tuple[SeriesKey, str, list[float], list[float]]] = []
+    plan: list[tuple[SeriesKey, str | None, list[float], list[float]]] = []
     for key in sorted(cur_by_key):
         samples = cur_by_key[key]
         base = base_by_key.get(key, [])
-        plan.append((key, f"provider:{key.provider}", base, [s.value for s in samples]))
+        plan.append((key, None, base, [s.value for s in samples]))
         nodes = sorted({s.node for s in samples if s.node is not None})
         if key.span == "single" and len(nodes) > 1:
             for n in nodes:
                 plan.append((key, n, base, [s.value for s in samples if s.node == n]))
     results = compare_all([(b, c, METRICS.get(k.metric, 1)) for k, _, b, c in plan], settings)
-    report = Report(run_id, settings, [Row(k, subj, r) for (k, subj, _, _), r in
+    report = Report(run_id, settings, [Row(k, node, r) for (k, node, _, _), r in
                                        zip(plan, results, strict=True)])
     wanted = list(dict.fromkeys([*providers, *(k.provider for k in cur_by_key)]))
     report.providers = [provider_verdict(p, [r for r in report.rows if r.key.provider == p],
@@ -308,7 +317,7 @@ def provider_verdict(provider: str, rows: Sequence[Row], min_effect: float = 0.0
     for key in dict.fromkeys(r.key for r in rows):
         series = [r for r in rows if r.key == key]
         node_rows = [r for r in series if r.is_node]
-        bad = {r.subject for r in node_rows if r.result.verdict == "REGRESSED"}
+        bad = {r.node for r in node_rows if r.node is not None and r.result.verdict == "REGRESSED"}
         prov_row = next(r for r in series if not r.is_node)
         if bad and len(bad) < len(node_rows):
             lone |= bad
@@ -321,12 +330,12 @@ def provider_verdict(provider: str, rows: Sequence[Row], min_effect: float = 0.0
                                f"provider {provider} regressed as a whole in {len(whole)} "
                                f"series, worst {worst.key.label} {_change(worst.result)}{extra}")
     if lone:
-        bad_rows = [r for r in rows if r.subject in lone and r.result.verdict == "REGRESSED"]
+        bad_rows = [r for r in rows if r.node in lone and r.result.verdict == "REGRESSED"]
         worst = min(bad_rows, key=lambda r: (r.result.change or 0) * METRICS.get(r.key.metric, 1))
         names = ", ".join(sorted(lone))
         return ProviderVerdict(provider, "REGRESSED", "node", tuple(sorted(lone)),
                                f"node{'s' if len(lone) > 1 else ''} {names} regressed alone (the "
-                               f"provider's other nodes did not), worst {worst.subject} "
+                               f"provider's other nodes did not), worst {worst.node} "
                                f"{worst.key.label} {_change(worst.result)}")
     better = [r for r in judged if r.result.verdict == "IMPROVED"]
     mdes = [r.result.mde for r in judged if not r.is_node and r.result.mde is not None]
@@ -524,7 +533,7 @@ def tests_table(ev: Evaluation, verbose: bool = False) -> Table:
     """Provider rows always; a node's row when it says something, or with -v."""
     bands = {k: b for p in ev.providers for k, b in p.bands.items()}
     rows = []
-    for r in sorted(ev.rows, key=lambda r: (r.key, r.is_node, r.subject)):
+    for r in sorted(ev.rows, key=lambda r: (r.key, r.is_node, r.node or "")):
         c = r.result
         if r.is_node and not verbose and c.verdict in ("UNCHANGED", "NOT ENOUGH DATA"):
             continue
@@ -533,7 +542,7 @@ def tests_table(ev: Evaluation, verbose: bool = False) -> Table:
         shown = None if band is None else (f"{band[0].value:g} ({band[0].lower:g}-"
                                            f"{band[0].upper:g}, {band[1]})")
         mde = None if c.mde is None else ("none" if math.isinf(c.mde) else f"{c.mde:.1%}")
-        rows.append((r.key.provider, r.subject, r.key.label, c.verdict, _pct(c.change), ci,
+        rows.append((r.key.provider, r.label, r.key.label, c.verdict, _pct(c.change), ci,
                      None if c.q is None else float(f"{c.q:.2g}"), mde,
                      f"{c.n_cur}/{c.n_base}", _num(c.base_mean), _num(c.cur_mean), shown))
     return Table(f"regression tests ({ev.settings.test}, FDR {ev.settings.alpha:g}, minimum "

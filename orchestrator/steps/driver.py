@@ -23,7 +23,14 @@ from orchestrator.errors import GpuvetError, StepError, StoreError
 from orchestrator.executors import ExecutorPool, fanout, options_for
 from orchestrator.executors.base import ProgressHook, interrupted, is_unreachable
 from orchestrator.inventory import Inventory, Node
-from orchestrator.records import Finding, Measurement, Stage, finding
+from orchestrator.records import (
+    Finding,
+    Measurement,
+    Stage,
+    finding,
+    node_unit_key,
+    provider_unit_key,
+)
 from orchestrator.store import Run
 
 
@@ -55,7 +62,7 @@ class StageTracker:
 
 @dataclass
 class Unit:
-    """One piece of a step: `key` is "node:NAME" or "provider:NAME/WHAT"."""
+    """One piece of a step, keyed by `records.node_unit_key` or `provider_unit_key`."""
 
     key: str
     provider: str
@@ -68,11 +75,11 @@ class Unit:
 
 
 def node_unit(node: Node, work: Callable[[StageTracker], UnitResult]) -> Unit:
-    return Unit(f"node:{node.name}", node.provider, node.name, work)
+    return Unit(node_unit_key(node.name), node.provider, node.name, work)
 
 
 def provider_unit(provider: str, what: str, work: Callable[[StageTracker], UnitResult]) -> Unit:
-    return Unit(f"provider:{provider}/{what}", provider, None, work)
+    return Unit(provider_unit_key(provider, what), provider, None, work)
 
 
 class UnitFailed(StepError):

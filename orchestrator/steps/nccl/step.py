@@ -24,7 +24,15 @@ from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
-from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
+from orchestrator.records import (
+    Finding,
+    Measurement,
+    MeasureScope,
+    Severity,
+    finding,
+    node_unit_key,
+    provider_unit_key,
+)
 from orchestrator.steps.driver import (
     Driven,
     StageTracker,
@@ -239,11 +247,11 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         units = [node_unit(n, functools.partial(node_work, p, n)) for n in nodes]
         done = {u.key for u in units if run.is_done(u.key, STEP)}
         for n in nodes:
-            if f"node:{n.name}" in done:
+            if node_unit_key(n.name) in done:
                 builds[n.name] = BuildDoc.model_validate(
-                    run.done_summary(f"node:{n.name}", STEP).get("build") or {})
+                    run.done_summary(node_unit_key(n.name), STEP).get("build") or {})
         provs = list(dict.fromkeys(n.provider for n in nodes))
-        done |= {f"provider:{p}/multi" for p in provs if run.is_done(f"provider:{p}/multi", STEP)}
+        done |= {k for k in (provider_unit_key(p, "multi") for p in provs) if run.is_done(k, STEP)}
         run.retract(keep_units=done, step=STEP)
         driven = drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
         if multi:
