@@ -37,6 +37,9 @@ declare -A TESTS=(
     [payload/ncclbuild.py]="tests/unit/test_mutation_pins_ncclbuild.py tests/unit/test_ncclbuild.py"
     [orchestrator/gpunames.py]="tests/unit/test_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_bands.py"
     [orchestrator/steps/preflight/checks.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/steps/preflight/facts.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/steps/preflight/gpu.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/steps/preflight/links.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
     [orchestrator/parsers/dmon.py]="tests/unit/parsers/test_dmon.py"
     [orchestrator/parsers/gpus.py]="tests/unit/parsers/test_gpus.py"
     [orchestrator/parsers/ibstat.py]="tests/unit/parsers/test_ibstat.py"
@@ -59,7 +62,9 @@ declare -A SKIP=(
 )
 ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/store.py orchestrator/steps/nccl/judge.py
        orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
-       orchestrator/gpunames.py orchestrator/steps/preflight/checks.py orchestrator/parsers/*.py)
+       orchestrator/gpunames.py orchestrator/steps/preflight/checks.py
+       orchestrator/steps/preflight/facts.py orchestrator/steps/preflight/gpu.py
+       orchestrator/steps/preflight/links.py orchestrator/parsers/*.py)
 
 if [ $# -gt 0 ]; then modules=("$@"); else modules=("${ORDER[@]}"); fi
 cd "$ROOT"

@@ -29,7 +29,7 @@ from collectdoc import (
 from orchestrator import gpunames, parsers
 from orchestrator import inventory as inv_mod
 from orchestrator.records import Finding
-from orchestrator.steps.preflight import checks
+from orchestrator.steps.preflight import checks, gpu
 from orchestrator.steps.preflight.step import judge_document
 
 REPO = Path(__file__).resolve().parents[2]
@@ -582,7 +582,7 @@ def test_memory_tolerance_pinned_48gb_order_40gb_card() -> None:
     """39.6 GiB is not a 48 GB card: a tolerance loosened to 0.80 would pass it."""
     mem = one(judge(doc_from({"query_gpu": PCIE40_CSV}), {"memory_per_gpu_gb": 48}), "GPU_MEMORY")
     assert mem.severity == "FAIL" and "GPU0 39.6 GiB" in mem.message
-    assert checks.MEMORY_TOLERANCE == 0.93
+    assert gpu.MEMORY_TOLERANCE == 0.93
 
 
 def test_memory_from_the_default_table_when_there_is_no_query() -> None:
