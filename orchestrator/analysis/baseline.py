@@ -41,7 +41,7 @@ from orchestrator import bands as bands_mod
 from orchestrator.analysis import frames
 from orchestrator.bands import Band
 from orchestrator.errors import UsageError
-from orchestrator.store import BaselineRecord, Index, add_baselines
+from orchestrator.index import BaselineRecord, Index, add_baselines
 from orchestrator.verdicts import Table
 
 MIN_SIZE = 16 << 20
