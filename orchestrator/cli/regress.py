@@ -10,8 +10,8 @@ import click
 
 from orchestrator.cli._common import emit_json, json_option, out, render, results_option
 
-if TYPE_CHECKING:  # the regress module loads scipy: only its commands import it
-    from orchestrator.analysis.regress import Settings
+if TYPE_CHECKING:  # the statistics load scipy: only the commands that judge import them
+    from orchestrator.analysis.significance import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,7 +49,7 @@ def regress_options(f: F) -> F:
 
 
 def settings_from(test_: str, alpha: float, min_effect: float) -> Settings:
-    from orchestrator.analysis.regress import TESTS, Settings
+    from orchestrator.analysis.significance import TESTS, Settings
 
     return Settings(test=TESTS[test_], alpha=alpha, min_effect=min_effect)
 
