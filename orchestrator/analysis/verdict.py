@@ -61,7 +61,7 @@ def _decide(check: str, fs: Sequence[Finding], ok_codes: Sequence[str], bad_code
     """no-go on any bad finding; ok when every wanted code PASSed with evidence."""
     bad = _bad(fs, bad_codes, bad_levels)
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     goods = [f for f in fs if f.code in ok_codes and f.severity == "PASS"]
     missing = [c for c in ok_codes if not any(f.code == c for f in goods)]
@@ -70,7 +70,7 @@ def _decide(check: str, fs: Sequence[Finding], ok_codes: Sequence[str], bad_code
     bare = [f for f in goods if not f.evidence]
     if bare:
         return Reason(check, "missing", "; ".join(
-            f"{f.code} on {f.subject} has no evidence file: a claim, not a measurement"
+            f"{f.code} on {f.label} has no evidence file: a claim, not a measurement"
             for f in bare))
     return Reason(check, "ok", "; ".join(dict.fromkeys(f.message for f in goods)), _ev(goods))
 
@@ -79,7 +79,7 @@ def _mig(fs: Sequence[Finding], env: pd.DataFrame, provider: str) -> Reason:
     check = "MIG as ordered"
     bad = _bad(fs, ["MIG_ENABLED"])
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     rows = env[(env["provider"] == provider) & (env["key"] == "mig")] if not env.empty else env
     if rows.empty:
@@ -95,7 +95,7 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     nccl = [f for f in fs if f.step == "nccl"]
     bad = [f for f in nccl if f.severity in ("WARN", "FAIL")]
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.code}: {f.message}"
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.code}: {f.message}"
                                                 for f in bad), _ev(bad))
     sel = ms[(ms["provider"] == provider) & (ms["step"] == "nccl") & (ms["metric"] == "busbw")
               & (ms["engine"] == "nccl-tests")] if not ms.empty else ms
@@ -104,13 +104,14 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     rounds = sel.groupby(["run_id", "scope", "nodes"])["round"].nunique()
     few = rounds[rounds < ROUNDS_NEEDED]
     if len(few):
-        shown = ", ".join(f"{key[1]} on {key[2]}: {n} round(s)"  # type: ignore[index]
-                          for key, n in few.items())
+        shown = ", ".join(f"{scope} on {nodes}: {n} round(s)" for scope, nodes, n in zip(
+            few.index.get_level_values("scope"), few.index.get_level_values("nodes"), few,
+            strict=True))
         return Reason(check, "missing", f"fewer than {ROUNDS_NEEDED} rounds: {shown}")
     busbw = [f for f in nccl if f.code == "NCCL_BUSBW"]
     if not busbw or not _ev(busbw):
         return Reason(check, "missing", "no NCCL_BUSBW finding with its logs")
-    return Reason(check, "ok", "; ".join(f"{f.subject}: {f.message}" for f in busbw), _ev(busbw))
+    return Reason(check, "ok", "; ".join(f"{f.label}: {f.message}" for f in busbw), _ev(busbw))
 
 
 TRAIN_BROKE = ("TRAIN_FAILED", "TRAIN_OOM", "TRAIN_NAN", "TRAIN_TIMEOUT", "TRAIN_NCCL_TIMEOUT",
@@ -124,7 +125,7 @@ def _ran(fs: Sequence[Finding]) -> Reason:
     check = "the real task ran"
     bad = _bad(fs, TRAIN_BROKE)
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     ran = [f for f in fs if f.code in ("TRAIN_REFERENCE", "TRAIN_COMMAND_OK") and f.evidence]
     if not ran:
@@ -136,7 +137,7 @@ def _restored(fs: Sequence[Finding]) -> Reason:
     check = "checkpoint restored"
     bad = _bad(fs, RESTORE_BROKE)
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     ok = [f for f in fs if f.code == "TRAIN_RESTORE_OK" and f.evidence]
     if not ok:
@@ -152,7 +153,7 @@ def _storage(fs: Sequence[Finding], probes: Sequence[str]) -> Reason:
     check = "storage persistent"
     bad = _bad(fs, NOT_PERSISTENT, ("WARN", "FAIL"))
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     ok = [f for f in fs if f.code in ("CKPT_DIR", "CKPT_SHARED") and f.severity == "PASS"
           and f.evidence]

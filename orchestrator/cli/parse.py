@@ -12,9 +12,11 @@ from orchestrator.cli._common import (
     emit_json,
     json_option,
     out,
+    render,
     results_option,
     verbose_option,
 )
+from orchestrator.cli._steps import show_outcome
 from orchestrator.errors import UsageError
 
 
@@ -92,7 +94,6 @@ def register(root: click.Group) -> None:
         The suite hash comes from the parameters the logs print (sizes, GPUs, iterations,
         check, datatype, op), so imports of different experiments never share one.
         """
-        from orchestrator.cli._steps import show_outcome
         from orchestrator.steps.nccl.importer import AlreadyImported, import_logs
 
         try:
@@ -125,8 +126,6 @@ def register(root: click.Group) -> None:
         recorded, or reported (not recognised, unreadable, from another node); exit 2 only
         when nothing could be judged.
         """
-        from orchestrator.cli._common import render
-        from orchestrator.cli._steps import show_outcome
         from orchestrator.steps.poc.importer import files_table, import_poc
 
         res = import_poc(folder, provider, node, inventory, results)

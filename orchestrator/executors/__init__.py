@@ -1,4 +1,4 @@
-"""Executors by name. Backends load lazily: SSH work never imports ray."""
+"""Executors by name. Ray itself loads only when a node uses the ray executor."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from orchestrator.executors.base import (
     CommandResult,
     ConnectionInfo,
     Executor,
-    ExecutorFactory,
     ExecutorOptions,
     ExecutorPool,
     GroupResult,
@@ -16,29 +15,13 @@ from orchestrator.executors.base import (
     probe,
     register,
 )
+from orchestrator.executors.local import LocalExecutor
+from orchestrator.executors.ray import RayExecutor
+from orchestrator.executors.ssh import SshExecutor
 
-
-def _ssh() -> ExecutorFactory:
-    from orchestrator.executors.ssh import SshExecutor
-
-    return SshExecutor
-
-
-def _local() -> ExecutorFactory:
-    from orchestrator.executors.local import LocalExecutor
-
-    return LocalExecutor
-
-
-def _ray() -> ExecutorFactory:
-    from orchestrator.executors.ray import RayExecutor
-
-    return RayExecutor
-
-
-register("ssh", _ssh)
-register("local", _local)
-register("ray", _ray)
+register("ssh", lambda: SshExecutor)
+register("local", lambda: LocalExecutor)
+register("ray", lambda: RayExecutor)
 
 __all__ = [
     "CommandResult", "ConnectionInfo", "Executor", "ExecutorOptions", "GroupResult",

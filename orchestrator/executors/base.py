@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+from orchestrator.command import CommandResult as CommandRecord
 from orchestrator.errors import (
     CommandFailed,
     CommandTimeout,
@@ -32,22 +33,9 @@ from orchestrator.errors import (
 from orchestrator.inventory import Inventory, Node
 
 
-@dataclass
-class CommandResult:
-    node: str
-    command: str
-    rc: int | None
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-
-    def __post_init__(self) -> None:
-        self.command = str(self.command)  # the text only, never an EnvCommand's values
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0 and not self.timed_out
+class CommandResult(CommandRecord):
+    """A command's record as executors return it, and the check that turns a failed one
+    into the error that carries it."""
 
     def raise_for_status(self, what: str) -> CommandResult:
         """Raise CommandTimeout or CommandFailed, both carrying this result, unless it is ok."""

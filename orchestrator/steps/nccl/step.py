@@ -8,6 +8,7 @@ streamed into the run directory; everything else is derived from them.
 
 from __future__ import annotations
 
+import functools
 import shlex
 import socket
 import statistics
@@ -23,7 +24,15 @@ from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
-from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
+from orchestrator.records import (
+    Finding,
+    Measurement,
+    MeasureScope,
+    Severity,
+    finding,
+    node_unit_key,
+    provider_unit_key,
+)
 from orchestrator.steps.driver import (
     Driven,
     StageTracker,
@@ -235,20 +244,19 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         return UnitResult(outcome.findings, outcome.measurements)
 
     with step_pool(inv, pool, accept_new_host_keys) as p:
-        units = [node_unit(n, lambda st, n=n: node_work(p, n, st))  # type: ignore[misc]
-                 for n in nodes]
+        units = [node_unit(n, functools.partial(node_work, p, n)) for n in nodes]
         done = {u.key for u in units if run.is_done(u.key, STEP)}
         for n in nodes:
-            if f"node:{n.name}" in done:
+            if node_unit_key(n.name) in done:
                 builds[n.name] = BuildDoc.model_validate(
-                    run.done_summary(f"node:{n.name}", STEP).get("build") or {})
+                    run.done_summary(node_unit_key(n.name), STEP).get("build") or {})
         provs = list(dict.fromkeys(n.provider for n in nodes))
-        done |= {f"provider:{p}/multi" for p in provs if run.is_done(f"provider:{p}/multi", STEP)}
+        done |= {k for k in (provider_unit_key(p, "multi") for p in provs) if run.is_done(k, STEP)}
         run.retract(keep_units=done, step=STEP)
         driven = drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
         if multi:
             groups = {p: [n for n in nodes if n.provider == p and n.name in builds] for p in provs}
-            punits = [provider_unit(prov, "multi", lambda st, m=m: multi_work(p, m, st))  # type: ignore[misc]
+            punits = [provider_unit(prov, "multi", functools.partial(multi_work, p, m))
                       for prov, m in groups.items() if len(m) >= 2]
             more = drive(run, STEP, punits, concurrency=inv.settings.concurrency,
                          progress=progress)
