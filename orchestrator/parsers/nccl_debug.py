@@ -304,5 +304,6 @@ def _communicators(comms: list[NcclComm],
 
 
 # Registered without decorating, so callers keep the precise return type.
-register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports")(
+register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports",
+          example="NCCL_DEBUG=INFO ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8")(
     parse_nccl_debug)

@@ -52,8 +52,8 @@ _RANK = re.compile(
     r"^#?\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?(?:\s+Pid\s+(?P<pid>\d+))?"
     r"\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]\s+(?P<name>.*?)\s*$")
 _COLUMNS = re.compile(r"^#?\s+(size|bytes)\s+(count|N)\s")
-_HEADER_TEXT = re.compile(r"^#?\s*(?:\(B\)\s+\(elements\)|out-of-place\s+in-place|Using devices"
-                          r"|Initializing \w+)\s*")
+_HEADER_TEXT = re.compile(r"^#?\s*(?:\(B\)\s+\(elements\)|out-of-place\b.*\bin-place|Using devices"
+                          r"|Initializing \w+|Writing JSON output to )")
 _NOTE = re.compile(r"^#?\s*(Blocking|Parallel Init|Per-Iteration|Reducing maxBytes)")
 _OOB = re.compile(r"^#? ?Out of bounds values\s*: (?P<n>\d+) (?P<res>OK|FAILED)")
 _AVG = re.compile(r"^#? ?Avg bus bandwidth\s*: (?P<bw>\S+)\s*(?P<chk>OK|FAILED)?\s*$")
@@ -442,6 +442,8 @@ def parse_nccl_tests_json(text: str, source: str | None = None) -> NcclTestsRun:
 
 
 # Registered without decorating, so callers keep the precise return type.
-register(KIND, "text log of an nccl-tests *_perf run (any version since 2.0)")(parse_nccl_tests)
-register("nccl-tests-json", "the -J JSON output of an nccl-tests *_perf run (2.17.6+)")(
+register(KIND, "text log of an nccl-tests *_perf run (any version since 2.0)",
+          example="./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8 | tee all-reduce-1.log")(parse_nccl_tests)
+register("nccl-tests-json", "the -J JSON output of an nccl-tests *_perf run (2.17.6+)",
+          example="./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8 -J all-reduce-1.json")(
     parse_nccl_tests_json)

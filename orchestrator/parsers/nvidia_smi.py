@@ -282,13 +282,18 @@ class QueryGpuFacts(BaseModel):
     model_config = ConfigDict(extra="forbid")
     fields: list[str]
     gpus: list[QueryGpu]
+    # `--format=csv,noheader`: the field list the values were read against, which the
+    # file itself does not say (only a list whose every value has its own shape is read)
+    header_assumed: str | None = None
 
     @property
     def count(self) -> int:
         return len(self.gpus)
 
 
-@register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)")
+@register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)",
+          example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
+                  " --format=csv")
 def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     kind = "nvidia-smi-query-gpu"
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
@@ -336,6 +341,42 @@ def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     return QueryGpuFacts(fields=names, gpus=gpus)
 
 
+# `--format=csv,noheader[,nounits]` prints no field names. A CSV without them is read
+# only against a field list people run (the acceptance recipe's), and only when every
+# cell has the shape of its field: an index, a name, a GPU UUID, a MiB count, watts, a
+# driver version. Anything else is refused rather than guessed.
+RECIPE_QUERY_FIELDS = ("index", "name", "uuid", "memory.total", "power.limit", "driver_version")
+_RECIPE_SHAPES = (r"\d+", r"(?!GPU-)[^,]*[A-Za-z][^,]*", r"GPU-[0-9a-fA-F-]+",
+                  r"\d+(?: MiB)?", r"(?:\d+(?:\.\d+)?(?: W)?|\[N/A\])", r"\d+\.\d+(?:\.\d+)?")
+_RECIPE_HEADER = "index, name, uuid, memory.total [MiB], power.limit [W], driver_version"
+
+
+def noheader_fits(line: str) -> bool:
+    cells = [c.strip() for c in line.split(",")]
+    return len(cells) == len(_RECIPE_SHAPES) and all(
+        re.fullmatch(shape, cell) for shape, cell in zip(_RECIPE_SHAPES, cells, strict=True))
+
+
+@register("nvidia-smi-query-gpu-noheader", "nvidia-smi --query-gpu with the recipe's fields, "
+          "--format=csv,noheader[,nounits]",
+          example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
+                  " --format=csv,noheader,nounits")
+def parse_query_gpu_noheader(text: str, source: str | None = None) -> QueryGpuFacts:
+    kind = "nvidia-smi-query-gpu-noheader"
+    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not lines:
+        raise ParseError(kind, "empty output", source=source)
+    for no, line in lines:
+        if not noheader_fits(line):
+            raise ParseError(kind, "a CSV without its header is read only with the acceptance "
+                             f"recipe's fields ({','.join(RECIPE_QUERY_FIELDS)}), each value of "
+                             "its field's shape; save other queries with --format=csv (with the "
+                             "header)", line_no=no, line=line, source=source)
+    facts = parse_query_gpu("\n".join([_RECIPE_HEADER] + [ln for _, ln in lines]),
+                            source=source)
+    return facts.model_copy(update={"header_assumed": ",".join(RECIPE_QUERY_FIELDS)})
+
+
 # --------------------------------------------------------------------------- -L
 
 class MigDeviceL(BaseModel):
@@ -370,7 +411,8 @@ _GPU_L = re.compile(r"GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)")
 _MIG_L = re.compile(r"\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)")
 
 
-@register("nvidia-smi-L", "nvidia-smi -L: GPUs and MIG devices")
+@register("nvidia-smi-L", "nvidia-smi -L: GPUs and MIG devices",
+          example="nvidia-smi -L | tee gpu-list.txt")
 def parse_nvidia_smi_l(text: str, source: str | None = None) -> NvidiaSmiLFacts:
     kind = "nvidia-smi-L"
     gpus: list[GpuL] = []

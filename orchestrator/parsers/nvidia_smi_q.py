@@ -370,7 +370,8 @@ class _Gpu:
         return QGpu.model_validate({**data, "missing": self.missing})
 
 
-@register(KIND, "nvidia-smi -q / -a as text (whole, -i N, -d SECTION, or a sed/grep excerpt)")
+@register(KIND, "nvidia-smi -q / -a as text (whole, -i N, -d SECTION, or a sed/grep excerpt)",
+          example="nvidia-smi -q | tee smi-q.txt  (or -q -d FABRIC, or | sed -n '/MIG Mode/,+2p')")
 def parse_nvidia_smi_q(text: str, source: str | None = None) -> NvidiaSmiQFacts:
     if not text.strip():
         raise ParseError(KIND, "empty output", source=source)

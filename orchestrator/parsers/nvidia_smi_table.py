@@ -325,7 +325,8 @@ def _processes(r: _Reader, header: list[str]) -> list[TableProcess]:
     return out
 
 
-@register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes")
+@register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes",
+          example="nvidia-smi | tee nvidia-smi.txt")
 def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTableFacts:
     r = _Reader(text, source)
     _one_output(r)

@@ -305,7 +305,8 @@ class _Sub(_Reader):
         })
 
 
-@register("nvidia-smi-q-xml", "nvidia-smi -q -x: per-GPU health, MIG, ECC, PCIe, power")
+@register("nvidia-smi-q-xml", "nvidia-smi -q -x: per-GPU health, MIG, ECC, PCIe, power",
+          example="nvidia-smi -q -x > smi-q.xml")
 def parse_nvidia_smi_xml(text: str, source: str | None = None) -> NvidiaSmiXmlFacts:
     kind = "nvidia-smi-q-xml"
     if not text.strip():

@@ -537,6 +537,11 @@ NODE_CHECKS: list[Callable[[NodeFacts, Expectations, PreflightParams], list[Resu
 ]
 
 
+# PyTorch's view and the NVLink fabric are judged in their own module, which adds its
+# checks to NODE_CHECKS and reads the records above: imported after them.
+from orchestrator.steps.preflight import gpu_state  # noqa: E402,F401
+
+
 def node_results(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Result]:
     out: list[Result] = []
     for check in NODE_CHECKS:
