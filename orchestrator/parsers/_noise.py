@@ -51,7 +51,7 @@ NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
                        r"|No protocol specified|Invalid MIT-MAGIC-COOKIE-1 key)\s*$")),
     ("shell-prompt", re.compile(
         r"^(?:\(\S+\) )?(?:[\w.-]+@[\w.-]+:\S*|\[[\w.-]+@[\w.-]+ [^\]]*\])\s?[$#] ?\S"
-        r"|^[$>] \S")),
+        r"|^\[[\w.-]+@[\w.-]+[ :][^\]]*\][$#]? \S|^[$>] \S")),
     ("command-line", re.compile(
         r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:mpirun|mpiexec|srun|torchrun|sbatch|nvidia-smi"
         r"|\S*\w+_perf(?:_mpi)?)(?:\s|$)")),

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure
-from orchestrator.parsers._noise import IgnoredLine, NoiseReader, strip_launcher_prefix
+from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader, strip_launcher_prefix
 
 KIND = "nccl-debug"
 
@@ -123,6 +123,7 @@ class NcclDebugFacts(_Model):
     warnings: list[Failure]
     info_lines: int
     ignored_lines: list[IgnoredLine] = []  # launcher and shell noise read past
+    edits: list[Edit] = []  # `[...]` and the like: lines a person cut out
     other_lines: int = 0  # lines of other tools (nccl-tests' table, a trainer's log)
 
     @property
@@ -265,7 +266,7 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         interfaces=list(ifaces.values()), networks=list(networks), plugin_lines=list(plugins),
         connections=conns, transports=[t for t in _TRANSPORTS.values() if t in used],
         gdrdma=any(c.gdrdma for c in conns), warnings=warnings, info_lines=info,
-        ignored_lines=noise.ignored, other_lines=other)
+        ignored_lines=noise.ignored, edits=noise.edits, other_lines=other)
 
 
 def _cuda(suffix: str | None) -> str | None:

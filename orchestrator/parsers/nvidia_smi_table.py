@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
-from orchestrator.parsers._noise import IgnoredLine, NoiseReader
+from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader
 from orchestrator.parsers.nvidia_smi import CELSIUS, INT, PERCENT, WATTS, is_na, text_or_none
 
 KIND = "nvidia-smi-table"
@@ -103,6 +103,7 @@ class NvidiaSmiTableFacts(_Model):
     processes: list[TableProcess] | None  # None when the processes table is absent
     missing: list[str]  # sections the text does not hold (a cut-off or grepped paste)
     ignored_lines: list[IgnoredLine] = []  # prompts and launcher lines around the boxes
+    edits: list[Edit] = []  # `[...]` and the like between the boxes
 
     @property
     def count(self) -> int:
@@ -241,6 +242,8 @@ def _blocks(r: _Reader, closed: list[bool] | None = None) -> list[_Block]:
             continue
         cells = _cells(line)
         if cells is None:
+            if not cur and blocks:
+                break  # the box was closed by its rule: what follows is not the table's
             raise r.fail("line inside a table is neither a row nor a rule")
         cur.append((r.i, cells))
         r.i += 1
@@ -386,7 +389,7 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
         driver_version=banner["driver"] if banner else None,
         cuda_version=banner["cuda"] if banner else None,
         layout="3-row" if three_rows else "2-row", gpus=gpus, mig_devices=mig, processes=procs,
-        missing=missing, ignored_lines=r.noise.ignored)
+        missing=missing, ignored_lines=r.noise.ignored, edits=r.noise.edits)
 
 
 _SUB_TABLES = ("MIG devices", "Processes")

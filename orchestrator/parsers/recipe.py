@@ -334,7 +334,7 @@ class BuildLogFacts(_Model):
 
 _BUILD_OK = re.compile(r"make(?:\[\d+\])?: |make -C |Compiling +\S|Linking +\S|Creating archive "
                        r"|Archiving |nvcc |g\+\+ |gcc |ar |mkdir ")
-_BUILD_ERROR = re.compile(r"\berror\b|\bError \d+|No such file or directory|command not found"
+_BUILD_ERROR = re.compile(r"\berror\b|\bError \d+|No such file or directory|: (?:command )?not found"
                           r"|cannot find -l", re.I)
 
 

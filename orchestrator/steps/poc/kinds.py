@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator import parsers
 from orchestrator.errors import ParseError
+from orchestrator.parsers._noise import strip_launcher_prefix
 from orchestrator.parsers.nvidia_smi import noheader_fits
 from orchestrator.parsers.recipe import (
     FREEZE_ROW,
@@ -108,7 +109,17 @@ def _pip_score(text: str, head: list[str]) -> int:
     return 70 if len(freeze) >= 3 and len(freeze) * 2 >= len(head) else 0
 
 
+_NCCL_TESTS = re.compile(r"^#?\s*nThread \d+ nGpus|# Collective test starting|nccl-tests version "
+                         r"|^#?\s*Using devices|# Avg bus bandwidth|^#?\s+size\s+count\s+type",
+                         re.M)
 _ROW = re.compile(r"\s*\d+\s+\d+\s+[A-Za-z]\w*\s")
+
+
+def _nccl_score(text: str, head: list[str]) -> int:
+    """nccl-tests' own header lines anywhere (launchers and NCCL print first), under a
+    launcher's prefix too, with or without their `#`."""
+    lines, _ = strip_launcher_prefix(text.splitlines())
+    return 95 if _NCCL_TESTS.search("\n".join(lines)) else 0
 
 
 def _rows_score(text: str, head: list[str]) -> int:
@@ -167,10 +178,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("topo-m", _has(r"CPU Affinity|= Connection traversing", 90), _registered("topo-m")),
     Kind("topo-p2p", _has(r"= Status Ok|= Chipset not supported", 90), _registered("topo-p2p")),
     Kind("dmon", _has(r"^#\s*(?:Date\s+)?(?:Time\s+)?gpu\b", 95), _registered("dmon")),
-    Kind("nccl-tests", _has(r"^#?\s*nThread \d+ nGpus|# Collective test starting"
-                            r"|nccl-tests version |^#?\s*Using devices|# Avg bus bandwidth"
-                            r"|^#?\s+size\s+count\s+type", 95, whole=True),
-         _registered("nccl-tests")),
+    Kind("nccl-tests", _nccl_score, _registered("nccl-tests")),
     Kind("nccl-tests", _rows_score, _registered("nccl-tests")),  # rows pasted alone
     Kind("nccl-tests-json", _json_score('"args"', 90), _registered("nccl-tests-json")),
     Kind("torch-info", _json_score('"torch"', 90), _registered("torch-info")),
