@@ -132,11 +132,14 @@ def register(root: click.Group) -> None:
                    results: Path, verbose: bool, as_json: bool) -> int:
         """Judge a folder of outputs collected by hand (the acceptance recipe's files).
 
-        Files are recognised by content, whatever their names: nvidia-smi (table, -L, -q,
-        -q -x, --query-gpu), topo -m/-p2p, nvlink, uname, nvcc, torch, ibstat, ibv_devinfo,
-        nccl-tests logs, dmon, pip, the nccl-tests commit and the date. Each file is judged,
-        recorded, or reported (not recognised, unreadable, from another node); exit 2 only
-        when nothing could be judged.
+        Files are recognised by content, whatever their names: nvidia-smi (table, -L, -q and
+        its sed/grep cuts, -q -x, --query-gpu with or without its header), topo -m/-p2p,
+        nvlink, uname, nvcc, the recipe's PyTorch check or gpuvet's torch probe, ibstat,
+        ibv_devinfo, nccl-tests logs, dmon, /proc/mounts, the build log, pip, the nccl-tests
+        commit and the date. Each file is judged, recorded, or reported (not recognised,
+        unreadable, from another node); a file of several hosts' outputs is split by rank;
+        a source checkout beside the logs is skipped. Exit 2 only when nothing could be
+        judged.
         """
         from orchestrator.cli._common import render
         from orchestrator.cli._steps import show_outcome
