@@ -10,6 +10,7 @@ round, in-place) is a field and an index column, not a key in `tags`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -87,3 +88,13 @@ def worst(findings: Iterable[Finding]) -> Severity:
         if sev in levels:
             return sev
     return "PASS"
+
+
+@dataclass
+class UnitResult:
+    """What one unit of a step produced: its records, and a summary that later units
+    read back from its done.json."""
+
+    findings: list[Finding] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)

@@ -27,7 +27,7 @@ sys.path.insert(0, os.getcwd())
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from payload.train import config, data, loop, model  # noqa: E402
+from payload.train import config, data, loop, model, startup  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp/probe")
 os.makedirs(OUT, exist_ok=True)
@@ -129,9 +129,9 @@ def make_job(cfg, v, rank, world, device):
     job = loop.Job.__new__(loop.Job)
     job.torch, job.dist, job.cfg, job.log = torch, dist, cfg, NullLog()
     job.rank, job.world, job.device = rank, world, device
-    job.det = loop.determinism(torch, v["det"])
+    job.det = startup.determinism(torch, v["det"])
     if not v["det"]:
-        loop.fastest_kernels(torch)
+        startup.fastest_kernels(torch)
     job.backend = "nccl"
     job.autocast = True
     torch.manual_seed(int(cfg["seed"]))
@@ -139,12 +139,12 @@ def make_job(cfg, v, rank, world, device):
     torch.manual_seed(int(cfg["seed"]) * 1000 + rank + 1)
     job.mode = "ddp"
     if v["comp"] == "regional":
-        loop.compile_regions(job.model, torch)
+        startup.compile_regions(job.model, torch)
     from torch.nn.parallel import DistributedDataParallel as DDP
     job.wrapped = DDP(job.model, device_ids=[device.index], **v["ddp"])
     job.compiled = True
     job.step_fn = torch.compile(job.wrapped) if v["comp"] == "whole" else job.wrapped
-    job.opt = loop._optimizer(job.model, cfg, torch, device)
+    job.opt = startup.optimizer(job.model, cfg, torch, device)
     job.sched = torch.optim.lr_scheduler.LambdaLR(job.opt, lambda it: loop.lr_factor(cfg, it))
     job.data = data.SyntheticTokens(int(cfg["seed"]), rank, int(cfg["vocab_size"]),
                                     int(cfg["seq_len"]), int(cfg["micro_batch"]))
@@ -185,7 +185,7 @@ def main():
                     gpu.append(e0.elapsed_time(e1) / 1000)
             flip = {}
             if v.get("flip"):
-                loop.fastest_kernels(torch)
+                startup.fastest_kernels(torch)
                 f0 = time.time()
                 job.train_step()
                 torch.cuda.synchronize()

@@ -17,21 +17,13 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
 
 from orchestrator.errors import GpuvetError, StepError, StoreError
 from orchestrator.executors import ExecutorPool, fanout, options_for
 from orchestrator.executors.base import ProgressHook, interrupted, is_unreachable
 from orchestrator.inventory import Inventory, Node
-from orchestrator.records import Finding, Measurement, Stage, finding
+from orchestrator.records import Finding, Stage, UnitResult, finding
 from orchestrator.store import Run
-
-
-@dataclass
-class UnitResult:
-    findings: list[Finding] = field(default_factory=list)
-    measurements: list[Measurement] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)  # kept in done.json for later units
 
 
 class StageTracker:

@@ -10,6 +10,8 @@ Modules, in the order a run meets them:
   torchrun in its own process group, samples GPU telemetry, and SIGKILLs the
   group at the chosen point (standard library);
 - ``loop``: ``train``, the rank program (torch imported inside ``main``);
+- ``startup``: a rank's set-up before its first step (determinism, process
+  group, DDP or FSDP2, regional compile, optimizer; torch passed in);
 - ``model``, ``data``, ``ckpt``: the GPT, the synthetic tokens and the
   checkpoint with its manifest (torch imported inside their functions);
 - ``protocol``: the event names every part writes and reads.

@@ -35,10 +35,11 @@ discarded step first: the kernels change, so torch.compile compiles again). Thos
 steps are ``throughput_step`` events, never compared with anything; the
 deterministic steps keep their own timings.
 
-torch.compile compiles regions (:func:`compile_regions`): each block on its own
-(the blocks share one compiled graph), the embeddings, and the head with its loss.
-A launch compiles one block instead of the whole model, and DDP's gradient hooks
-fire block by block as in eager mode.
+torch.compile compiles regions (``startup.compile_regions``): each block on its
+own (the blocks share one compiled graph), the embeddings, and the head with its
+loss. A launch compiles one block instead of the whole model, and DDP's gradient
+hooks fire block by block as in eager mode. ``startup`` holds the rest of a
+rank's set-up (determinism, process group, DDP or FSDP2, optimizer, start-up laps).
 
 torch is imported inside :func:`main`.
 """
@@ -47,13 +48,12 @@ import json
 import math
 import os
 import random
-import socket
 import sys
 import time
 import warnings
 from typing import Any, Dict, Optional
 
-from payload.train import config, protocol
+from payload.train import config, protocol, startup
 
 
 def add_arguments(p: Any) -> None:
@@ -101,142 +101,17 @@ def lr_factor(cfg: Dict[str, Any], it: int) -> float:
     return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def determinism(torch: Any, on: bool) -> Dict[str, Any]:
-    """Enter or leave deterministic mode; the settings now in force."""
-    if on:
-        # strict: kernels that have a deterministic variant only use it when it is
-        # asked for this way (cuDNN attention's backward, for one); an op that has none
-        # raises, and the warm-up falls back to warn_only (see Job.warm_up)
-        torch.use_deterministic_algorithms(True, warn_only=False)
-        torch.backends.cudnn.deterministic = True
-        torch.backends.cudnn.benchmark = False
-    else:
-        fastest_kernels(torch)
-    return {"use_deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "CUBLAS_WORKSPACE_CONFIG": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
-            "cudnn.deterministic": torch.backends.cudnn.deterministic,
-            "cudnn.benchmark": torch.backends.cudnn.benchmark}
-
-
-def _versions(torch: Any, device: Any) -> Dict[str, Any]:
-    out: Dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0],
-                           "cuda": torch.version.cuda, "host": socket.gethostname()}
-    if device.type == "cuda":
-        out["gpu_name"] = torch.cuda.get_device_name(device)
-        out["gpus_visible"] = torch.cuda.device_count()
-        try:
-            v = torch.cuda.nccl.version()
-            out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-        except Exception:  # a build without NCCL
-            out["nccl"] = None
-    return out
-
-
-def _parallel_mode(cfg: Dict[str, Any], torch: Any, device: Any) -> str:
-    mode = cfg["parallel"]
-    if mode != "auto":
-        return mode
-    if device.type != "cuda":
-        return "ddp"
-    # weights, gradients and AdamW's two moments in fp32: 16 bytes a parameter per replica
-    need = 16 * config.param_count(cfg)
-    total = torch.cuda.get_device_properties(device).total_memory
-    return "fsdp" if need > 0.5 * total else "ddp"
-
-
-def _wrap(model: Any, mode: str, torch: Any, device: Any) -> Any:
-    if mode == "fsdp":
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:  # torch 2.4 and 2.5
-            from torch.distributed._composable.fsdp import fully_shard
-        for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-        return model
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    # gradients live in the buckets (no copy in and out); 100 MB buckets: fewer, larger
-    # all-reduces, about a point of MFU over 25 MB on 2 x H200 with the 1b preset
-    return DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
-               bucket_cap_mb=100, gradient_as_bucket_view=True)
-
-
-def compile_regions(model: Any, torch: Any) -> None:
-    """torch.compile per region, before DDP or FSDP wraps the model: every block (one
-    compiled graph serves them all: same code, parameters as inputs), the embeddings,
-    and the head with the loss (the fp32 logits never reach memory whole)."""
-    for block in model.blocks:
-        block.compile()
-    model.embed = torch.compile(model.embed)
-    model.head_loss = torch.compile(model.head_loss)
-
-
-def fastest_kernels(torch: Any) -> None:
-    """Leave deterministic mode: cuDNN attention and atomics-based backward kernels."""
-    torch.use_deterministic_algorithms(False)
-    torch.backends.cudnn.deterministic = False
-
-
-def _optimizer(model: Any, cfg: Dict[str, Any], torch: Any, device: Any) -> Any:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": cfg["weight_decay"]},
-              {"params": rest, "weight_decay": 0.0}]
-    kwargs: Dict[str, Any] = {"lr": cfg["lr"], "betas": (cfg["beta1"], cfg["beta2"])}
-    if device.type == "cuda":
-        kwargs["fused"] = True
-    return torch.optim.AdamW(groups, **kwargs)
-
-
-class Laps:
-    """Durations of the start-up stages, in order: where a (re)start's seconds go."""
-
-    def __init__(self, t0: float) -> None:
-        self.t0 = self.t = t0
-        self.laps: Dict[str, float] = {}
-
-    def lap(self, name: str) -> None:
-        now = time.time()
-        self.laps[name] = round(now - self.t, 4)
-        self.t = now
-
-
-def launch_seconds(t_main: float, env: Dict[str, str]) -> Optional[float]:
-    """From the supervisor starting torchrun to this rank's main(): torchrun, the
-    interpreter, imports before torch. None when not started by the supervisor."""
-    try:
-        return round(t_main - float(env["GPUVET_LAUNCH_T"]), 4)
-    except (KeyError, ValueError):
-        return None
-
-
-def _init_group(dist: Any, backend: str, device: Any, timeout_s: float) -> None:
-    """init_process_group; on a GPU bound to its device, so NCCL connects now (an eager
-    init, timed here rather than inside the first collective)."""
-    from datetime import timedelta
-
-    kwargs: Dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
-    if device is not None:
-        try:
-            dist.init_process_group(backend, device_id=device, **kwargs)
-            return
-        except TypeError:  # torch before 2.3 has no device_id
-            pass
-    dist.init_process_group(backend, **kwargs)
-
-
 class Job:
     """One rank's state: model, optimizer, schedule, data, and how to step them."""
 
     def __init__(self, args: Any, cfg: Dict[str, Any], log: Log,
-                 clock: Optional[Laps] = None) -> None:
+                 clock: Optional[startup.Laps] = None) -> None:
         import torch
         import torch.distributed as dist
 
         from payload.train import data, model
 
-        laps = clock if clock is not None else Laps(time.time())
+        laps = clock if clock is not None else startup.Laps(time.time())
         self.laps = laps
         self.torch, self.dist, self.cfg, self.log = torch, dist, cfg, log
         self.rank = int(os.environ.get("RANK", "0"))
@@ -247,10 +122,10 @@ class Job:
         if cuda:
             torch.cuda.set_device(self.device)
             torch.zeros(1, device=self.device)  # the CUDA context, timed on its own
-        self.det = determinism(torch, bool(cfg["deterministic"]))
+        self.det = startup.determinism(torch, bool(cfg["deterministic"]))
         laps.lap("cuda_context")
         self.backend = "nccl" if cuda else "gloo"
-        _init_group(dist, self.backend, self.device if cuda else None,
+        startup.init_group(dist, self.backend, self.device if cuda else None,
                     float(cfg["collective_timeout_s"]))
         laps.lap("process_group")
         self.autocast = cuda and cfg["dtype"] == "bf16"
@@ -259,14 +134,14 @@ class Job:
         self.model = model.build(cfg, self.device)
         torch.manual_seed(int(cfg["seed"]) * 1000 + self.rank + 1)  # per-rank dropout masks
         laps.lap("model")
-        self.mode = _parallel_mode(cfg, torch, self.device)
+        self.mode = startup.parallel_mode(cfg, torch, self.device)
         self.compiled = bool(cfg["compile"]) and cuda
         if self.compiled:
-            compile_regions(self.model, torch)
+            startup.compile_regions(self.model, torch)
             laps.lap("compile_setup")
-        self.wrapped = _wrap(self.model, self.mode, torch, self.device)
+        self.wrapped = startup.wrap(self.model, self.mode, torch, self.device)
         laps.lap("wrap")
-        self.opt = _optimizer(self.model, cfg, torch, self.device)
+        self.opt = startup.optimizer(self.model, cfg, torch, self.device)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda it: lr_factor(cfg, it))
         laps.lap("optimizer")
@@ -441,7 +316,7 @@ def _nonfinite(log: Log, rec: Dict[str, Any]) -> bool:
 def throughput(job: Job, log: Log, count: int) -> int:
     """`count` timed steps on the fastest kernels, after one discarded step (the kernels
     change, so torch.compile compiles again); they go on from the reference's state."""
-    settings = determinism(job.torch, False)
+    settings = startup.determinism(job.torch, False)
     t0 = time.time()
     first = job.train_step()
     log(protocol.THROUGHPUT, steps=count, first_step=first["step"],
@@ -456,13 +331,13 @@ def throughput(job: Job, log: Log, count: int) -> int:
     return 0
 
 
-def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[Laps] = None) -> int:
+def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[startup.Laps] = None) -> int:
     import torch
 
     job = Job(args, cfg, log, clock)
-    versions = _versions(torch, job.device)
+    versions = startup.versions(torch, job.device)
     log(protocol.START, phase=args.phase, world=job.world, backend=job.backend,
-        launch_s=launch_seconds(job.laps.t0, dict(os.environ)), init_s=job.laps.laps,
+        launch_s=startup.launch_seconds(job.laps.t0, dict(os.environ)), init_s=job.laps.laps,
         device=str(job.device), parallel=job.mode, compiled=job.compiled,
         autocast_bf16=job.autocast, deterministic=job.det, versions=versions, config=cfg,
         params=config.param_count(cfg), flops_per_token=config.flops_per_token(cfg),
@@ -497,7 +372,7 @@ def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[Laps] = None) 
 
 
 def main(args: Any) -> int:
-    clock = Laps(time.time())
+    clock = startup.Laps(time.time())
     cfg = config.from_json(args.params)
     rank = int(os.environ.get("RANK", "0"))
     log = Log(args.out, rank)

@@ -12,17 +12,12 @@ from typing import Any
 
 import pytest
 
+from orchestrator.judging.storage import storage_findings
 from orchestrator.records import Finding
-from orchestrator.steps.train.judge import (
-    Judge,
-    PhaseOutput,
-    Subject,
-    command_steps,
-    p90,
-    peak_tflops,
-    read_phase,
-    storage_findings,
-)
+from orchestrator.steps.train.command import command_steps
+from orchestrator.steps.train.judge import Judge, Subject
+from orchestrator.steps.train.reading import PhaseOutput, read_phase
+from orchestrator.steps.train.throughput import p90, peak_tflops
 from orchestrator.suite import Suite, TrainParams, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -596,7 +591,7 @@ def test_too_few_samples_do_not_make_an_idle_verdict(fx: Path) -> None:
 
 
 def test_samples_are_placed_by_the_time_dmon_printed() -> None:
-    from orchestrator.steps.train.judge import sample_times
+    from orchestrator.judging.telemetry import sample_times
 
     # dmon skipped 10:00:03 and printed 10:00:05 twice: counting would drift by a second
     tods = [36001, 36002, 36004, 36005, 36005, 36007]

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from orchestrator.inventory import Expectations
+from orchestrator.judging.storage import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.parsers.gpus import GpuView, merge_gpus
 from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts, QueryGpuFacts
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts
@@ -25,10 +26,6 @@ from orchestrator.records import Severity
 from orchestrator.suite import PreflightParams
 from payload.ncclbuild import nccl_wheel
 from payload.probes import count_visible
-
-EPHEMERAL_FSTYPES = {"tmpfs", "ramfs", "overlay", "overlayfs", "aufs", "devtmpfs", "squashfs"}
-EPHEMERAL_PATH = re.compile(r"^/(tmp|dev/shm|run)(/|$)|^/(mnt/)?(ephemeral\d*|local_disk\d*|"
-                            r"mnt/resource|mnt/local|nvme\d*)(/|$)")
 
 
 @dataclass

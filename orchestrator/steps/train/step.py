@@ -18,7 +18,7 @@ the step driver:
   nodes' disks.
 
 Each phase is one `train-supervise` per node (payload/train/supervise.py); its
-files come back into the run directory and train_judge.py judges them.
+files come back into the run directory and judge.py judges them.
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from typing import Any
 
 from orchestrator import nccltests
 from orchestrator import payload as payload_mod
-from orchestrator.errors import GpuvetError, StepError
+from orchestrator.errors import ConnectionFailed, GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
+from orchestrator.judging.sink import combined
+from orchestrator.judging.storage import storage_findings
 from orchestrator.steps.driver import (
     Driven,
     StageTracker,
@@ -50,8 +52,8 @@ from orchestrator.steps.driver import (
     provider_unit,
     step_pool,
 )
-from orchestrator.steps.train.judge import Judge, PhaseOutput, Subject, read_phase
-from orchestrator.steps.train.judge import storage_findings as judge_storage
+from orchestrator.steps.train.judge import Judge, Subject
+from orchestrator.steps.train.reading import PhaseOutput, read_phase
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite, TrainParams
 from payload.scrub import scrub_text
@@ -275,7 +277,7 @@ class Step:
                      self.run.rel)
 
     def storage(self, judge: Judge, p: Probe, others: list[Probe]) -> None:
-        judge_storage(judge, p.node.name, p.doc, p.file, p.node.ckpt_dir is not None)
+        storage_findings(judge.sink, p.node.name, p.doc, p.file, p.node.ckpt_dir is not None)
         free = (p.doc.get("path") or {}).get("free_bytes")
         # fp32 weights and AdamW's two moments; the kill phase may write two checkpoints,
         # and nodes sharing the directory write theirs at the same time
@@ -337,11 +339,7 @@ class Step:
                         saved_on[j.unit] = j.node
         _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, p.node.name))
                                           for p in group])
-        res = UnitResult(summary={"nodes": names})
-        for jd in judges.values():
-            res.findings += jd.findings
-            res.measurements += jd.measurements
-        return res
+        return combined([jd.sink for jd in judges.values()], {"nodes": names})
 
     def _judge_phase(self, jd: Judge, phase: str, out: PhaseOutput, saved_on: list[str],
                      restored_on: list[str]) -> bool:
@@ -388,7 +386,7 @@ class Step:
                     break
         _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, unit))
                                           for p in members])
-        return UnitResult(jd.findings, jd.measurements, {"nodes": names, "shared": shared})
+        return jd.sink.result({"nodes": names, "shared": shared})
 
 
 def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
@@ -442,6 +440,4 @@ def _raise(exc: GpuvetError, stage: StageTracker) -> UnitResult:
 
 
 def _unreachable(exc: GpuvetError) -> bool:
-    from orchestrator.errors import ConnectionFailed
-
     return isinstance(exc, ConnectionFailed) or isinstance(exc.__cause__, ConnectionFailed)

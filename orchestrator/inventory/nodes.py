@@ -1,0 +1,162 @@
+"""The loaded inventory: every node with its provider's defaults merged in, and selection.
+
+Executors and steps never look at a provider's ``access`` block: they get a
+``Node`` whose every field is settled (a node's own key wins over its
+provider's, then the built-in default), so "where does this value come from"
+is answered in one place, ``_merge``.
+
+Choosing nodes (``-n``/``-p``) is the caller's doing, not the file's: an
+unknown name there is a ``UsageError`` with "did you mean", not an inventory
+problem.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import UsageError
+from orchestrator.inventory.model import (
+    ExecutorName,
+    InventoryFile,
+    NodeSpec,
+    Provider,
+    Settings,
+)
+
+
+class Node(BaseModel):
+    """A node with its provider's access defaults merged in: what executors use."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    provider: str
+    executor: ExecutorName
+    host: str | None
+    port: int
+    user: str | None
+    identity_file: str | None
+    ssh_alias: str | None
+    proxy_jump: str | None
+    python: str
+    work_dir: str
+    ckpt_dir: str | None
+    env: dict[str, str]
+    connect_timeout_s: float
+
+    @property
+    def target(self) -> str:
+        """What to show a person: user@host:port or the alias."""
+        if self.ssh_alias:
+            return self.ssh_alias
+        host = self.host or "localhost"
+        prefix = f"{self.user}@" if self.user else ""
+        suffix = f":{self.port}" if self.port != 22 else ""
+        if suffix and ":" in host:  # an IPv6 address
+            host = f"[{host}]"
+        return f"{prefix}{host}{suffix}"
+
+
+class Inventory:
+    """The parsed inventory plus the merged view of every node."""
+
+    def __init__(self, doc: InventoryFile, path: Path) -> None:
+        self.doc = doc
+        self.path = path
+        self.nodes: list[Node] = [
+            _merge(prov, spec) for prov in doc.providers.values() for spec in prov.nodes
+        ]
+
+    @property
+    def providers(self) -> dict[str, Provider]:
+        return self.doc.providers
+
+    @property
+    def settings(self) -> Settings:
+        return self.doc.settings
+
+    def node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise UsageError(_no_such("node", [name], [n.name for n in self.nodes], self.path),
+                         hint=f"`gpuvet inventory check {self.path}` lists the nodes")
+
+    def provider_of(self, node: Node) -> Provider:
+        return self.doc.providers[node.provider]
+
+    def select(self, names: Sequence[str] | None = None,
+               providers: str | Sequence[str] | None = None, *,
+               provider: str | None = None) -> list[Node]:
+        """The nodes named (-n) that belong to one of the providers (-p): both optional.
+
+        With both, the intersection; an empty intersection is an error rather than a
+        run on nothing. Nodes come in inventory order, each once however often named.
+        Unknown names are the caller's mistake, not the inventory's: UsageError.
+        `provider=` is the single-provider spelling of earlier callers.
+        """
+        nodes = self.nodes
+        if isinstance(providers, str):
+            providers = [providers]
+        if provider is not None:
+            providers = [*(providers or []), provider]
+        if providers:
+            unknown = [p for p in dict.fromkeys(providers) if p not in self.doc.providers]
+            if unknown:
+                raise UsageError(_no_such("provider", unknown, list(self.doc.providers), self.path),
+                                 hint=f"`gpuvet inventory check {self.path}` lists the providers")
+            chosen = set(providers)
+            nodes = [n for n in nodes if n.provider in chosen]
+        if names:
+            known = [n.name for n in self.nodes]
+            unknown = [n for n in dict.fromkeys(names) if n not in known]
+            if unknown:
+                raise UsageError(_no_such("node", unknown, known, self.path),
+                                 hint=f"`gpuvet inventory check {self.path}` lists the nodes")
+            wanted = set(names)
+            picked = [n for n in nodes if n.name in wanted]
+            if not picked:
+                raise UsageError(
+                    f"none of the nodes {', '.join(dict.fromkeys(names))} belongs to provider "
+                    f"{', '.join(dict.fromkeys(providers or []))}; nothing to run on",
+                    hint="drop -p, or name nodes of the chosen providers with -n")
+            nodes = picked
+        return list(nodes)
+
+
+def _no_such(kind: str, unknown: list[str], known: list[str], path: Path) -> str:
+    parts = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    listed = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
+    return f"no {kind} named {', '.join(parts)} in {path} ({kind}s: {listed})"
+
+
+def _merge(prov: Provider, spec: NodeSpec) -> Node:
+    base = prov.access.model_dump()
+    over = {k: v for k, v in spec.model_dump().items() if v is not None and k != "name"}
+    m = {**base, **over}
+    env = {**(prov.access.env or {}), **(spec.env or {})}
+    work_dir = m.get("work_dir") or ("/tmp/gpuvet" if prov.executor != "local"
+                                     else f"/tmp/gpuvet-local/{spec.name}")
+    return Node(
+        name=spec.name,
+        provider=prov.name,
+        executor=prov.executor,
+        host=m.get("host"),
+        port=m.get("port") or 22,
+        user=m.get("user"),
+        identity_file=m.get("identity_file"),
+        ssh_alias=m.get("ssh_alias"),
+        proxy_jump=m.get("proxy_jump"),
+        python=m.get("python") or "python3",
+        work_dir=work_dir,
+        ckpt_dir=m.get("ckpt_dir"),
+        env=env,
+        connect_timeout_s=m.get("connect_timeout_s") or 10.0,
+    )

@@ -1,0 +1,7 @@
+"""Judgement shared by the steps: the record sink every judge writes through
+(`sink`), GPU telemetry with its idle and throttling verdicts (`telemetry`),
+and whether a checkpoint directory survives the instance (`storage`).
+
+Below `orchestrator/steps/` and above records, parsers and the suite: nothing
+here imports a step, the analysis or the command line.
+"""
