@@ -313,14 +313,6 @@ def parse_missing_command(text: str, source: str | None = None) -> MissingComman
     return MissingCommandFacts(command=cmds[0], text=text.strip())
 
 
-@register("gpuvet-collect", "a gpuvet collect document (judged by `gpuvet preflight --from`)",
-          example="python3 -m payload collect --out collect.json")
-def parse_collect_doc(text: str, source: str | None = None) -> MissingCommandFacts:
-    raise ParseError("gpuvet-collect", "this is a gpuvet collect document, not a command output: "
-                     "judge it with `gpuvet preflight --from FILE -i INVENTORY --node NAME`",
-                     source=source)
-
-
 # --------------------------------------------------------------------------- the build log
 
 class BuildLogFacts(_Model):

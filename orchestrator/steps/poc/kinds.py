@@ -146,6 +146,13 @@ def _json_score(key: str, score: int) -> Callable[[str, list[str]], int]:
     return sig
 
 
+def parse_collect_doc(text: str, source: str | None = None) -> Any:
+    """gpuvet's own collect document: recognised so the message can say what to do with it."""
+    raise ParseError("gpuvet-collect", "this is a gpuvet collect document, not a command output: "
+                     "judge it with `gpuvet preflight --from FILE -i INVENTORY --node NAME`",
+                     source=source)
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of output: how it shows itself and what reads it."""
@@ -171,8 +178,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("nvidia-smi-query-gpu-noheader",
          lambda text, head: 85 if head and noheader_fits(head[0]) else 0,
          _registered("nvidia-smi-query-gpu-noheader")),
-    Kind("gpuvet-collect", _json_score('"tool": "gpuvet-payload"', 99),
-         _registered("gpuvet-collect")),
+    Kind("gpuvet-collect", _json_score('"tool": "gpuvet-payload"', 99), parse_collect_doc),
     Kind("nvidia-smi-L", _l_score, _registered("nvidia-smi-L")),
     Kind("nvlink-s", _nvlink_score, _registered("nvlink-s")),
     Kind("topo-m", _has(r"CPU Affinity|= Connection traversing", 90), _registered("topo-m")),

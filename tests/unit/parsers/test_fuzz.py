@@ -76,7 +76,6 @@ SEEDS: dict[str, list[str]] = {
     "checked-at": ["recipe-h200x1/checked-at.txt"],
     "pip-list": ["poc/samples/pip-list_torch-2.6.0-cu126.txt"],
     "command-not-found": ["h200x2/commands/ibv_devinfo.txt"],
-    "gpuvet-collect": ["h200x2/commands/torch-info.txt"],
 }
 _TEXT: dict[str, str] = {}
 
