@@ -17,7 +17,7 @@ from orchestrator.records import SEVERITY_ORDER, Finding, Severity, worst
 # Shown in the default findings table whatever their severity: the results a
 # person ran the step for, not only what went wrong.
 HEADLINE_CODES = frozenset({
-    "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE",
+    "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE", "NCCL_NOT_APPLICABLE",
     "TORCH_VS_NCCL_TESTS", "TRAIN_SUMMARY", "TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH",
     "CKPT_NOT_PERSISTENT",
 })

@@ -8,6 +8,8 @@ and carries the files they were judged from. A PASS with no evidence file is a
 claim, not evidence (the inventory saying "SXM4" is what was sold, not what was
 delivered): it makes a line "missing", never "ok". One "no-go" line makes the
 provider NO-GO; otherwise one "missing" line makes it NOT ENOUGH EVIDENCE.
+A line that does not apply to the order ("not applicable": nccl-tests on a
+one-GPU node, which the recipe skips) neither blocks nor counts as evidence.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pandas as pd
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
 
-Outcome = Literal["ok", "no-go", "missing"]
+Outcome = Literal["ok", "no-go", "missing", "not applicable"]
 Verdict = Literal["GO", "NO-GO", "NOT ENOUGH EVIDENCE"]
 ROUNDS_NEEDED = 3
 
@@ -100,6 +102,10 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     sel = ms[(ms["provider"] == provider) & (ms["step"] == "nccl") & (ms["metric"] == "busbw")
               & (ms["engine"] == "nccl-tests")] if not ms.empty else ms
     if sel.empty:
+        single = [f for f in nccl if f.code == "NCCL_NOT_APPLICABLE" and f.evidence]
+        if single:  # one GPU: nothing to all-reduce, as the recipe says a single card skips it
+            return Reason(check, "not applicable", "; ".join(
+                f"{f.subject}: {f.message}" for f in single), _ev(single))
         return Reason(check, "missing", "no nccl-tests busbw measured")
     rounds = sel.groupby(["run_id", "scope", "nodes"])["round"].nunique()
     few = rounds[rounds < ROUNDS_NEEDED]
@@ -187,14 +193,15 @@ def provider_verdict(provider: str, findings: Sequence[Finding], measurements: p
     pre = [f for f in fs if f.step == "preflight"]
     reasons = [
         _decide(CHECKS[0], pre, ["GPU_MODEL", "GPU_MEMORY"],
-                ["GPU_MODEL", "GPU_MEMORY", "GPU_DETAILS_MISSING", "NVIDIA_DRIVER_MISSING"],
+                ["GPU_MODEL", "GPU_MEMORY", "GPU_DETAILS_MISSING", "NVIDIA_DRIVER_MISSING",
+                 "TORCH_ORDER"],
                 "no preflight checked the card and memory against an order"),
         _mig(pre, env, provider),
-        _decide(CHECKS[2], pre, ["GPU_COUNT"], ["GPU_COUNT", "TORCH_GPU_COUNT"],
+        _decide(CHECKS[2], pre, ["GPU_COUNT"], ["GPU_COUNT", "TORCH_GPU_COUNT", "TORCH_ORDER"],
                 "no preflight checked the GPU count against an order"),
         _decide(CHECKS[3], fs, ["INTERCONNECT"],
                 ["INTERCONNECT", "FORM_FACTOR", "IB_MISSING", "IB_PORT_DOWN", "IB_PORT_COUNT",
-                 "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK"],
+                 "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK", "FABRIC_STATE"],
                 "no topology was checked against an order (set expect.interconnect)"),
         _nccl(fs, measurements, provider),
         _ran(fs),

@@ -1,6 +1,8 @@
 """The nccl step: build nccl-tests at the suite's commit, run all_reduce, judge it.
 
-Per node: build (cached), then the suite's rounds on its own GPUs. Per
+Per node: build (cached), then the suite's rounds on its own GPUs; a node with
+one GPU has nothing to all-reduce with, so its single-node rounds are skipped
+(NCCL_NOT_APPLICABLE) and its GPU still takes part across nodes. Per
 provider with two or more nodes: the same rounds across nodes with mpirun.
 Optionally the torch.distributed benchmark as a second opinion. Raw logs are
 streamed into the run directory; everything else is derived from them.
@@ -202,7 +204,15 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
             f"nccl-tests {(b.built_commit or '?')[:12]} ({how}), CUDA {b.cuda_version}, NCCL "
             f"{b.nccl.version}, MPI {'yes' if b.mpi else 'no'}",
             [run.rel(run.node_dir(n.name, STEP) / "build.json")], build=b.model_dump(mode="json")))
-        if single:
+        known = b.gpus if b.gpus is not None else inv.provider_of(n).expect.gpus_per_node
+        if single and known == 1:
+            outcome.findings.append(_f(
+                run, n.name, n.provider, "NCCL_NOT_APPLICABLE", "INFO",
+                "[single] one GPU: nothing to all-reduce with, the single-node rounds are "
+                "skipped (a one-GPU all_reduce measures a copy inside the device); the GPU "
+                "still takes part in the multi-node rounds",
+                [run.rel(run.node_dir(n.name, STEP) / "build.json")], gpus=1, scope="single"))
+        elif single:
             with stage("execute"):
                 try:
                     logs = _single(pool(n), run, suite, inv, b)

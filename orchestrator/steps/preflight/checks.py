@@ -22,6 +22,7 @@ from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts
 from orchestrator.steps.preflight.facts import NodeFacts, Result, gpu_outputs, gpu_views
 from orchestrator.steps.preflight.gpu import check_driver, check_gpus, check_health
+from orchestrator.steps.preflight.gpu_state import check_fabric_state, check_torch_order
 from orchestrator.steps.preflight.links import check_fabric, check_topology
 from orchestrator.suite import PreflightParams
 from payload.ncclbuild import nccl_wheel
@@ -120,7 +121,7 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
 
 NODE_CHECKS: list[Callable[[NodeFacts, Expectations, PreflightParams], list[Result]]] = [
     check_driver, check_gpus, check_topology, check_health, check_torch, check_build_tools,
-    check_fabric, check_storage,
+    check_fabric, check_storage, check_torch_order, check_fabric_state,
 ]
 
 
