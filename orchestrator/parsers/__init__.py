@@ -42,6 +42,13 @@ _MODULES = (
     "orchestrator.parsers.nccl_debug",
     "orchestrator.parsers.ibstat",
     "orchestrator.parsers.dmon",
+    "orchestrator.parsers.kernel_log",
+    "orchestrator.parsers.dcgmi",
+    "orchestrator.parsers.nvidia_smi_health",
+    "orchestrator.parsers.lspci",
+    "orchestrator.parsers.perftest",
+    "orchestrator.parsers.nvbandwidth",
+    "orchestrator.parsers.p2p_latency",
 )
 _loaded = False
 

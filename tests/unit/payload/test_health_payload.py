@@ -233,7 +233,7 @@ def test_gpus_torch_cannot_use_fail_their_processes_not_the_node(tmp_path: Path)
     for label in ("0", "1"):
         evs = _events(out / protocol.gpu_events(label))
         assert evs[0]["event"] == protocol.ERROR
-        assert evs[0]["error"] == "torch sees no CUDA device (CUDA_VISIBLE_DEVICES=%s)" % label
+        assert evs[0]["error"] == f"torch sees no CUDA device (CUDA_VISIBLE_DEVICES={label})"
         assert evs[-1] == dict(evs[-1], event=protocol.BYE, rc=3)
     links = _events(out / protocol.LINKS_EVENTS)
     assert "expected 2" in links[0]["error"]
@@ -254,7 +254,7 @@ def test_gpus_torch_cannot_use_fail_their_processes_not_the_node(tmp_path: Path)
 
 def _alive(pid: int) -> bool:
     try:
-        with open("/proc/%d/stat" % pid) as f:
+        with open(f"/proc/{pid}/stat") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return False
@@ -299,7 +299,7 @@ def test_a_signal_kills_every_gpu_process_and_leaves_none(tmp_path: Path, sig: i
             proc.wait()
     assert not any(_alive(p) for p in pids)
     doc = json.loads((out / protocol.NODE_DOC).read_text())
-    assert (doc["status"], doc["reason"]) == ("interrupted", "signal %d" % sig)
+    assert (doc["status"], doc["reason"]) == ("interrupted", f"signal {sig}")
 
 
 def test_gpu_processes_die_with_a_killed_entry_point(tmp_path: Path) -> None:
