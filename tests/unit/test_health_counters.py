@@ -93,6 +93,12 @@ def test_a_gpu_gone_after_and_an_unreadable_log() -> None:
     d = delta(snapshot_from(before), snapshot_from(after))
     assert d.missing_after == ["GPU-00000000-1111-2222-3333-000000000001"]
     assert d.kernel_log is None and d.new_xids == []  # no log: no claim
+    # a log read only after the load is compared with nothing: no Xid is called new
+    after_only = _h1()
+    before_without = {k: v for k, v in after_only.items() if k != "dmesg"}
+    after_only["dmesg"] += XID79
+    d = delta(snapshot_from(before_without), snapshot_from(after_only))
+    assert d.kernel_log is None and d.new_xids == []
 
 
 def test_a_payload_folder_is_read_with_what_it_could_not_read(tmp_path: Path) -> None:
