@@ -45,6 +45,13 @@ _MODULES = (
     "orchestrator.parsers.ibstat",
     "orchestrator.parsers.dmon",
     "orchestrator.parsers.recipe",
+    "orchestrator.parsers.kernel_log",
+    "orchestrator.parsers.dcgmi",
+    "orchestrator.parsers.nvidia_smi_health",
+    "orchestrator.parsers.lspci",
+    "orchestrator.parsers.perftest",
+    "orchestrator.parsers.nvbandwidth",
+    "orchestrator.parsers.p2p_latency",
 )
 _loaded = False
 

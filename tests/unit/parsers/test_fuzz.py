@@ -76,6 +76,21 @@ SEEDS: dict[str, list[str]] = {
     "checked-at": ["recipe-h200x1/checked-at.txt"],
     "pip-list": ["poc/samples/pip-list_torch-2.6.0-cu126.txt"],
     "command-not-found": ["h200x2/commands/ibv_devinfo.txt"],
+    "xid": ["public/dmesg-T_h100-xid119-gsp_gpud.log", "h200x1-health/dmesg.txt",
+            "public/journal-grep_xid45-after-149_ogkm1150.txt"],
+    "pcie-bandwidth": ["public/dmesg_limited-by_8x-h100_mle.txt"],
+    "dcgmi-diag": ["synthetic/dcgmi-diag-r1_4gpu-complete_3.3.txt",
+                   "public/dcgmi-diag-r2_gpu-memory-fail_mle.txt"],
+    "nvlink-e": ["public/nvlink-e_h100_mle.txt", "synthetic/nvlink-e_2x-a100-crc_r535.txt"],
+    "nvidia-smi-compute-apps": ["h200x1-health/compute-apps.csv"],
+    "lspci-vvv": ["synthetic/lspci-vvv_h100-x8-a100-gen3_lspci-3.7-3.10.txt",
+                  "public/lspci-vvv_quadro-rtx8000-x1-fragment_rpi480.txt"],
+    "perftest-bw": ["public/ib_write_bw_loopback-interleaved_superbench.log",
+                    "public/ib_write_bw_post-list-8B_perftest273.txt"],
+    "nvbandwidth": ["public/nvbandwidth_v0.6_gh200_superbench.txt",
+                    "public/nvbandwidth_v0.7_8x-a100-pattern-assert_nvbw34.txt"],
+    "p2pBandwidthLatencyTest": ["synthetic/p2pBandwidthLatencyTest_2x-h100-nvlink-complete.txt",
+                                "public/p2pBandwidthLatencyTest_2x-rtx4090-cut_tinygrad44.txt"],
 }
 _TEXT: dict[str, str] = {}
 
