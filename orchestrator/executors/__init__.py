@@ -1,4 +1,5 @@
-"""Executors by name. Ray itself loads only when a node uses the ray executor."""
+"""Executors by name. Each backend loads when a node first uses it: a run over local nodes
+never imports fabric or paramiko, SSH work never imports ray."""
 
 from __future__ import annotations
 
@@ -15,13 +16,10 @@ from orchestrator.executors.base import (
     probe,
     register,
 )
-from orchestrator.executors.local import LocalExecutor
-from orchestrator.executors.ray import RayExecutor
-from orchestrator.executors.ssh import SshExecutor
 
-register("ssh", lambda: SshExecutor)
-register("local", lambda: LocalExecutor)
-register("ray", lambda: RayExecutor)
+register("ssh", "orchestrator.executors.ssh:SshExecutor")
+register("local", "orchestrator.executors.local:LocalExecutor")
+register("ray", "orchestrator.executors.ray:RayExecutor")
 
 __all__ = [
     "CommandResult", "ConnectionInfo", "Executor", "ExecutorOptions", "GroupResult",

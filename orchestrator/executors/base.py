@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib
 import shlex
 import threading
 import time
@@ -85,11 +86,19 @@ class ExecutorOptions:
 
 
 ExecutorFactory = Callable[[Node, ExecutorOptions], Executor]
-_REGISTRY: dict[str, Callable[[], ExecutorFactory]] = {}
+# name -> "module:attribute" of the backend's class, imported on first use (as the CLI's
+# GROUPS are): a run over local nodes never loads fabric/paramiko, SSH work never ray
+_REGISTRY: dict[str, str] = {}
 
 
-def register(name: str, loader: Callable[[], ExecutorFactory]) -> None:
-    _REGISTRY[name] = loader
+def register(name: str, target: str) -> None:
+    _REGISTRY[name] = target
+
+
+def _load(target: str) -> ExecutorFactory:
+    module, _, attr = target.partition(":")
+    factory: ExecutorFactory = getattr(importlib.import_module(module), attr)
+    return factory
 
 
 def make_executor(node: Node, options: ExecutorOptions) -> Executor:
@@ -98,7 +107,7 @@ def make_executor(node: Node, options: ExecutorOptions) -> Executor:
     except KeyError:
         raise UsageError(f"unknown executor {node.executor!r}", node=node.name,
                          hint=f"known executors: {', '.join(sorted(_REGISTRY))}") from None
-    return loader()(node, options)
+    return _load(loader)(node, options)
 
 
 def options_for(inv: Inventory, accept_new_host_keys: bool = False) -> ExecutorOptions:
