@@ -15,7 +15,9 @@ from importlib import resources
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from ruamel.yaml import YAML
 
+from orchestrator.gpunames import model_matches
 from payload.allreduce import parse_size
 
 Result = Literal["below", "within", "above"]
@@ -83,15 +85,11 @@ class ShippedBands(BaseModel):
 
 @lru_cache(maxsize=1)
 def shipped() -> tuple[ShippedBands, ...]:
-    from ruamel.yaml import YAML
-
     text = resources.files("orchestrator").joinpath("data/references.yaml").read_text()
     return tuple(ShippedBands.model_validate(r) for r in YAML(typ="safe").load(text))
 
 
 def find_shipped(gpu_name: str, gpus: int, nodes: int) -> ShippedBands | None:
-    from orchestrator.steps.preflight.checks import model_matches
-
     for ref in shipped():
         if model_matches(ref.gpu, gpu_name) and ref.gpus == gpus and ref.nodes == nodes:
             return ref

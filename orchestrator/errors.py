@@ -6,10 +6,7 @@ next. The CLI maps these to exit codes; the library never exits.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # the executors import this module: no import at run time
-    from orchestrator.executors.base import CommandResult
+from orchestrator.command import CommandResult
 
 
 class GpuvetError(Exception):

@@ -9,9 +9,6 @@ it. The kernel releases a flock when its process dies however it dies, so a
 lock file still naming a process that is gone (killed with SIGKILL, a power
 cut) is stale: it is taken over with a warning. A lock file naming another
 host cannot be checked from here and is refused (a results folder on NFS).
-
-`schedule print` writes the systemd service and timer, and the crontab line,
-that run it; nothing is installed without the user's hand.
 """
 
 from __future__ import annotations
@@ -20,27 +17,27 @@ import contextlib
 import fcntl
 import json
 import os
-import re
-import shlex
 import socket
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from orchestrator.analysis import regress
+from orchestrator.analysis.regress import Evaluation, Settings
 from orchestrator.errors import UsageError
-
-if TYPE_CHECKING:
-    from orchestrator.analysis.regress import Evaluation, Settings
-    from orchestrator.executors import ExecutorPool
-    from orchestrator.executors.base import ProgressHook
-    from orchestrator.inventory import Inventory, Node
-    from orchestrator.records import Finding
-    from orchestrator.steps.driver import UnitResult
-    from orchestrator.store import Run
-    from orchestrator.suite import Suite
+from orchestrator.executors import ExecutorPool
+from orchestrator.executors.base import ProgressHook
+from orchestrator.inventory import Inventory, Node
+from orchestrator.records import Finding, Severity, finding
+from orchestrator.steps.driver import UnitResult, drive, provider_unit
+from orchestrator.steps.nccl import step as nccl_step
+from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.preflight import step as preflight_step
+from orchestrator.steps.train import step as train_step
+from orchestrator.store import Run, warn, write_json
+from orchestrator.suite import Suite
 
 LOCK_NAME = "pipeline.lock"
 STEP = "regress"
@@ -89,8 +86,6 @@ def _alive(pid: int) -> bool:
 @contextlib.contextmanager
 def pipeline_lock(root: Path, command: str) -> Iterator[Path]:
     """Hold the results root's pipeline lock for the `with` body, or raise LockHeld."""
-    from orchestrator.store import warn
-
     root.mkdir(parents=True, exist_ok=True)
     path = root / LOCK_NAME
     f = open(path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the whole body
@@ -159,9 +154,6 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                  torch: bool = False, train: bool | None = None, last: int = 10,
                  min_size: int = 16 << 20) -> Outcome:
     """The steps through their library functions, one after the other, then the verdict."""
-    from orchestrator.steps.nccl import step as nccl_step
-    from orchestrator.steps.preflight import step as preflight_step
-
     def shown(step: str) -> ProgressHook | None:  # one display: each line says its step
         if progress is None:
             return None
@@ -176,8 +168,6 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     if torch:
         torch_without_builds(inv, nodes, run, suite, pool, shown("nccl"))
     if wants_train(suite, train):
-        from orchestrator.steps.train import step as train_step
-
         train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"))
         out.steps.append("train")
     out.evaluation, out.findings = judge(run, settings, last=last, min_size=min_size)
@@ -190,11 +180,6 @@ def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Sui
     """Measure the fabric with torch.distributed where nccl-tests measured nothing across
     a provider's nodes because it could not be built there (no CUDA toolkit, no NCCL,
     CPU nodes): the suite's rounds, each a fresh launch, judged like any torch series."""
-    from orchestrator.records import finding
-    from orchestrator.steps.driver import UnitResult, drive, provider_unit
-    from orchestrator.steps.nccl import step as nccl_step
-    from orchestrator.steps.nccl.judge import Series, judge_series
-
     measured = {m.provider for m in run.measurements()
                 if m.step == nccl_step.STEP and m.scope == "multi"}
     units = []
@@ -232,10 +217,6 @@ def judge(run: Run, settings: Settings, *, last: int, min_size: int
           ) -> tuple[Evaluation, list[Finding]]:
     """Regress this run against its baseline; the verdicts become findings of the run,
     with the whole evaluation as their evidence."""
-    from orchestrator.analysis import regress
-    from orchestrator.records import Severity, finding
-    from orchestrator.store import write_json
-
     ev = regress.evaluate(run.root, run.run_id, settings=settings, last=last, min_size=min_size)
     doc = run.dir / "regress.json"
     write_json(doc, regress.as_json(ev))
@@ -259,122 +240,3 @@ def judge(run: Run, settings: Settings, *, last: int, min_size: int
                                       f"{p.provider} did not", evidence=evidence, verdict=v.verdict))
     run.add_findings(fs)
     return ev, fs
-
-
-# --- schedule print ------------------------------------------------------------------------------
-
-_EVERY_RE = re.compile(r"^(\d+)\s*([mhd])$")
-
-
-@dataclass(frozen=True)
-class Every:
-    """An interval that systemd's OnCalendar and cron both express exactly."""
-
-    minutes: int
-
-    @classmethod
-    def parse(cls, text: str) -> Every:
-        m = _EVERY_RE.match(text.strip().lower())
-        ok = "30m, 15m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d"
-        if not m or int(m.group(1)) == 0:
-            raise UsageError(f"--every {text!r} is not an interval like {ok}")
-        n, unit = int(m.group(1)), m.group(2)
-        minutes = n * {"m": 1, "h": 60, "d": 1440}[unit]
-        exact = (minutes < 60 and 60 % minutes == 0) or (minutes % 60 == 0
-                                                          and 1440 % minutes == 0)
-        if not exact:
-            raise UsageError(f"--every {text}: cron can only run at intervals that divide an hour "
-                             f"or a day evenly", hint=f"choose one of {ok}")
-        return cls(minutes)
-
-    @property
-    def cron(self) -> str:
-        if self.minutes < 60:
-            return f"*/{self.minutes} * * * *"
-        hours = self.minutes // 60
-        return "0 0 * * *" if hours == 24 else "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
-
-    @property
-    def calendar(self) -> str:
-        if self.minutes < 60:
-            return f"*-*-* *:00/{self.minutes}:00"
-        hours = self.minutes // 60
-        return "*-*-* 00:00:00" if hours == 24 else f"*-*-* 00/{hours}:00:00"
-
-    def __str__(self) -> str:
-        return f"{self.minutes} min" if self.minutes < 60 else f"{self.minutes // 60} h"
-
-
-def systemd_quote(arg: str) -> str:
-    """One ExecStart argument: systemd splits on spaces, expands % specifiers and $VARS."""
-    arg = arg.replace("%", "%%").replace("$", "$$")
-    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
-        return arg
-    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def gpuvet_argv() -> list[str]:
-    """How this gpuvet is started again from a timer: its own script, absolute."""
-    script = Path(sys.executable).with_name("gpuvet")
-    if script.is_file():
-        return [str(script)]
-    return [sys.executable, "-m", "orchestrator"]
-
-
-@dataclass(frozen=True)
-class Schedule:
-    service: str
-    timer: str
-    cron: str
-    name: str
-
-
-def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, user: str | None,
-             log_file: Path, inventory: Path) -> Schedule:
-    """The systemd service + timer pair and the crontab line that run `argv` every `every`."""
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise UsageError(f"--name {name!r}: a unit name is letters, digits, '_', '.' and '-'")
-    exec_start = " ".join(systemd_quote(a) for a in argv)
-    service = "\n".join([
-        f"# /etc/systemd/system/{name}.service (or ~/.config/systemd/user/ without User=)",
-        "[Unit]",
-        f"Description=gpuvet pipeline on {inventory.name}: preflight, nccl, train, regress",
-        "Wants=network-online.target",
-        "After=network-online.target",
-        "",
-        "[Service]",
-        "Type=oneshot",
-        *([f"User={user}"] if user else []),
-        f"WorkingDirectory={workdir}",
-        "Environment=COLUMNS=160",
-        f"ExecStart={exec_start}",
-        "# exit 1: a check FAILed or a provider regressed (the unit shows as failed: alert on",
-        "# it with OnFailure= or `systemctl --failed`); exit 2: bad input, or another pipeline",
-        "# still holds the lock on these results",
-        "StandardOutput=journal",
-        "StandardError=journal",
-        f"SyslogIdentifier={name}",
-        f"TimeoutStartSec={max(every.minutes - 5, 5)}min",
-        "",
-    ])
-    timer = "\n".join([
-        f"# /etc/systemd/system/{name}.timer; then: systemctl daemon-reload && "
-        f"systemctl enable --now {name}.timer",
-        f"# logs: journalctl -u {name}.service",
-        "[Unit]",
-        f"Description=Run {name} every {every}",
-        "",
-        "[Timer]",
-        f"OnCalendar={every.calendar}",
-        "Persistent=true",
-        f"Unit={name}.service",
-        "",
-        "[Install]",
-        "WantedBy=timers.target",
-        "",
-    ])
-    # cron runs the line with /bin/sh; '%' ends the command there unless escaped
-    line = f"cd {shlex.quote(str(workdir))} && {shlex.join(argv)} >> " \
-           f"{shlex.quote(str(log_file))} 2>&1"
-    cron = f"{every.cron} {line.replace('%', chr(92) + '%')}"
-    return Schedule(service, timer, cron, name)

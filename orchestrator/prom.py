@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.errors import UsageError
+from orchestrator.store import atomic_write
 
 if TYPE_CHECKING:
     from orchestrator.analysis.regress import Evaluation
@@ -99,8 +100,6 @@ def render(families: Iterable[Family]) -> str:
 
 
 def write(path: Path, families: Iterable[Family]) -> None:
-    from orchestrator.store import atomic_write
-
     atomic_write(path, render(families), mode=0o644)
 
 

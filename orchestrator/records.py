@@ -40,7 +40,7 @@ class Finding(_Record):
     evidence: list[str] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
     stage: Stage | None = None  # for failures: the stage of the step that failed
-    unit_key: str | None = None  # the unit of work that made it ("node:N", "provider:P/multi")
+    unit_key: str | None = None  # the unit of work that made it (`node_unit_key`, ...)
 
     @model_validator(mode="after")
     def _node_iff_node_scope(self) -> Finding:
@@ -50,8 +50,13 @@ class Finding(_Record):
 
     @property
     def subject(self) -> str:
-        """What the finding is about, as tables show it."""
-        return self.node if self.node is not None else f"provider:{self.provider}"
+        """What the finding is about, as a key of machine output (see `subject_key`)."""
+        return subject_key(self.provider, self.node)
+
+    @property
+    def label(self) -> str:
+        """What the finding is about, as tables and messages show it."""
+        return subject_label(self.provider, self.node)
 
 
 def finding(run_id: str, step: str, *, provider: str, node: str | None, code: str,
@@ -79,6 +84,42 @@ class Measurement(_Record):
     round: int | None = None
     unit_key: str | None = None  # the unit of work that made it, for resume
     tags: dict[str, Any] = Field(default_factory=dict)  # op, type, versions, ...
+
+
+# --- scope as text -------------------------------------------------------------------------
+# Records hold their scope as fields (provider, node, unit_key); these functions are the
+# only code that turns a scope into text, and nothing turns text back into a scope.
+
+def subject_label(provider: str, node: str | None) -> str:
+    """A scope as people read it: the node's name, or "provider P (all nodes)"."""
+    return node if node is not None else f"provider {provider} (all nodes)"
+
+
+def subject_key(provider: str, node: str | None) -> str:
+    """A scope as a key of machine output (`--json` verdicts, Prometheus labels,
+    regress.json): the node's name, or "provider:P". Stable for the programs that read
+    it; gpuvet never reads it back."""
+    return node if node is not None else f"provider:{provider}"
+
+
+def node_unit_key(node: str) -> str:
+    """The key of a node's unit of work: stored in done.json's path and in every record
+    the unit made, so its form ("node:NAME") stays what runs on disk already use."""
+    return f"node:{node}"
+
+
+def provider_unit_key(provider: str, what: str) -> str:
+    """The key of a provider's unit of work ("provider:NAME/WHAT", as stored)."""
+    return f"provider:{provider}/{what}"
+
+
+def unit_folder(key: str) -> tuple[Literal["nodes", "providers"], str]:
+    """Where a unit's files are kept in its run: ("nodes", NAME) for a node's unit,
+    ("providers", "NAME__WHAT") for a provider's."""
+    kind, _, name = key.partition(":")
+    if kind == "node":
+        return "nodes", name
+    return "providers", name.replace("/", "__")
 
 
 def worst(findings: Iterable[Finding]) -> Severity:

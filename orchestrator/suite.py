@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from ruamel.yaml import YAML
 
 from orchestrator.errors import UsageError
 from payload.allreduce import parse_size
@@ -174,8 +175,6 @@ def load_suite(path: Path | None) -> Suite:
         return Suite()
     if not path.is_file():
         raise UsageError(f"no such suite file: {path}")
-    from ruamel.yaml import YAML
-
     try:
         data = YAML(typ="safe").load(path.read_text()) or {}
         return Suite.model_validate(data)

@@ -117,9 +117,13 @@ class ScriptedExecutor:
         self.unexpected: list[str] = []
         self.closed = False
 
-    def on(self, matcher: Matcher, **kwargs: object) -> ScriptedExecutor:
+    def on(self, matcher: Matcher, *, rc: int | None = 0, stdout: str = "", stderr: str = "",
+           timed_out: bool = False, raises: BaseException | None = None,
+           reply: Callable[[Call], Reply] | None = None, times: int | None = None
+           ) -> ScriptedExecutor:
         """Add a rule to this executor only (see `Script.on`)."""
-        self.script.on(matcher, **kwargs)  # type: ignore[arg-type]
+        self.script.on(matcher, rc=rc, stdout=stdout, stderr=stderr, timed_out=timed_out,
+                       raises=raises, reply=reply, times=times)
         self._used.append(0)
         return self
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.records import SEVERITY_ORDER, Finding, Severity, worst
 
 # Shown in the default findings table whatever their severity: the results a
 # person ran the step for, not only what went wrong.
 HEADLINE_CODES = frozenset({
-    "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE",
+    "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE", "NCCL_NOT_APPLICABLE",
     "TORCH_VS_NCCL_TESTS", "TRAIN_SUMMARY", "TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH",
     "CKPT_NOT_PERSISTENT",
 })
@@ -47,11 +47,12 @@ def findings_table(findings: Iterable[Finding], title: str, verbose: bool = Fals
     fs = sorted(shown(findings, verbose),
                 key=lambda f: (f.subject, -SEVERITY_ORDER[f.severity], f.code))
     return Table(title, ("node", "severity", "code", "message"),
-                 [(f.subject, f.severity, f.code, f.message) for f in fs])
+                 [(f.label, f.severity, f.code, f.message) for f in fs])
 
 
 def subjects(findings: Iterable[Finding], nodes: Sequence[str] = ()) -> list[str]:
-    """The nodes asked for, in order, then every other subject the findings name."""
+    """The nodes asked for, in order, then every other subject the findings name (as
+    `Finding.subject` keys)."""
     out = list(dict.fromkeys(nodes))
     out += sorted({f.subject for f in findings} - set(out))
     return out
@@ -62,10 +63,11 @@ def verdicts(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> dict[str
 
 
 def verdict_table(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> Table:
+    labels = {f.subject: f.label for f in findings}  # a node asked for is its own label
     rows = []
     for s, v in verdicts(findings, nodes).items():
         fs = [f for f in findings if f.subject == s]
-        rows.append((s, v, *(sum(f.severity == sev for f in fs) for sev in ("FAIL", "WARN",
+        rows.append((labels.get(s, s), v, *(sum(f.severity == sev for f in fs) for sev in ("FAIL", "WARN",
                                                                            "PASS"))))
     return Table("verdict per node", ("node", "verdict", "FAIL", "WARN", "PASS"), rows)
 
@@ -74,5 +76,5 @@ def failed(findings: Iterable[Finding]) -> bool:
     return any(f.severity == "FAIL" for f in findings)
 
 
-def run_status(findings: Iterable[Finding]) -> str:
+def run_status(findings: Iterable[Finding]) -> Literal["passed", "failed"]:
     return "failed" if failed(findings) else "passed"

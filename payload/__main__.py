@@ -21,6 +21,12 @@ SUBCOMMANDS: List[Tuple[str, str, str]] = [
      "run one phase of the training step, sample GPU telemetry, SIGKILL it at a chosen point"),
     ("train-probe", "payload.train.probe",
      "where the checkpoint directory lives and which nodes share it"),
+    ("health", "payload.health.node",
+     "test every GPU of this node at once: bandwidth, products, memory, links, counters"),
+    ("health-gpu", "payload.health.gpu",
+     "one GPU's phases of the health step (started by `health`, one per GPU)"),
+    ("health-links", "payload.health.links",
+     "host copies and the peer matrix of the health step (started by `health`)"),
 ]
 
 

@@ -30,12 +30,18 @@ declare -A TESTS=(
     [orchestrator/stats.py]="tests/unit/test_stats.py tests/unit/test_bands.py"
     [orchestrator/bands.py]="tests/unit/test_bands.py tests/unit/test_stats.py"
     [orchestrator/store.py]="tests/unit/test_mutation_pins_store.py tests/unit/test_inventory_scrub.py tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py tests/unit/test_baseline.py"
+    [orchestrator/files.py]="tests/unit/test_mutation_pins_store.py tests/unit/test_inventory_scrub.py tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py tests/unit/test_baseline.py"
+    [orchestrator/index.py]="tests/unit/test_mutation_pins_store.py tests/unit/test_inventory_scrub.py tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py tests/unit/test_baseline.py"
     [orchestrator/steps/nccl/judge.py]="tests/unit/test_mutation_pins_nccl_judge.py tests/unit/test_nccl_judge.py tests/unit/test_gpu_capture.py tests/unit/test_import_cli.py"
     [orchestrator/collectdoc.py]="tests/unit/test_mutation_pins_collectdoc.py tests/unit/test_preflight.py"
     [orchestrator/verdicts.py]="tests/unit/test_mutation_pins_verdicts.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
     [payload/scrub.py]="tests/unit/test_mutation_pins_scrub.py tests/unit/payload/test_scrub.py tests/unit/test_store.py"
     [payload/ncclbuild.py]="tests/unit/test_mutation_pins_ncclbuild.py tests/unit/test_ncclbuild.py"
+    [orchestrator/gpunames.py]="tests/unit/test_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_bands.py"
     [orchestrator/steps/preflight/checks.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/steps/preflight/facts.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/steps/preflight/gpu.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
+    [orchestrator/steps/preflight/links.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
     [orchestrator/parsers/dmon.py]="tests/unit/parsers/test_dmon.py"
     [orchestrator/parsers/gpus.py]="tests/unit/parsers/test_gpus.py"
     [orchestrator/parsers/ibstat.py]="tests/unit/parsers/test_ibstat.py"
@@ -56,9 +62,12 @@ declare -A TESTS=(
 declare -A SKIP=(
     [payload/ncclbuild.py]="safe_extract fetch_source"
 )
-ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/store.py orchestrator/steps/nccl/judge.py
+ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/files.py orchestrator/index.py
+       orchestrator/store.py orchestrator/steps/nccl/judge.py
        orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
-       orchestrator/steps/preflight/checks.py orchestrator/parsers/*.py)
+       orchestrator/gpunames.py orchestrator/steps/preflight/checks.py
+       orchestrator/steps/preflight/facts.py orchestrator/steps/preflight/gpu.py
+       orchestrator/steps/preflight/links.py orchestrator/parsers/*.py)
 
 if [ $# -gt 0 ]; then modules=("$@"); else modules=("${ORDER[@]}"); fi
 cd "$ROOT"

@@ -32,18 +32,17 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+from ruamel.yaml import YAML
 
+from orchestrator import bands as bands_mod
 from orchestrator.analysis import frames
+from orchestrator.bands import Band
 from orchestrator.errors import UsageError
-from orchestrator.store import BaselineRecord, Index, add_baselines
-
-if TYPE_CHECKING:
-    from orchestrator.bands import Band
-    from orchestrator.verdicts import Table
+from orchestrator.index import BaselineRecord, Index, add_baselines
+from orchestrator.verdicts import Table
 
 MIN_SIZE = 16 << 20
 DEFAULT_LAST = 10
@@ -273,8 +272,6 @@ def band_for(root: Path, run_id: str, provider: str, key: SeriesKey, machine: Ma
              n_nodes: int) -> tuple[Band, str] | None:
     """The reference band of a busbw series at its own size: the run's inventory's, else the
     shipped one for the machine class. An expectation, shown beside the measured baseline."""
-    from orchestrator import bands as bands_mod
-
     if key.metric != "busbw" or key.engine != "nccl-tests":
         return None
     own = _inventory_bands(root / run_id / "inventory.yaml", provider)
@@ -290,10 +287,6 @@ def band_for(root: Path, run_id: str, provider: str, key: SeriesKey, machine: Ma
 
 
 def _inventory_bands(path: Path, provider: str) -> list[Band] | None:
-    from ruamel.yaml import YAML
-
-    from orchestrator.bands import Band
-
     try:
         doc = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
         raw = doc["providers"][provider]["expect"]["nccl_busbw"]
@@ -397,8 +390,6 @@ def _who() -> str:
 
 def records_table(root: Path, records: Sequence[BaselineRecord], title: str) -> Table:
     """Baselines with the reference band of the same size beside: history and expectation."""
-    from orchestrator.verdicts import Table
-
     rows = []
     for r in sorted(records, key=lambda r: (r.provider, r.suite_hash, r.scope, r.engine,
                                             r.metric, r.size)):

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import ruptures
 
 PENALTY_BASE = 10.0
 PENALTY_PER_LOG_N = 2.0
@@ -79,8 +80,6 @@ def detect(values: Sequence[float], *, min_effect: float = 0.0) -> list[Shift]:
         sigma = float(np.std(x))
         if sigma <= 0:
             return []
-    import ruptures
-
     z = ((x - np.median(x)) / sigma).reshape(-1, 1)
     ends = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT).fit(z).predict(
         pen=penalty(len(x)))

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import frames
+from orchestrator.analysis import cost, environment, frames, verdict
+from orchestrator.analysis.environment import gpu_total, provider_values
 from orchestrator.errors import UsageError
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
@@ -236,13 +237,13 @@ def transports_table(findings: Sequence[Finding], providers: Sequence[str]) -> T
     for p in providers:
         for f in findings:
             if f.provider == p and f.code == "NCCL_TRANSPORTS":
-                rows.append((p, f.subject, ", ".join(f.details.get("transports") or []) or "-",
+                rows.append((p, f.label, ", ".join(f.details.get("transports") or []) or "-",
                              f.message))
     return Table("transports NCCL used", ("provider", "where", "transports", "message"), rows)
 
 
 def agreement_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
-    rows = [(f.provider, f.subject, f.severity, f.message) for f in findings
+    rows = [(f.provider, f.label, f.severity, f.message) for f in findings
             if f.provider in providers and f.code == "TORCH_VS_NCCL_TESTS"]
     return Table("torch.distributed vs nccl-tests", ("provider", "where", "severity", "message"),
                  rows)
@@ -325,8 +326,6 @@ class Comparison:
 
 def _pricing(sel: Selection, provider: str, inventory_text: str | None,
              inventory_name: str) -> Any:
-    from orchestrator.analysis import cost
-
     if inventory_text is not None:
         pr = cost.pricing_of(inventory_text, provider, inventory_name)
         where = inventory_name
@@ -351,9 +350,6 @@ def costs_of(sel: Selection, ms: pd.DataFrame, env: pd.DataFrame,
              inventory_text: str | None = None, inventory_name: str = "-i",
              ) -> tuple[list[Any], list[Any]]:
     """PoC and per-unit cost of every selected provider (NoPrice when one has no price)."""
-    from orchestrator.analysis import cost
-    from orchestrator.analysis.environment import gpu_total, provider_values
-
     prices = {p: _pricing(sel, p, inventory_text, inventory_name) for p in sel.providers}
     pocs, units = [], []
     for p in sel.providers:
@@ -392,8 +388,6 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
           with_cost: bool = True, inventory: Path | None = None,
           rates: dict[str, float] | None = None) -> Comparison:
     """Select, gate, load, and make every table the terminal, JSON and report show."""
-    from orchestrator.analysis import cost, environment, verdict
-
     sel = select(root, providers, run_ids)
     ids = list(sel.runs["run_id"])
     suite_gate(sel, frames.run_documents(root, ids))

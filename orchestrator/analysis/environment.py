@@ -19,7 +19,7 @@ import pandas as pd
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from orchestrator.steps.preflight.checks import form_factor_of
+from orchestrator.gpunames import form_factor_of
 from orchestrator.verdicts import Table
 
 KEYS = ("gpu_model", "gpu_memory", "gpu_count", "form_factor", "mig", "topology", "fabric",

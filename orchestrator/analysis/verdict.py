@@ -8,6 +8,8 @@ and carries the files they were judged from. A PASS with no evidence file is a
 claim, not evidence (the inventory saying "SXM4" is what was sold, not what was
 delivered): it makes a line "missing", never "ok". One "no-go" line makes the
 provider NO-GO; otherwise one "missing" line makes it NOT ENOUGH EVIDENCE.
+A line that does not apply to the order ("not applicable": nccl-tests on a
+one-GPU node, which the recipe skips) neither blocks nor counts as evidence.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import pandas as pd
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
 
-Outcome = Literal["ok", "no-go", "missing"]
+Outcome = Literal["ok", "no-go", "missing", "not applicable"]
 Verdict = Literal["GO", "NO-GO", "NOT ENOUGH EVIDENCE"]
 ROUNDS_NEEDED = 3
 
@@ -61,7 +63,7 @@ def _decide(check: str, fs: Sequence[Finding], ok_codes: Sequence[str], bad_code
     """no-go on any bad finding; ok when every wanted code PASSed with evidence."""
     bad = _bad(fs, bad_codes, bad_levels)
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     goods = [f for f in fs if f.code in ok_codes and f.severity == "PASS"]
     missing = [c for c in ok_codes if not any(f.code == c for f in goods)]
@@ -70,7 +72,7 @@ def _decide(check: str, fs: Sequence[Finding], ok_codes: Sequence[str], bad_code
     bare = [f for f in goods if not f.evidence]
     if bare:
         return Reason(check, "missing", "; ".join(
-            f"{f.code} on {f.subject} has no evidence file: a claim, not a measurement"
+            f"{f.code} on {f.label} has no evidence file: a claim, not a measurement"
             for f in bare))
     return Reason(check, "ok", "; ".join(dict.fromkeys(f.message for f in goods)), _ev(goods))
 
@@ -79,7 +81,7 @@ def _mig(fs: Sequence[Finding], env: pd.DataFrame, provider: str) -> Reason:
     check = "MIG as ordered"
     bad = _bad(fs, ["MIG_ENABLED"])
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     rows = env[(env["provider"] == provider) & (env["key"] == "mig")] if not env.empty else env
     if rows.empty:
@@ -95,22 +97,27 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     nccl = [f for f in fs if f.step == "nccl"]
     bad = [f for f in nccl if f.severity in ("WARN", "FAIL")]
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.code}: {f.message}"
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.code}: {f.message}"
                                                 for f in bad), _ev(bad))
     sel = ms[(ms["provider"] == provider) & (ms["step"] == "nccl") & (ms["metric"] == "busbw")
               & (ms["engine"] == "nccl-tests")] if not ms.empty else ms
     if sel.empty:
+        single = [f for f in nccl if f.code == "NCCL_NOT_APPLICABLE" and f.evidence]
+        if single:  # one GPU: nothing to all-reduce, as the recipe says a single card skips it
+            return Reason(check, "not applicable", "; ".join(
+                f"{f.subject}: {f.message}" for f in single), _ev(single))
         return Reason(check, "missing", "no nccl-tests busbw measured")
     rounds = sel.groupby(["run_id", "scope", "nodes"])["round"].nunique()
     few = rounds[rounds < ROUNDS_NEEDED]
     if len(few):
-        shown = ", ".join(f"{key[1]} on {key[2]}: {n} round(s)"  # type: ignore[index]
-                          for key, n in few.items())
+        shown = ", ".join(f"{scope} on {nodes}: {n} round(s)" for scope, nodes, n in zip(
+            few.index.get_level_values("scope"), few.index.get_level_values("nodes"), few,
+            strict=True))
         return Reason(check, "missing", f"fewer than {ROUNDS_NEEDED} rounds: {shown}")
     busbw = [f for f in nccl if f.code == "NCCL_BUSBW"]
     if not busbw or not _ev(busbw):
         return Reason(check, "missing", "no NCCL_BUSBW finding with its logs")
-    return Reason(check, "ok", "; ".join(f"{f.subject}: {f.message}" for f in busbw), _ev(busbw))
+    return Reason(check, "ok", "; ".join(f"{f.label}: {f.message}" for f in busbw), _ev(busbw))
 
 
 TRAIN_BROKE = ("TRAIN_FAILED", "TRAIN_OOM", "TRAIN_NAN", "TRAIN_TIMEOUT", "TRAIN_NCCL_TIMEOUT",
@@ -124,7 +131,7 @@ def _ran(fs: Sequence[Finding]) -> Reason:
     check = "the real task ran"
     bad = _bad(fs, TRAIN_BROKE)
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     ran = [f for f in fs if f.code in ("TRAIN_REFERENCE", "TRAIN_COMMAND_OK") and f.evidence]
     if not ran:
@@ -136,7 +143,7 @@ def _restored(fs: Sequence[Finding]) -> Reason:
     check = "checkpoint restored"
     bad = _bad(fs, RESTORE_BROKE)
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     ok = [f for f in fs if f.code == "TRAIN_RESTORE_OK" and f.evidence]
     if not ok:
@@ -152,7 +159,7 @@ def _storage(fs: Sequence[Finding], probes: Sequence[str]) -> Reason:
     check = "storage persistent"
     bad = _bad(fs, NOT_PERSISTENT, ("WARN", "FAIL"))
     if bad:
-        return Reason(check, "no-go", "; ".join(f"{f.subject}: {f.message}" for f in bad),
+        return Reason(check, "no-go", "; ".join(f"{f.label}: {f.message}" for f in bad),
                       _ev(bad))
     ok = [f for f in fs if f.code in ("CKPT_DIR", "CKPT_SHARED") and f.severity == "PASS"
           and f.evidence]
@@ -186,14 +193,15 @@ def provider_verdict(provider: str, findings: Sequence[Finding], measurements: p
     pre = [f for f in fs if f.step == "preflight"]
     reasons = [
         _decide(CHECKS[0], pre, ["GPU_MODEL", "GPU_MEMORY"],
-                ["GPU_MODEL", "GPU_MEMORY", "GPU_DETAILS_MISSING", "NVIDIA_DRIVER_MISSING"],
+                ["GPU_MODEL", "GPU_MEMORY", "GPU_DETAILS_MISSING", "NVIDIA_DRIVER_MISSING",
+                 "TORCH_ORDER"],
                 "no preflight checked the card and memory against an order"),
         _mig(pre, env, provider),
-        _decide(CHECKS[2], pre, ["GPU_COUNT"], ["GPU_COUNT", "TORCH_GPU_COUNT"],
+        _decide(CHECKS[2], pre, ["GPU_COUNT"], ["GPU_COUNT", "TORCH_GPU_COUNT", "TORCH_ORDER"],
                 "no preflight checked the GPU count against an order"),
         _decide(CHECKS[3], fs, ["INTERCONNECT"],
                 ["INTERCONNECT", "FORM_FACTOR", "IB_MISSING", "IB_PORT_DOWN", "IB_PORT_COUNT",
-                 "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK"],
+                 "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK", "FABRIC_STATE"],
                 "no topology was checked against an order (set expect.interconnect)"),
         _nccl(fs, measurements, provider),
         _ran(fs),

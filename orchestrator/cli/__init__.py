@@ -12,6 +12,7 @@ failure, 130/143 interrupted. Tracebacks only with --debug.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import traceback
@@ -129,8 +130,6 @@ def run(argv: Sequence[str] | None = None) -> int:
 
 
 def _silence_stdout() -> None:
-    import os
-
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

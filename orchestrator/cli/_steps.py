@@ -6,20 +6,24 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.cli._common import emit_json, out, render
 from orchestrator.errors import UsageError
 from orchestrator.records import Finding
-from orchestrator.store import Run, file_sha256
-from orchestrator.suite import Suite
 from orchestrator.verdicts import findings_table, run_status, verdict_table, verdicts
+
+if TYPE_CHECKING:  # the step commands import this module; --help needs neither
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
 
 
 @contextlib.contextmanager
 def open_run(results: Path, command: str, suite: Suite, inventory: Path | None,
              nodes: Sequence[Any], resume: str | None = None) -> Iterator[Run]:
     """A new run, or the run to resume: same command, suite and inventory, locked."""
+    from orchestrator.store import Run, file_sha256
+
     if resume is None:
         run = Run.create(results, command=command, suite_hash=suite.hash,
                          suite=suite.model_dump(mode="json"), inventory_path=inventory,
@@ -53,7 +57,7 @@ def show_outcome(run: Run, findings: list[Finding], node_names: Sequence[str], *
                  ) -> int:
     """Finish the run, then show it: a closed stdout cannot leave a run "running"."""
     status = run_status(findings)
-    run.finish(status)  # type: ignore[arg-type]
+    run.finish(status)
     if as_json:
         emit_json({"run_id": run.run_id, "status": status, "results": str(run.dir),
                    "verdicts": verdicts(findings, node_names),

@@ -14,6 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
+from orchestrator.cli._steps import open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -44,7 +45,6 @@ def register(root: click.Group) -> None:
         Three rounds with identical parameters by default; logs, JSON, build logs,
         measurements and findings land in RESULTS/<run_id>/.
         """
-        from orchestrator.cli._steps import open_run, show_outcome
         from orchestrator.steps.nccl import step
         from orchestrator.suite import load_suite
 

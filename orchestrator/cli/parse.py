@@ -12,9 +12,11 @@ from orchestrator.cli._common import (
     emit_json,
     json_option,
     out,
+    render,
     results_option,
     verbose_option,
 )
+from orchestrator.cli._steps import show_outcome
 from orchestrator.errors import UsageError
 
 
@@ -45,15 +47,28 @@ def register(root: click.Group) -> None:
     @root.command()
     @click.argument("kind", required=False)
     @click.argument("file", required=False, type=click.Path(path_type=Path, dir_okay=False))
-    @click.option("--list", "list_", is_flag=True, help="List parser kinds.")
+    @click.option("--list", "list_", is_flag=True,
+                  help="List parser kinds, each with a command whose output it reads.")
     @json_option
     def parse(kind: str | None, file: Path | None, list_: bool, as_json: bool) -> int:
-        """Run one parser on a saved command output and print the facts it finds."""
+        """Run one parser on a saved command output and print the facts it finds.
+
+        Pasted text is read as far as it is the tool's: prompts, command lines,
+        launcher and ssh noise are read past and listed (`ignored_lines`), marks of
+        editing (`...`, a lost `#`) are listed as `edits`.
+        """
         from orchestrator import parsers
+        from orchestrator.verdicts import Table
 
         if list_:
-            for spec in parsers.kinds():
-                out.print(f"{spec.kind:24} {spec.description}")
+            table = Table("parser kinds", ("kind", "example", "reads"),
+                          [(s.kind, s.example, s.description) for s in parsers.kinds()])
+            if as_json:
+                emit_json(table.as_json())
+            else:  # one line per kind, so `grep` finds a kind with its command
+                for spec in parsers.kinds():
+                    out.print(f"{spec.kind:30} {spec.description}; e.g. `{spec.example}`",
+                              markup=False, highlight=False, soft_wrap=True)
             return 0
         if kind is None or file is None:
             raise UsageError("parse needs KIND and FILE", hint="see `gpuvet parse --list`")
@@ -92,7 +107,6 @@ def register(root: click.Group) -> None:
         The suite hash comes from the parameters the logs print (sizes, GPUs, iterations,
         check, datatype, op), so imports of different experiments never share one.
         """
-        from orchestrator.cli._steps import show_outcome
         from orchestrator.steps.nccl.importer import AlreadyImported, import_logs
 
         try:
@@ -119,14 +133,15 @@ def register(root: click.Group) -> None:
                    results: Path, verbose: bool, as_json: bool) -> int:
         """Judge a folder of outputs collected by hand (the acceptance recipe's files).
 
-        Files are recognised by content, whatever their names: nvidia-smi (table, -L, -q,
-        -q -x, --query-gpu), topo -m/-p2p, nvlink, uname, nvcc, torch, ibstat, ibv_devinfo,
-        nccl-tests logs, dmon, pip, the nccl-tests commit and the date. Each file is judged,
-        recorded, or reported (not recognised, unreadable, from another node); exit 2 only
-        when nothing could be judged.
+        Files are recognised by content, whatever their names: nvidia-smi (table, -L, -q and
+        its sed/grep cuts, -q -x, --query-gpu with or without its header), topo -m/-p2p,
+        nvlink, uname, nvcc, the recipe's PyTorch check or gpuvet's torch probe, ibstat,
+        ibv_devinfo, nccl-tests logs, dmon, /proc/mounts, the build log, pip, the nccl-tests
+        commit and the date. Each file is judged, recorded, or reported (not recognised,
+        unreadable, from another node); a file of several hosts' outputs is split by rank;
+        a source checkout beside the logs is skipped. Exit 2 only when nothing could be
+        judged.
         """
-        from orchestrator.cli._common import render
-        from orchestrator.cli._steps import show_outcome
         from orchestrator.steps.poc.importer import files_table, import_poc
 
         res = import_poc(folder, provider, node, inventory, results)

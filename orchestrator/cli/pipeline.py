@@ -21,6 +21,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
+from orchestrator.cli._steps import open_run
 from orchestrator.cli.regress import prom_option, regress_options, settings_from, show_evaluation
 
 
@@ -53,7 +54,6 @@ def register(root: click.Group) -> None:
         from orchestrator import pipeline as pl
         from orchestrator import prom
         from orchestrator.analysis import regress
-        from orchestrator.cli._steps import open_run
         from orchestrator.suite import load_suite
         from orchestrator.verdicts import findings_table, run_status, verdict_table, verdicts
 
@@ -71,7 +71,7 @@ def register(root: click.Group) -> None:
                                       train=train, last=last, min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
-            run.finish(status)  # type: ignore[arg-type]
+            run.finish(status)
             ev = outcome.evaluation
             assert ev is not None
             failed = status == "failed" or ev.regressed
@@ -129,23 +129,23 @@ def register(root: click.Group) -> None:
         the units to /etc/systemd/system/ and enable the timer, or add the line with
         `crontab -e`.
         """
-        from orchestrator import pipeline as pl
         from orchestrator import prom
+        from orchestrator import schedule as sc
 
-        when = pl.Every.parse(every)
+        when = sc.Every.parse(every)
         if prom_file is not None:
             prom.check_path(prom_file, here=False)
         if not inventory.is_file():
             from orchestrator.errors import UsageError
 
             raise UsageError(f"no inventory {inventory}")
-        argv = [*pl.gpuvet_argv(), "pipeline", "-i", str(inventory.resolve()), "--results",
+        argv = [*sc.gpuvet_argv(), "pipeline", "-i", str(inventory.resolve()), "--results",
                 str(results.resolve())]
         if suite is not None:
             argv += ["--suite", str(suite.resolve())]
         if prom_file is not None:
             argv += ["--prom-file", str(prom_file.resolve())]
-        sched = pl.schedule(when, argv, name=name, workdir=Path.cwd(),
+        sched = sc.schedule(when, argv, name=name, workdir=Path.cwd(),
                             user=user or getpass.getuser(), log_file=log_file.resolve(),
                             inventory=inventory)
         if as_json:

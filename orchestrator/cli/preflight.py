@@ -16,6 +16,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
+from orchestrator.cli._steps import open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -39,7 +40,6 @@ def register(root: click.Group) -> None:
         Writes raw outputs, facts and findings to RESULTS/<run_id>/. Exit code 0
         when nothing FAILs, 1 when something does, 2 for bad input.
         """
-        from orchestrator.cli._steps import open_run, show_outcome
         from orchestrator.errors import UsageError
         from orchestrator.steps.preflight import step as pf
         from orchestrator.suite import load_suite

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from orchestrator.cli._common import emit_json, json_option, out, render, results_option
+
+if TYPE_CHECKING:  # the statistics load scipy: only the commands that judge import them
+    from orchestrator.analysis.significance import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -45,10 +48,10 @@ def regress_options(f: F) -> F:
     return f
 
 
-def settings_from(test_: str, alpha: float, min_effect: float) -> Any:
-    from orchestrator.analysis.regress import Settings
+def settings_from(test_: str, alpha: float, min_effect: float) -> Settings:
+    from orchestrator.analysis.significance import TESTS, Settings
 
-    return Settings(test=test_, alpha=alpha, min_effect=min_effect)  # type: ignore[arg-type]
+    return Settings(test=TESTS[test_], alpha=alpha, min_effect=min_effect)
 
 
 def prom_option(f: F) -> F:

@@ -70,7 +70,7 @@ def lines(table: Table) -> str:
 def measurement_summary(ms: pd.DataFrame) -> Table:
     """Per series (step, scope, engine, nodes, metric): the largest message size's median,
     min and max over rounds; training metrics as they are."""
-    import pandas as pd
+    import pandas as pd  # a second to import: `gpuvet --help` and the SSH commands never do
 
     rows: list[tuple[Any, ...]] = []
     if not ms.empty:
@@ -93,7 +93,7 @@ def measurement_summary(ms: pd.DataFrame) -> Table:
 
 def export_tables(root: Path, run_ids: Sequence[str]) -> dict[str, pd.DataFrame]:
     """Tidy tables of these runs: one row per observation."""
-    import pandas as pd
+    import pandas as pd  # a second to import: `gpuvet --help` and the SSH commands never do
 
     from orchestrator.analysis import environment, frames
 
@@ -208,7 +208,7 @@ def register(root: click.Group) -> None:
                              hint=f"see `gpuvet runs --results {results}`")
         if fmt == "parquet":
             try:
-                import pyarrow  # noqa: F401
+                import pyarrow  # noqa: F401 - optional (gpuvet[report]), for Parquet only
             except ImportError:
                 raise UsageError("--format parquet needs pyarrow",
                                  hint="pip install 'gpuvet[report]'") from None

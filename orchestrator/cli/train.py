@@ -14,6 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
+from orchestrator.cli._steps import open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -43,7 +44,6 @@ def register(root: click.Group) -> None:
         checkpoint and restart costs land in RESULTS/<run_id>/ with the raw logs and
         GPU telemetry. docs/training.md describes the protocol.
         """
-        from orchestrator.cli._steps import open_run, show_outcome
         from orchestrator.steps.train import step
         from orchestrator.suite import load_suite
 

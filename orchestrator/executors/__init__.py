@@ -1,4 +1,5 @@
-"""Executors by name. Backends load lazily: SSH work never imports ray."""
+"""Executors by name. Each backend loads when a node first uses it: a run over local nodes
+never imports fabric or paramiko, SSH work never imports ray."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from orchestrator.executors.base import (
     CommandResult,
     ConnectionInfo,
     Executor,
-    ExecutorFactory,
     ExecutorOptions,
     ExecutorPool,
     GroupResult,
@@ -17,28 +17,9 @@ from orchestrator.executors.base import (
     register,
 )
 
-
-def _ssh() -> ExecutorFactory:
-    from orchestrator.executors.ssh import SshExecutor
-
-    return SshExecutor
-
-
-def _local() -> ExecutorFactory:
-    from orchestrator.executors.local import LocalExecutor
-
-    return LocalExecutor
-
-
-def _ray() -> ExecutorFactory:
-    from orchestrator.executors.ray import RayExecutor
-
-    return RayExecutor
-
-
-register("ssh", _ssh)
-register("local", _local)
-register("ray", _ray)
+register("ssh", "orchestrator.executors.ssh:SshExecutor")
+register("local", "orchestrator.executors.local:LocalExecutor")
+register("ray", "orchestrator.executors.ray:RayExecutor")
 
 __all__ = [
     "CommandResult", "ConnectionInfo", "Executor", "ExecutorOptions", "GroupResult",

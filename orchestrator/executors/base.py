@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import importlib
 import shlex
 import threading
 import time
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Protocol, TypeVar
 
+from orchestrator.command import CommandResult as CommandRecord
 from orchestrator.errors import (
     CommandFailed,
     CommandTimeout,
@@ -33,22 +35,9 @@ from orchestrator.errors import (
 from orchestrator.inventory import Inventory, Node
 
 
-@dataclass
-class CommandResult:
-    node: str
-    command: str
-    rc: int | None
-    stdout: str
-    stderr: str
-    duration_s: float
-    timed_out: bool = False
-
-    def __post_init__(self) -> None:
-        self.command = str(self.command)  # the text only, never an EnvCommand's values
-
-    @property
-    def ok(self) -> bool:
-        return self.rc == 0 and not self.timed_out
+class CommandResult(CommandRecord):
+    """A command's record as executors return it, and the check that turns a failed one
+    into the error that carries it."""
 
     def raise_for_status(self, what: str) -> CommandResult:
         """Raise CommandTimeout or CommandFailed, both carrying this result, unless it is ok."""
@@ -103,11 +92,19 @@ class ExecutorOptions:
 
 KEEP_OPEN_MIN = 64
 ExecutorFactory = Callable[[Node, ExecutorOptions], Executor]
-_REGISTRY: dict[str, Callable[[], ExecutorFactory]] = {}
+# name -> "module:attribute" of the backend's class, imported on first use (as the CLI's
+# GROUPS are): a run over local nodes never loads fabric/paramiko, SSH work never ray
+_REGISTRY: dict[str, str] = {}
 
 
-def register(name: str, loader: Callable[[], ExecutorFactory]) -> None:
-    _REGISTRY[name] = loader
+def register(name: str, target: str) -> None:
+    _REGISTRY[name] = target
+
+
+def _load(target: str) -> ExecutorFactory:
+    module, _, attr = target.partition(":")
+    factory: ExecutorFactory = getattr(importlib.import_module(module), attr)
+    return factory
 
 
 def make_executor(node: Node, options: ExecutorOptions) -> Executor:
@@ -116,7 +113,7 @@ def make_executor(node: Node, options: ExecutorOptions) -> Executor:
     except KeyError:
         raise UsageError(f"unknown executor {node.executor!r}", node=node.name,
                          hint=f"known executors: {', '.join(sorted(_REGISTRY))}") from None
-    return loader()(node, options)
+    return _load(loader)(node, options)
 
 
 def options_for(inv: Inventory, accept_new_host_keys: bool = False) -> ExecutorOptions:

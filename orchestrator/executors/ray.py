@@ -12,8 +12,12 @@ Ray nodes need no gpuvet installed: only the controller has it.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -38,7 +42,7 @@ class _NotMainThread(logging.Filter):
 
 def _ray() -> Any:
     try:
-        import ray
+        import ray  # optional (gpuvet[ray]): SSH and local work never load it
     except ImportError:
         raise UsageError("the ray executor needs the 'ray' package",
                          hint="pip install 'gpuvet[ray]'") from None
@@ -48,14 +52,10 @@ def _ray() -> Any:
 
 
 def _run_on_node(command: str, env: dict[str, str], cwd: str, timeout: float | None) -> dict:
-    # Runs inside the Ray worker on the target node; imports nothing of gpuvet.
+    # Runs inside the Ray worker on the target node; uses nothing of gpuvet (the standard
+    # library modules it names travel by reference and are imported there).
     # Kill semantics as orchestrator.executors.local.kill_group: TERM the group, KILL
     # what is left after a grace period.
-    import os
-    import signal
-    import subprocess
-    import time
-
     os.makedirs(cwd, exist_ok=True)
     start = time.monotonic()
     proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=cwd, env={**os.environ, **env},
@@ -86,8 +86,6 @@ def _run_on_node(command: str, env: dict[str, str], cwd: str, timeout: float | N
 
 
 def _write_file(path: str, data: bytes) -> None:
-    import os
-
     path = os.path.expanduser(path)
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path + ".part", "wb") as f:
@@ -96,8 +94,6 @@ def _write_file(path: str, data: bytes) -> None:
 
 
 def _read_file(path: str) -> bytes:
-    import os
-
     with open(os.path.expanduser(path), "rb") as f:
         return f.read()
 
@@ -131,6 +127,7 @@ class RayExecutor:
                 raise ConnectionFailed(f"no live Ray node with IP {self.node.host}",
                                        node=self.node.name, hint=f"live Ray nodes: {ips}")
             self._node_id = match[0]["NodeID"]
+        # ray is optional (gpuvet[ray]); _ray() above has said so if it is missing
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         return ray, NodeAffinitySchedulingStrategy(node_id=self._node_id, soft=False)

@@ -1,8 +1,9 @@
 """Parsers: pure functions from raw command output to typed facts.
 
-Each parser module registers its kinds here with `@register`. A parser takes
-the text (and optionally the name of the file it came from, for messages)
-and returns a pydantic model. Unknown formats raise ParseError naming the
+Each parser module registers its kinds here with `@register`, with the
+command whose output it reads (`gpuvet parse --list` shows both). A parser
+takes the text (and optionally the name of the file it came from, for
+messages) and returns a pydantic model. Unknown formats raise ParseError naming the
 line; a parser never returns a guessed fact.
 """
 
@@ -25,6 +26,7 @@ class ParserSpec:
     kind: str
     func: ParserFunc
     description: str
+    example: str  # a command line whose output this kind reads
 
 
 _REGISTRY: dict[str, ParserSpec] = {}
@@ -42,6 +44,14 @@ _MODULES = (
     "orchestrator.parsers.nccl_debug",
     "orchestrator.parsers.ibstat",
     "orchestrator.parsers.dmon",
+    "orchestrator.parsers.recipe",
+    "orchestrator.parsers.kernel_log",
+    "orchestrator.parsers.dcgmi",
+    "orchestrator.parsers.nvidia_smi_health",
+    "orchestrator.parsers.lspci",
+    "orchestrator.parsers.perftest",
+    "orchestrator.parsers.nvbandwidth",
+    "orchestrator.parsers.p2p_latency",
 )
 _loaded = False
 
@@ -49,14 +59,14 @@ _loaded = False
 F = TypeVar("F", bound=ParserFunc)
 
 
-def register(kind: str, description: str) -> Callable[[F], F]:
+def register(kind: str, description: str, *, example: str) -> Callable[[F], F]:
     """Register a parser by kind for `gpuvet parse`; the function keeps its own type, so
     the library calls it directly and typed."""
 
     def deco(func: F) -> F:
         if kind in _REGISTRY and _REGISTRY[kind].func is not func:
             raise RuntimeError(f"parser kind {kind!r} registered twice")
-        _REGISTRY[kind] = ParserSpec(kind, func, description)
+        _REGISTRY[kind] = ParserSpec(kind, func, description, example)
         return func
 
     return deco

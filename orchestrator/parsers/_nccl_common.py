@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from orchestrator.parsers._noise import Edit, IgnoredLine
+
 # `host:pid:tid [cudaDev] [file.cc:line ]NCCL LEVEL message`. Launchers may tag
 # each line (`[1,0]<stdout>:` from mpirun --tag-output, `0: ` from srun -l).
 NCCL_LINE = re.compile(
@@ -44,25 +46,6 @@ FAILURE_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
         r"|^srun: (?:Job step aborted|Terminating (?:job step|StepId))"
         r"|^mlx5: \S+: got completion with error")),
 )
-
-
-# Prefixes launchers put on every line of a job's output. A log is treated as
-# prefixed only when most of its lines carry the prefix, so a table row or an
-# NCCL line that happens to start with digits is never cut.
-LAUNCHER_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("srun --label", re.compile(r"^ *\d+:(?: |$)")),
-    ("mpirun --tag-output", re.compile(r"^\[\d+,\d+\]<(?:stdout|stderr)>:")),
-)
-
-
-def strip_launcher_prefix(lines: list[str]) -> tuple[list[str], str | None]:
-    """The lines without their launcher prefix, and which launcher put it there."""
-    nonempty = [ln for ln in lines if ln.strip()]
-    for name, pattern in LAUNCHER_PREFIXES:
-        hits = sum(1 for ln in nonempty if pattern.match(ln))
-        if nonempty and hits * 2 >= len(nonempty):
-            return [pattern.sub("", ln, count=1) for ln in lines], name
-    return lines, None
 
 
 class Failure(BaseModel):
@@ -170,6 +153,11 @@ class NcclTestsRun(_Model):
     truncated: bool
     env_count: int | None = None  # JSON only; the entries may hold secrets
     launcher_prefix: str | None = None  # "srun --label": a prefix stripped from every line
+    # Every line read past as launcher/shell noise or unknown text, and the marks of a
+    # person's editing (elisions, lost `#`, a table pasted without its header).
+    ignored_lines: list[IgnoredLine] = []
+    edits: list[Edit] = []
+    nccl_lines: int = 0  # NCCL's own debug lines, read by the nccl-debug parser
     start_time: str | None = None
     end_time: str | None = None
 

@@ -141,4 +141,5 @@ def _columns(names: list[str], units: list[str] | None) -> list[DmonColumn]:
 
 
 # Registered without decorating, so callers keep the precise return type.
-register(KIND, "nvidia-smi dmon with any -s selection and -o D/T: per-GPU samples")(parse_dmon)
+register(KIND, "nvidia-smi dmon with any -s selection and -o D/T: per-GPU samples",
+          example="nvidia-smi dmon -s pucvmet -d 1 | tee dmon.txt")(parse_dmon)

@@ -17,7 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.parsers.nvidia_smi import ClockEventReasons, NvidiaSmiLFacts, QueryGpuFacts
+from orchestrator.parsers.nvidia_smi import (
+    ClockEventReasons,
+    FabricState,
+    NvidiaSmiLFacts,
+    QueryGpuFacts,
+)
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts, QGpu
 from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import GpuXml, NvidiaSmiXmlFacts
@@ -51,6 +56,7 @@ class GpuView:
     remapped_pending: bool | None = None
     remapped_failure: bool | None = None
     remapped_uncorrectable: int | None = None
+    fabric: FabricState | None = None  # NVLink fabric registration (-q, -q -x)
     errors: list[str] = field(default_factory=list)
     # which output (command id) told each fact, for the evidence of a finding
     told_by: dict[str, str] = field(default_factory=dict)
@@ -148,7 +154,8 @@ def _detailed(x: GpuXml | QGpu, pos: int, bus: str | None, driver: str | None) -
             "retired_pages_pending": x.retired_pages.pending,
             "remapped_pending": rr.pending if rr else None,
             "remapped_failure": rr.failure if rr else None,
-            "remapped_uncorrectable": rr.uncorrectable if rr else None}
+            "remapped_uncorrectable": rr.uncorrectable if rr else None,
+            "fabric": x.fabric if x.fabric is not None and x.fabric.known else None}
 
 
 def merge_gpus(outputs: Iterable[tuple[str, BaseModel]]) -> list[GpuView]:

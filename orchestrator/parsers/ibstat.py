@@ -80,7 +80,8 @@ class IbstatFacts(_Model):
         return [(ca.name, p) for ca in self.cas for p in ca.ports]
 
 
-@register(KIND, "ibstat: HCAs (type, firmware, GUID) and ports (state, rate, link layer, LIDs)")
+@register(KIND, "ibstat: HCAs (type, firmware, GUID) and ports (state, rate, link layer, LIDs)",
+          example="ibstat")
 def parse_ibstat(text: str, source: str | None = None) -> IbstatFacts:
     cas: list[IbstatCa] = []
     errors: list[IbstatMessage] = []

@@ -3,29 +3,32 @@
 A slow all_reduce on a rented node is most often a transport problem (IB not
 found, GPUDirect RDMA off, a fallback to sockets), and only NCCL's own INFO
 lines show it. They arrive mixed into any log, from many processes and ranks,
-so this parser scans for the lines it knows and ignores everything else.
+so this parser scans for the lines it knows. What it reads past is counted:
+launcher and shell noise (the shared `_noise` reader) is listed in
+`ignored_lines`, the other tools' output beside it only counted.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
-from orchestrator.parsers._nccl_common import (
-    NCCL_LINE,
-    NCCL_VERSION,
-    Failure,
-    strip_launcher_prefix,
-)
+from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure
+from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader, strip_launcher_prefix
 
 KIND = "nccl-debug"
 
 Transport = Literal["P2P", "SHM", "NET", "COLLNET", "NVLS"]
-_TRANSPORTS = ("P2P", "SHM", "NET", "COLLNET", "NVLS")
+Direction = Literal["send", "receive"]
+# the words as NCCL prints them, typed: a `via` family not listed is no transport
+_TRANSPORTS: dict[str, Transport] = {"P2P": "P2P", "SHM": "SHM", "NET": "NET",
+                                     "COLLNET": "COLLNET", "NVLS": "NVLS"}
+_DIRECTIONS: dict[str, Direction] = {"send": "send", "receive": "receive"}
 
 _COMM = re.compile(
     r"\bcomm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) nNodes (?P<nnodes>\d+)"
@@ -95,7 +98,7 @@ class NcclConnection(_Model):
     channel: int
     from_rank: int
     to_rank: int
-    direction: Literal["send", "receive"] | None
+    direction: Direction | None
     transport: Transport
     detail: str  # everything after the family: CUMEM/read, Socket/0, IB/0/GDRDMA
     net: str | None  # Socket, IB, IBext, AWS Libfabric ... for NET and COLLNET
@@ -119,6 +122,9 @@ class NcclDebugFacts(_Model):
     gdrdma: bool  # any NET connection went GPU-direct
     warnings: list[Failure]
     info_lines: int
+    ignored_lines: list[IgnoredLine] = []  # launcher and shell noise read past
+    edits: list[Edit] = []  # `[...]` and the like: lines a person cut out
+    other_lines: int = 0  # lines of other tools (nccl-tests' table, a trainer's log)
 
     @property
     def used(self) -> list[str]:
@@ -166,14 +172,13 @@ def _interfaces(host: str, kind: str, listing: str) -> list[NcclInterface]:
 
 def _connection(m: re.Match[str], host: str, line_no: int) -> NcclConnection | None:
     parts = m["via"].split("/")
-    family = parts[0].upper()
-    if family not in _TRANSPORTS:
+    family = _TRANSPORTS.get(parts[0].upper())
+    if family is None:
         return None
     is_net = family in ("NET", "COLLNET")
     return NcclConnection(
         line_no=line_no, host=host, channel=int(m["ch"]), from_rank=int(m["src"]),
-        to_rank=int(m["dst"]), direction=m["dir"],  # type: ignore[arg-type]
-        transport=family,  # type: ignore[arg-type]
+        to_rank=int(m["dst"]), direction=_DIRECTIONS.get(m["dir"] or ""), transport=family,
         detail="/".join(parts[1:]), net=parts[1] if is_net and len(parts) > 1 else None,
         gdrdma=is_net and "GDRDMA" in parts[2:])
 
@@ -192,7 +197,8 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
     plugins: dict[str, None] = {}
     conns: list[NcclConnection] = []
     warnings: list[Failure] = []
-    info = 0
+    info = other = 0
+    noise = NoiseReader()
     lines, _prefix = strip_launcher_prefix(text.splitlines())
     for line_no, raw in enumerate(lines, start=1):
         m = NCCL_LINE.match(raw.rstrip("\r"))
@@ -203,6 +209,8 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
                                                 cuda=_cuda(v["suffix"]), line_no=line_no))
                 if version is None:
                     version, cuda = v["ver"], v["suffix"]
+            elif raw.strip() and not noise.skip(line_no, raw):
+                other += 1
             continue
         host, level, msg = m["host"], m["level"], m["msg"].strip()
         hosts[host] = None
@@ -256,12 +264,20 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         n_ranks=max([c.n_ranks for c in comms] + init_ranks, default=None),
         n_nodes=max((c.n_nodes for c in comms if c.n_nodes is not None), default=None),
         interfaces=list(ifaces.values()), networks=list(networks), plugin_lines=list(plugins),
-        connections=conns, transports=[t for t in _TRANSPORTS if t in used],
-        gdrdma=any(c.gdrdma for c in conns), warnings=warnings, info_lines=info)
+        connections=conns, transports=[t for t in _TRANSPORTS.values() if t in used],
+        gdrdma=any(c.gdrdma for c in conns), warnings=warnings, info_lines=info,
+        ignored_lines=noise.ignored, edits=noise.edits, other_lines=other)
 
 
 def _cuda(suffix: str | None) -> str | None:
     return suffix[4:] if suffix and suffix.startswith("cuda") else None
+
+
+@dataclass
+class _Group:
+    nodes: int | None
+    ranks: dict[int, None] = field(default_factory=dict)  # dicts keep first-seen order
+    hosts: dict[str, None] = field(default_factory=dict)
 
 
 def _communicators(comms: list[NcclComm],
@@ -272,22 +288,23 @@ def _communicators(comms: list[NcclComm],
     lines carry the commId. A log may hold several communicators (a framework
     builds one per process group), and each is reported.
     """
-    groups: dict[tuple[str | None, int], dict[str, object]] = {}
+    groups: dict[tuple[str | None, int], _Group] = {}
     for c in comms:
-        g = groups.setdefault((c.comm_id, c.n_ranks), {"nodes": c.n_nodes, "ranks": {}, "hosts": {}})
-        g["ranks"][c.rank] = None  # type: ignore[index]
-        g["hosts"][c.host] = None  # type: ignore[index]
+        g = groups.setdefault((c.comm_id, c.n_ranks), _Group(c.n_nodes))
+        g.ranks[c.rank] = None
+        g.hosts[c.host] = None
     for host, cid, rank, nranks, _handle in inits:
-        g = groups.setdefault((cid, nranks), {"nodes": None, "ranks": {}, "hosts": {}})
-        g["ranks"][rank] = None  # type: ignore[index]
-        g["hosts"][host] = None  # type: ignore[index]
+        g = groups.setdefault((cid, nranks), _Group(None))
+        g.ranks[rank] = None
+        g.hosts[host] = None
     # the same communicator seen with and without its commId: keep the one with it
     with_id = {n for (cid, n) in groups if cid is not None}
-    return [NcclCommunicator(comm_id=cid, n_ranks=n, n_nodes=g["nodes"],  # type: ignore[arg-type]
-                             ranks=sorted(g["ranks"]), hosts=list(g["hosts"]))  # type: ignore[call-overload]
+    return [NcclCommunicator(comm_id=cid, n_ranks=n, n_nodes=g.nodes, ranks=sorted(g.ranks),
+                             hosts=list(g.hosts))
             for (cid, n), g in groups.items() if cid is not None or n not in with_id]
 
 
 # Registered without decorating, so callers keep the precise return type.
-register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports")(
+register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports",
+          example="NCCL_DEBUG=INFO ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8")(
     parse_nccl_debug)

@@ -4,8 +4,12 @@ The table layout changed across nccl-tests releases (an `error` column before
 2.13, a `root` column since, `#wrong` counts, -S timestamps, -I per-iteration
 columns), so rows are read against the column header the log itself printed
 rather than a fixed layout. NCCL debug output and launcher chatter land in the
-same stream, even between rows; known noise is skipped, anything else inside
-the table is an error, since a silently dropped row would skew a comparison.
+same stream, even between rows: the shared noise reader (`_noise`) tells them
+apart, every line read past is listed in `ignored_lines`, and anything else
+inside the table is an error, since a silently dropped row would skew a
+comparison. Pastes a person edited (an elision, every leading `#` lost to
+Markdown, a table without its header) are read as far as they go and say so in
+`edits`; a file holding two runs is refused with that reason.
 """
 
 from __future__ import annotations
@@ -28,30 +32,44 @@ from orchestrator.parsers._nccl_common import (
     decode_version_code,
     failure_kind,
     recompute_avg,
-    strip_launcher_prefix,
 )
 from orchestrator.parsers._nccl_tests_json import parse_json_run
+from orchestrator.parsers._noise import NoiseReader, strip_launcher_prefix
 
 __all__ = ["NcclRow", "NcclTestsRun", "check_avg", "parse_nccl_tests", "parse_nccl_tests_json"]
 
 KIND = "nccl-tests"
 
-_VERSION = re.compile(
-    r"^# nccl-tests version (?P<ver>\S+) nccl-headers=(?P<hdr>\d+) nccl-library=(?P<lib>\d+)")
-_STARTING = re.compile(r"^# Collective test starting: (?P<bin>\S+)")
-_PARAMS = re.compile(r"^#? ?nThread \d+ ")
-_PARAM = re.compile(r"\s*(?P<key>[A-Za-z][A-Za-z ]*?):?\s+(?P<val>-?\d+)(?:\((?P<mode>\w+)\))?")
+# Header lines, each with its `#` optional: GitHub Markdown turns a pasted
+# `# ...` line into a heading and the `#` is gone from what people copy back.
+_VERSION = re.compile(r"^#?\s*nccl-tests version (?P<ver>\S+)(?: \((?P<hash>[0-9a-f]{7,40})\))?"
+                      r" nccl-headers=(?P<hdr>\d+) nccl-library=(?P<lib>\d+)")
+_STARTING = re.compile(r"^#?\s*Collective test starting: (?P<bin>\S+)")
+_CONCLUDED = re.compile(r"^#?\s*Collective test concluded: \S+")
+_PARAMS = re.compile(r"^#?\s*nThread \d+ ")
+_PARAM = re.compile(r"\s*(?P<key>[A-Za-z][A-Za-z_ ]*?):?\s+(?P<val>-?\d+)(?:\((?P<mode>\w+)\))?")
 _RANK = re.compile(
-    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?(?:\s+Pid\s+(?P<pid>\d+))?"
+    r"^#?\s*Rank\s+(?P<rank>\d+)(?:\s+Group\s+(?P<group>\d+))?(?:\s+Pid\s+(?P<pid>\d+))?"
     r"\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]\s+(?P<name>.*?)\s*$")
+_COLUMNS = re.compile(r"^#?\s+(size|bytes)\s+(count|N)\s")
+_HEADER_TEXT = re.compile(r"^#?\s*(?:\(B\)\s+\(elements\)|out-of-place\b.*\bin-place|Using devices"
+                          r"|Initializing \w+|Writing JSON output to )")
+_NOTE = re.compile(r"^#?\s*(Blocking|Parallel Init|Per-Iteration|Reducing maxBytes)")
 _OOB = re.compile(r"^#? ?Out of bounds values\s*: (?P<n>\d+) (?P<res>OK|FAILED)")
 _AVG = re.compile(r"^#? ?Avg bus bandwidth\s*: (?P<bw>\S+)\s*(?P<chk>OK|FAILED)?\s*$")
 _ROW_START = re.compile(r"^\s*\d+\s+\d+\s")
-_MPI_RULE = re.compile(r"^-{20,}$")
-_MPI_TAGGED = re.compile(r"^\[[^\]]*:\d+\] ")
-_HEX_DUMP = re.compile(r"^(?:[0-9a-f]{8} ){3}[0-9a-f]{8}$")
 _LEAD = ("size", "count", "type", "redop", "root")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
+_HALF_NEW = ["time", "algbw", "busbw", "#wrong"]
+_HALF_OLD = ["time", "algbw", "busbw", "error"]
+
+
+def _is_num(tok: str) -> bool:
+    try:
+        float(tok)
+    except ValueError:
+        return tok == "N/A"
+    return True
 
 
 class _Layout:
@@ -79,6 +97,37 @@ class _Layout:
         self.half = half
         self.error_col = first[3] == "error"
         self.width = len(self.lead) + 2 * half + (2 if self.timestamp else 0)
+        # alltoall and all_gather before 2.13, and hypercube since, print nothing in the
+        # redop cell the header names: such a row is one field short
+        self.redop_at = self.lead.index("redop") if "redop" in self.lead else None
+
+    def fit(self, toks: list[str]) -> list[str]:
+        """The row's tokens, with the empty redop cell put back where the tool left it."""
+        if (len(toks) == self.width - 1 and self.redop_at is not None
+                and _is_num(toks[self.redop_at])):
+            return toks[:self.redop_at] + ["none"] + toks[self.redop_at:]
+        return toks
+
+
+def _inferred_columns(toks: list[str]) -> list[str] | None:
+    """The column names of a row pasted without its header, from the row's own shape.
+
+    Only the layouts nccl-tests has printed are considered: 2.13+ (`redop root ...
+    #wrong`), and the older ones with an `error` column with a `redop`, a `root`, or
+    neither. A shape that fits none of them stays unread.
+    """
+    if len(toks) < 11 or not (toks[0].isdigit() and toks[1].isdigit()) or _is_num(toks[2]):
+        return None
+    third = toks[3]
+    if len(toks) == 13 and not _is_num(third) and re.fullmatch(r"-?\d+", toks[4]):
+        return ["size", "count", "type", "redop", "root", *_HALF_NEW, *_HALF_NEW]
+    if len(toks) == 12 and not _is_num(third):
+        return ["size", "count", "type", "redop", *_HALF_OLD, *_HALF_OLD]
+    if len(toks) == 12 and re.fullmatch(r"-?\d+", third):
+        return ["size", "count", "type", "root", *_HALF_OLD, *_HALF_OLD]
+    if len(toks) == 11:
+        return ["size", "count", "type", *_HALF_OLD, *_HALF_OLD]
+    return None
 
 
 def _num(tok: str) -> float:
@@ -92,7 +141,7 @@ def _result(toks: list[str], layout: _Layout) -> NcclResult:
         if layout.error_col:
             max_error = _num(toks[3])
         else:
-            wrong = int(_num(toks[3]))
+            wrong = int(_num(toks[3]))  # `%6g`: a large count prints as 1.67772e+07
     per_iter = None
     if layout.half == 8:
         per_iter = NcclPerIter(min_us=_num(toks[4]), max_us=_num(toks[5]),
@@ -134,14 +183,17 @@ def _params(line: str, line_no: int, source: str | None) -> dict[str, int | str]
 
 
 class _State:
-    def __init__(self) -> None:
+    def __init__(self, source: str | None) -> None:
+        self.source = source
         self.binary: str | None = None
         self.tests_version: str | None = None
+        self.git_hash: str | None = None
         self.headers: str | None = None
         self.library: str | None = None
         self.nccl_version: str | None = None
         self.nccl_cuda: str | None = None
         self.params: dict[str, int | str] = {}
+        self.params_line = 0
         self.notes: list[str] = []
         self.ranks: list[NcclRank] = []
         self.rows: list[NcclRow] = []
@@ -150,16 +202,26 @@ class _State:
         self.oob: NcclOutOfBounds | None = None
         self.avg: float | None = None
         self.avg_check: str | None = None
-        self.footer = False
+        self.footer = 0  # the line the table ended at, 0 while it has not
         self.partial: tuple[int, str] | None = None
-        self.in_mpi_block = False
+        self.noise = NoiseReader()
+        self.nccl_lines = 0
+
+    def fail(self, what: str, line_no: int | None = None, line: str | None = None) -> ParseError:
+        return ParseError(KIND, what, line_no=line_no, line=line, source=self.source)
+
+    def hash_lost(self, line: str, line_no: int) -> None:
+        if not line.lstrip().startswith("#"):
+            self.noise.edit(line_no, "the `#` that starts nccl-tests' header lines is missing "
+                            "(GitHub Markdown makes such lines headings)")
 
 
-def _noise(st: _State, line: str, line_no: int) -> bool:
-    """Record what a non-row line says; False when it is not known noise."""
+def _other(st: _State, line: str, line_no: int) -> bool:
+    """Record what a line that is no table row says; False when it is not known at all."""
     stripped = line.strip()
     m = NCCL_LINE.match(line)
     if m:
+        st.nccl_lines += 1
         if m["level"] in ("WARN", "ABORT", "ERROR"):
             st.failures.append(Failure(line_no=line_no, kind="nccl-warn", text=stripped))
         v = NCCL_VERSION.search(m["msg"])
@@ -175,49 +237,77 @@ def _noise(st: _State, line: str, line_no: int) -> bool:
         if st.nccl_version is None:
             st.nccl_version, st.nccl_cuda = v["ver"], _cuda(v["suffix"])
         return True
-    if _MPI_RULE.match(stripped):
-        st.in_mpi_block = not st.in_mpi_block
+    if not stripped or st.noise.skip(line_no, line):
         return True
-    return (not stripped or stripped.startswith("#") or st.in_mpi_block
-            or bool(_MPI_TAGGED.match(stripped)) or bool(_HEX_DUMP.match(stripped)))
+    if _HEADER_TEXT.match(line) or stripped.strip("#").strip() == "":
+        return True  # nccl-tests' own decoration: `#`, the column titles' second lines
+    if stripped.startswith("#"):
+        st.noise.ignore(line_no, "comment", line)
+        return True
+    return False
 
 
 def _cuda(suffix: str | None) -> str | None:
     return suffix[4:] if suffix and suffix.startswith("cuda") else None
 
 
-def _header_line(st: _State, line: str, line_no: int, source: str | None) -> bool:
+def _second_run(st: _State, line: str, line_no: int) -> ParseError:
+    if st.footer:
+        return st.fail(f"a second run starts here, after the first run's table ended at line "
+                       f"{st.footer}: several runs were saved into one file; keep one run per "
+                       "file", line_no, line)
+    return st.fail(f"a second run header (the first at line {st.params_line}): several "
+                   "independent runs wrote into one log (a non-MPI build under mpirun?)",
+                   line_no, line)
+
+
+def _header_line(st: _State, line: str, line_no: int) -> bool:
     """Lines before the table: banner, parameters, devices, column header."""
     if m := _VERSION.match(line):
-        st.tests_version = m["ver"]
+        st.tests_version, st.git_hash = m["ver"], m["hash"]
         st.headers = decode_version_code(int(m["hdr"]))
         st.library = decode_version_code(int(m["lib"]))
     elif m := _STARTING.match(line):
         st.binary = m["bin"]
     elif _PARAMS.match(line):
         if st.params:
-            raise ParseError(KIND, "a second run header: several independent runs wrote into "
-                             "one log (a non-MPI build under mpirun?)", line_no=line_no,
-                             line=line, source=source)
-        st.params = _params(line, line_no, source)
+            raise _second_run(st, line, line_no)
+        st.params, st.params_line = _params(line, line_no, st.source), line_no
     elif m := _RANK.match(line):
         st.ranks.append(NcclRank(
             rank=int(m["rank"]), group=int(m["group"]) if m["group"] else None,
             pid=int(m["pid"]) if m["pid"] else None, host=m["host"], device=int(m["dev"]),
             bus_id=m["bus"], name=m["name"]))
-    elif re.match(r"^#\s+(size|bytes)\s+(count|N)\s", line):
-        st.layout = _Layout(line.lstrip("#").split(), line_no, line, source)
-    elif re.match(r"^# (Blocking|Parallel Init|Per-Iteration|Reducing maxBytes)", line):
+    elif _COLUMNS.match(line):
+        st.layout = _Layout(line.lstrip().lstrip("#").split(), line_no, line, st.source)
+    elif _NOTE.match(line):
         st.notes.append(line.lstrip("# ").rstrip())
+    elif _HEADER_TEXT.match(line) and line.strip():
+        pass
     else:
         return False
+    st.hash_lost(line, line_no)
     return True
 
 
-def _table_line(st: _State, line: str, line_no: int, source: str | None) -> None:
+def _headerless(st: _State, line: str, line_no: int) -> bool:
+    """A row before any column header: the table was pasted without it."""
+    if not _ROW_START.match(line):
+        return False
+    names = _inferred_columns(line.split())
+    if names is None:
+        return False
+    st.layout = _Layout(names, line_no, line, st.source)
+    st.noise.edit(line_no, f"no column header above the first row: the columns were read "
+                  f"from the rows' shape ({' '.join(names[:st.layout.width - 2 * st.layout.half])}"
+                  f" + {' '.join(names[-st.layout.half:])} twice)")
+    return True
+
+
+def _table_line(st: _State, line: str, line_no: int) -> None:
     assert st.layout is not None
     if _ROW_START.match(line):
-        toks = line.split()
+        toks = st.layout.fit(line.split())
         if len(toks) != st.layout.width:
             if failure_kind(line):  # the crash message continued the row's line
                 st.failures.append(Failure(line_no=line_no, kind=failure_kind(line) or "",
@@ -225,16 +315,15 @@ def _table_line(st: _State, line: str, line_no: int, source: str | None) -> None
                 st.partial = (line_no, line)
                 return
             if st.partial is not None:
-                _raise_partial(st, source)
+                _raise_partial(st)
             st.partial = (line_no, line)  # fine only if nothing but noise follows
             return
         if st.partial is not None:
-            _raise_partial(st, source)
+            _raise_partial(st)
         try:
             row = _row(toks, st.layout, line_no)
         except ValueError as exc:
-            raise ParseError(KIND, f"malformed table row ({exc})", line_no=line_no, line=line,
-                             source=source) from None
+            raise st.fail(f"malformed table row ({exc})", line_no, line) from None
         st.rows.append(row)
         for res in (row.out_of_place, row.in_place):
             if res.wrong:
@@ -242,61 +331,89 @@ def _table_line(st: _State, line: str, line_no: int, source: str | None) -> None
                 break
     elif m := _OOB.match(line.strip()):
         if st.partial is not None:
-            _raise_partial(st, source)
+            _raise_partial(st)
         st.oob = NcclOutOfBounds(count=int(m["n"]), ok=m["res"] == "OK")
-        st.footer = True
+        st.footer = line_no
+        st.hash_lost(line, line_no)
         if m["res"] == "FAILED":
             st.failures.append(Failure(line_no=line_no, kind="out-of-bounds", text=line.strip()))
-    elif _PARAMS.match(line):
-        _header_line(st, line, line_no, source)  # raises: a second run's header
-    elif not _noise(st, line, line_no):
-        raise ParseError(KIND, "line in the results table is neither a row nor known noise",
-                         line_no=line_no, line=line, source=source)
+    elif _PARAMS.match(line) or _COLUMNS.match(line):
+        raise _second_run(st, line, line_no)
+    elif _HEADER_TEXT.match(line) and line.strip():
+        st.hash_lost(line, line_no)
+    elif not _other(st, line, line_no):
+        raise st.fail("line in the results table is neither a row nor known noise", line_no,
+                      line)
 
 
-def _raise_partial(st: _State, source: str | None) -> None:
+def _raise_partial(st: _State) -> None:
     assert st.partial is not None and st.layout is not None
     line_no, line = st.partial
-    raise ParseError(KIND, f"table row has {len(line.split())} fields, the header announces "
-                     f"{st.layout.width}", line_no=line_no, line=line, source=source)
+    raise st.fail(f"table row has {len(line.split())} fields, the header announces "
+                  f"{st.layout.width}", line_no, line)
 
 
-def _footer_line(st: _State, line: str, line_no: int, source: str | None) -> None:
+def _footer_line(st: _State, line: str, line_no: int) -> None:
     if m := _AVG.match(line.strip()):
         try:
             st.avg = float(m["bw"])
         except ValueError:
-            raise ParseError(KIND, "the average bus bandwidth is not a number", line_no=line_no,
-                             line=line, source=source) from None
+            raise st.fail("the average bus bandwidth is not a number", line_no, line) from None
         st.avg_check = m["chk"]
+        st.hash_lost(line, line_no)
         if m["chk"] == "FAILED":
             st.failures.append(Failure(line_no=line_no, kind="min-bw", text=line.strip()))
-    else:
-        _noise(st, line, line_no)
+    elif _PARAMS.match(line) or _STARTING.match(line) or _COLUMNS.match(line):
+        raise _second_run(st, line, line_no)
+    elif _CONCLUDED.match(line):
+        st.hash_lost(line, line_no)
+    elif not _other(st, line, line_no):
+        st.noise.ignore(line_no, "unknown", line)
 
 
 def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
-    st = _State()
+    st = _State(source)
     lines, prefix = strip_launcher_prefix(text.splitlines())
     for line_no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         if st.footer:
-            _footer_line(st, line, line_no, source)
+            _footer_line(st, line, line_no)
         elif st.layout is not None:
-            _table_line(st, line, line_no, source)
-        elif not _header_line(st, line, line_no, source):
-            _noise(st, line, line_no)
+            _table_line(st, line, line_no)
+        elif _header_line(st, line, line_no):
+            continue
+        elif _headerless(st, line, line_no):
+            _table_line(st, line, line_no)
+        elif not _other(st, line, line_no):
+            st.noise.ignore(line_no, "unknown", line)
+    _check_ranks(st)
     if not st.params and st.layout is None:
         raise ParseError(KIND, "no nccl-tests parameters line (`# nThread ...`) or results "
                          "table found", source=source)
+    if not st.params and st.rows:
+        st.noise.edit(st.rows[0].line_no, "no parameters line (`# nThread ...`): the paste "
+                      "starts below it, so the GPU count and iterations are unknown")
     run = _finish(st)
     run.launcher_prefix = prefix
     return run
 
 
+def _check_ranks(st: _State) -> None:
+    """Every rank once: the same rank from several processes is several runs in one log."""
+    seen: dict[int, list[NcclRank]] = {}
+    for r in st.ranks:
+        seen.setdefault(r.rank, []).append(r)
+    dup = next((rs for rs in seen.values() if len(rs) > 1), None)
+    if dup is not None:
+        shown = ", ".join(f"pid {r.pid} on {r.host}" for r in dup[:4])
+        raise st.fail(f"rank {dup[0].rank} is listed {len(dup)} times ({shown}"
+                      f"{' ...' if len(dup) > 4 else ''}): independent single-process runs "
+                      "wrote into one log; build nccl-tests with MPI=1 to run across processes")
+
+
 def _finish(st: _State) -> NcclTestsRun:
     nccl = st.nccl_version or st.library
-    git_hash = None
+    git_hash = st.git_hash
     ver = st.tests_version
     if ver and (m := re.match(r"^(\d+(?:\.\d+)*)[+-]g?([0-9a-f]{7,40})$", ver)):
         ver, git_hash = m[1], m[2]
@@ -307,7 +424,8 @@ def _finish(st: _State) -> NcclTestsRun:
         time_kind="cputime" if st.layout and st.layout.time_kind == "cputime" else "time",
         ranks=st.ranks, rows=st.rows, out_of_bounds=st.oob, avg_busbw_reported=st.avg,
         avg_busbw_check=st.avg_check, avg_busbw_recomputed=recompute_avg(st.rows),
-        avg_busbw_agrees=None, failures=st.failures, truncated=not st.footer)
+        avg_busbw_agrees=None, failures=st.failures, truncated=not st.footer,
+        ignored_lines=st.noise.ignored, edits=st.noise.edits, nccl_lines=st.nccl_lines)
     run.avg_busbw_agrees = check_avg(run)
     return run
 
@@ -324,6 +442,8 @@ def parse_nccl_tests_json(text: str, source: str | None = None) -> NcclTestsRun:
 
 
 # Registered without decorating, so callers keep the precise return type.
-register(KIND, "text log of an nccl-tests *_perf run (any version since 2.0)")(parse_nccl_tests)
-register("nccl-tests-json", "the -J JSON output of an nccl-tests *_perf run (2.17.6+)")(
+register(KIND, "text log of an nccl-tests *_perf run (any version since 2.0)",
+          example="./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8 | tee all-reduce-1.log")(parse_nccl_tests)
+register("nccl-tests-json", "the -J JSON output of an nccl-tests *_perf run (2.17.6+)",
+          example="./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8 -J all-reduce-1.json")(
     parse_nccl_tests_json)

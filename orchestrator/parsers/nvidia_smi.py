@@ -9,6 +9,7 @@ becomes None: a check must see "unknown", never a zero that looks healthy.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -78,6 +79,15 @@ def text_or_none(value: str) -> str | None:
     return None if is_na(value) else value.strip()
 
 
+def to_int(unit: str | None = None) -> Callable[[str], int | None]:
+    """A reader of whole numbers in `unit` (`81920 MiB`, `x16`-less `16`), N/A -> None."""
+    return lambda value: integer(value, unit)
+
+
+def to_float(unit: str | None = None) -> Callable[[str], float | None]:
+    return lambda value: number(value, unit)
+
+
 class ClockEventReasons(BaseModel):
     """Why clocks are below max; `mask` is NVML's bitmask, `active` its decoded names."""
 
@@ -97,64 +107,121 @@ class ClockEventReasons(BaseModel):
         return cls(mask=mask, active=names)
 
 
+class FabricState(BaseModel):
+    """The GPU's registration with the NVLink fabric (`-q` "Fabric", `-q -x` <fabric>).
+
+    On NVSwitch systems (HGX, GH200/GB200) the fabric manager must finish
+    (`State: Completed`) and succeed (`Status: Success`) before CUDA can use the
+    NVLink fabric; anything else means jobs fail at init or run without NVLink.
+    None where nvidia-smi printed N/A (a GPU with no fabric to join).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    state: str | None = None
+    status: str | None = None
+    clique_id: str | None = None
+    cluster_uuid: str | None = None
+    health_summary: str | None = None
+    line_no: int | None = None  # where `Fabric` stands in the text (None for XML)
+
+    @property
+    def known(self) -> bool:
+        return self.state is not None or self.status is not None
+
+    @property
+    def problem(self) -> str | None:
+        """What is wrong, in nvidia-smi's own words; None when registration succeeded."""
+        if self.state is not None and self.state.lower() != "completed":
+            return f"State {self.state}" + (f", Status {self.status}" if self.status else "")
+        if self.status is not None and self.status.lower() != "success":
+            return f"Status {self.status}"
+        if self.health_summary is not None and self.health_summary.lower() not in (
+                "healthy", "not supported"):
+            return f"Health Summary {self.health_summary}"
+        return None
+
+
+def reasons_mask(value: str) -> ClockEventReasons | None:
+    """`0x0000000000000004` (the query's bitmask) as decoded reasons; N/A -> None."""
+    if is_na(value):
+        return None
+    if not re.fullmatch(r"0x[0-9a-fA-F]+", value.strip()):
+        raise ValueError(f"expected a hex bitmask, got {value.strip()!r}")
+    return ClockEventReasons.from_mask(int(value.strip(), 16))
+
+
+# The typed readers every nvidia-smi parser uses: each turns one printed value into
+# its type or None (N/A), and raises ValueError naming what it expected.
+TEXT: Callable[[str], str | None] = text_or_none
+FLAG: Callable[[str], bool | None] = yes_no
+INT = to_int()
+MIB = to_int("MiB")
+MHZ = to_int("MHz")
+CELSIUS = to_int("C")
+LANES = to_int("x")
+PERCENT = to_int("%")
+WATTS = to_float("W")
+REASONS: Callable[[str], ClockEventReasons | None] = reasons_mask
+
+
 # --------------------------------------------------------------------------- query-gpu
 
 # header name (units stripped) -> (field, converter). Aliases cover the spellings that
 # nvidia-smi prints back (`clocks.current.sm` for `clocks.sm`) and older drivers.
-_Conv = tuple[str, str]  # (field name, kind)
+_Conv = tuple[str, Callable[[str], object]]  # (field name, reader)
 _COLUMNS: dict[str, _Conv] = {
-    "index": ("index", "int"),
-    "name": ("name", "str"),
-    "gpu_name": ("name", "str"),
-    "uuid": ("uuid", "str"),
-    "gpu_uuid": ("uuid", "str"),
-    "serial": ("serial", "str"),
-    "gpu_serial": ("serial", "str"),
-    "pci.bus_id": ("pci_bus_id", "str"),
-    "gpu_bus_id": ("pci_bus_id", "str"),
-    "memory.total": ("memory_total_mib", "int:MiB"),
-    "memory.used": ("memory_used_mib", "int:MiB"),
-    "memory.reserved": ("memory_reserved_mib", "int:MiB"),
-    "power.limit": ("power_limit_w", "float:W"),
-    "power.max_limit": ("power_max_limit_w", "float:W"),
-    "power.default_limit": ("power_default_limit_w", "float:W"),
-    "power.min_limit": ("power_min_limit_w", "float:W"),
-    "enforced.power.limit": ("enforced_power_limit_w", "float:W"),
-    "power.draw": ("power_draw_w", "float:W"),
-    "power.draw.average": ("power_draw_w", "float:W"),
-    "driver_version": ("driver_version", "str"),
-    "vbios_version": ("vbios_version", "str"),
-    "pcie.link.gen.current": ("pcie_gen_current", "int"),
-    "pcie.link.gen.gpucurrent": ("pcie_gen_current", "int"),
-    "pcie.link.gen.max": ("pcie_gen_max", "int"),
-    "pcie.link.gen.gpumax": ("pcie_gen_device_max", "int"),
-    "pcie.link.gen.hostmax": ("pcie_gen_host_max", "int"),
-    "pcie.link.width.current": ("pcie_width_current", "int"),
-    "pcie.link.width.max": ("pcie_width_max", "int"),
-    "temperature.gpu": ("temperature_gpu_c", "int"),
-    "temperature.memory": ("temperature_memory_c", "int"),
-    "clocks.sm": ("clocks_sm_mhz", "int:MHz"),
-    "clocks.current.sm": ("clocks_sm_mhz", "int:MHz"),
-    "clocks.max.sm": ("clocks_max_sm_mhz", "int:MHz"),
-    "clocks.mem": ("clocks_mem_mhz", "int:MHz"),
-    "clocks.current.memory": ("clocks_mem_mhz", "int:MHz"),
-    "clocks_event_reasons.active": ("clocks_event_reasons", "reasons"),
-    "clocks_throttle_reasons.active": ("clocks_event_reasons", "reasons"),
-    "ecc.mode.current": ("ecc_enabled", "bool"),
-    "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected_volatile", "int"),
-    "ecc.errors.uncorrected.aggregate.total": ("ecc_uncorrected_aggregate", "int"),
-    "ecc.errors.corrected.volatile.total": ("ecc_corrected_volatile", "int"),
-    "ecc.errors.corrected.aggregate.total": ("ecc_corrected_aggregate", "int"),
-    "retired_pages.pending": ("retired_pages_pending", "bool"),
-    "remapped_rows.correctable": ("remapped_rows_correctable", "int"),
-    "remapped_rows.uncorrectable": ("remapped_rows_uncorrectable", "int"),
-    "remapped_rows.pending": ("remapped_rows_pending", "bool"),
-    "remapped_rows.failure": ("remapped_rows_failure", "bool"),
-    "mig.mode.current": ("mig_enabled", "bool"),
-    "mig.mode.pending": ("mig_pending_enabled", "bool"),
-    "compute_mode": ("compute_mode", "str"),
-    "persistence_mode": ("persistence_mode", "bool"),
-    "utilization.gpu": ("utilization_gpu_pct", "int:%"),
+    "index": ("index", INT),
+    "name": ("name", TEXT),
+    "gpu_name": ("name", TEXT),
+    "uuid": ("uuid", TEXT),
+    "gpu_uuid": ("uuid", TEXT),
+    "serial": ("serial", TEXT),
+    "gpu_serial": ("serial", TEXT),
+    "pci.bus_id": ("pci_bus_id", TEXT),
+    "gpu_bus_id": ("pci_bus_id", TEXT),
+    "memory.total": ("memory_total_mib", MIB),
+    "memory.used": ("memory_used_mib", MIB),
+    "memory.reserved": ("memory_reserved_mib", MIB),
+    "power.limit": ("power_limit_w", WATTS),
+    "power.max_limit": ("power_max_limit_w", WATTS),
+    "power.default_limit": ("power_default_limit_w", WATTS),
+    "power.min_limit": ("power_min_limit_w", WATTS),
+    "enforced.power.limit": ("enforced_power_limit_w", WATTS),
+    "power.draw": ("power_draw_w", WATTS),
+    "power.draw.average": ("power_draw_w", WATTS),
+    "driver_version": ("driver_version", TEXT),
+    "vbios_version": ("vbios_version", TEXT),
+    "pcie.link.gen.current": ("pcie_gen_current", INT),
+    "pcie.link.gen.gpucurrent": ("pcie_gen_current", INT),
+    "pcie.link.gen.max": ("pcie_gen_max", INT),
+    "pcie.link.gen.gpumax": ("pcie_gen_device_max", INT),
+    "pcie.link.gen.hostmax": ("pcie_gen_host_max", INT),
+    "pcie.link.width.current": ("pcie_width_current", INT),
+    "pcie.link.width.max": ("pcie_width_max", INT),
+    "temperature.gpu": ("temperature_gpu_c", INT),
+    "temperature.memory": ("temperature_memory_c", INT),
+    "clocks.sm": ("clocks_sm_mhz", MHZ),
+    "clocks.current.sm": ("clocks_sm_mhz", MHZ),
+    "clocks.max.sm": ("clocks_max_sm_mhz", MHZ),
+    "clocks.mem": ("clocks_mem_mhz", MHZ),
+    "clocks.current.memory": ("clocks_mem_mhz", MHZ),
+    "clocks_event_reasons.active": ("clocks_event_reasons", REASONS),
+    "clocks_throttle_reasons.active": ("clocks_event_reasons", REASONS),
+    "ecc.mode.current": ("ecc_enabled", FLAG),
+    "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected_volatile", INT),
+    "ecc.errors.uncorrected.aggregate.total": ("ecc_uncorrected_aggregate", INT),
+    "ecc.errors.corrected.volatile.total": ("ecc_corrected_volatile", INT),
+    "ecc.errors.corrected.aggregate.total": ("ecc_corrected_aggregate", INT),
+    "retired_pages.pending": ("retired_pages_pending", FLAG),
+    "remapped_rows.correctable": ("remapped_rows_correctable", INT),
+    "remapped_rows.uncorrectable": ("remapped_rows_uncorrectable", INT),
+    "remapped_rows.pending": ("remapped_rows_pending", FLAG),
+    "remapped_rows.failure": ("remapped_rows_failure", FLAG),
+    "mig.mode.current": ("mig_enabled", FLAG),
+    "mig.mode.pending": ("mig_pending_enabled", FLAG),
+    "compute_mode": ("compute_mode", TEXT),
+    "persistence_mode": ("persistence_mode", FLAG),
+    "utilization.gpu": ("utilization_gpu_pct", PERCENT),
 }
 
 
@@ -215,30 +282,18 @@ class QueryGpuFacts(BaseModel):
     model_config = ConfigDict(extra="forbid")
     fields: list[str]
     gpus: list[QueryGpu]
+    # `--format=csv,noheader`: the field list the values were read against, which the
+    # file itself does not say (only a list whose every value has its own shape is read)
+    header_assumed: str | None = None
 
     @property
     def count(self) -> int:
         return len(self.gpus)
 
 
-def convert_value(kind: str, raw: str) -> object:
-    base, _, unit = kind.partition(":")
-    if base == "str":
-        return text_or_none(raw)
-    if base == "int":
-        return integer(raw, unit or None)
-    if base == "float":
-        return number(raw, unit or None)
-    if base == "bool":
-        return yes_no(raw)
-    if is_na(raw):  # reasons
-        return None
-    if not re.fullmatch(r"0x[0-9a-fA-F]+", raw.strip()):
-        raise ValueError(f"expected a hex bitmask, got {raw.strip()!r}")
-    return ClockEventReasons.from_mask(int(raw.strip(), 16))
-
-
-@register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)")
+@register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)",
+          example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
+                  " --format=csv")
 def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     kind = "nvidia-smi-query-gpu"
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
@@ -278,12 +333,48 @@ def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
                 values[field] = None
                 continue
             try:
-                values[field] = convert_value(conv, cell)
+                values[field] = conv(cell)
             except ValueError as exc:
                 raise ParseError(kind, f"{name}: {exc}", line_no=no, line=line,
                                  source=source) from None
         gpus.append(QueryGpu.model_validate({**values, "other": other, "errors": errors}))
     return QueryGpuFacts(fields=names, gpus=gpus)
+
+
+# `--format=csv,noheader[,nounits]` prints no field names. A CSV without them is read
+# only against a field list people run (the acceptance recipe's), and only when every
+# cell has the shape of its field: an index, a name, a GPU UUID, a MiB count, watts, a
+# driver version. Anything else is refused rather than guessed.
+RECIPE_QUERY_FIELDS = ("index", "name", "uuid", "memory.total", "power.limit", "driver_version")
+_RECIPE_SHAPES = (r"\d+", r"(?!GPU-)[^,]*[A-Za-z][^,]*", r"GPU-[0-9a-fA-F-]+",
+                  r"\d+(?: MiB)?", r"(?:\d+(?:\.\d+)?(?: W)?|\[N/A\])", r"\d+\.\d+(?:\.\d+)?")
+_RECIPE_HEADER = "index, name, uuid, memory.total [MiB], power.limit [W], driver_version"
+
+
+def noheader_fits(line: str) -> bool:
+    cells = [c.strip() for c in line.split(",")]
+    return len(cells) == len(_RECIPE_SHAPES) and all(
+        re.fullmatch(shape, cell) for shape, cell in zip(_RECIPE_SHAPES, cells, strict=True))
+
+
+@register("nvidia-smi-query-gpu-noheader", "nvidia-smi --query-gpu with the recipe's fields, "
+          "--format=csv,noheader[,nounits]",
+          example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
+                  " --format=csv,noheader,nounits")
+def parse_query_gpu_noheader(text: str, source: str | None = None) -> QueryGpuFacts:
+    kind = "nvidia-smi-query-gpu-noheader"
+    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not lines:
+        raise ParseError(kind, "empty output", source=source)
+    for no, line in lines:
+        if not noheader_fits(line):
+            raise ParseError(kind, "a CSV without its header is read only with the acceptance "
+                             f"recipe's fields ({','.join(RECIPE_QUERY_FIELDS)}), each value of "
+                             "its field's shape; save other queries with --format=csv (with the "
+                             "header)", line_no=no, line=line, source=source)
+    facts = parse_query_gpu("\n".join([_RECIPE_HEADER] + [ln for _, ln in lines]),
+                            source=source)
+    return facts.model_copy(update={"header_assumed": ",".join(RECIPE_QUERY_FIELDS)})
 
 
 # --------------------------------------------------------------------------- -L
@@ -320,7 +411,8 @@ _GPU_L = re.compile(r"GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)")
 _MIG_L = re.compile(r"\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)")
 
 
-@register("nvidia-smi-L", "nvidia-smi -L: GPUs and MIG devices")
+@register("nvidia-smi-L", "nvidia-smi -L: GPUs and MIG devices",
+          example="nvidia-smi -L | tee gpu-list.txt")
 def parse_nvidia_smi_l(text: str, source: str | None = None) -> NvidiaSmiLFacts:
     kind = "nvidia-smi-L"
     gpus: list[GpuL] = []

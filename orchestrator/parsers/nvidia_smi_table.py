@@ -5,20 +5,29 @@ a source of GPU facts in its own right. The layout changed over the years (two
 rows per GPU before R450, a `MIG M.` row after; `KMD`/`CUDA UMD Version` in the
 banner since R610; wider columns since R530), so cells are found by the box
 drawing, not by character offsets. Every cell is read by meaning; a row that
-fits no known shape raises ParseError with its line.
+fits no known shape raises ParseError with its line. Lines around the boxes
+(a prompt, the command, an ssh warning) are read past by the shared noise
+reader and listed; a paste that starts at the MIG devices or processes box
+reads what it holds and says the GPU table is missing; a second banner means
+several outputs in one text (interleaved by `mpirun nvidia-smi`, or appended)
+and is refused with that reason.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
-from orchestrator.parsers.nvidia_smi import integer, is_na, number, text_or_none
+from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader
+from orchestrator.parsers.nvidia_smi import CELSIUS, INT, PERCENT, WATTS, is_na, text_or_none
 
 KIND = "nvidia-smi-table"
+T = TypeVar("T")
 
 _TIMESTAMP = re.compile(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}")
 _BANNER = re.compile(
@@ -93,6 +102,8 @@ class NvidiaSmiTableFacts(_Model):
     mig_devices: list[TableMigDevice]
     processes: list[TableProcess] | None  # None when the processes table is absent
     missing: list[str]  # sections the text does not hold (a cut-off or grepped paste)
+    ignored_lines: list[IgnoredLine] = []  # prompts and launcher lines around the boxes
+    edits: list[Edit] = []  # `[...]` and the like between the boxes
 
     @property
     def count(self) -> int:
@@ -116,6 +127,7 @@ class _Reader:
         self.lines = text.replace("\r\n", "\n").split("\n")
         self.source = source
         self.i = 0
+        self.noise = NoiseReader()
 
     def fail(self, what: str, n: int | None = None) -> ParseError:
         n = self.i if n is None else n
@@ -124,7 +136,10 @@ class _Reader:
                           source=self.source)
 
     def skip_blank(self) -> None:
-        while self.i < len(self.lines) and not self.lines[self.i].strip():
+        """Past blank lines and known noise (a prompt, the command, launcher lines)."""
+        while self.i < len(self.lines) and (not self.lines[self.i].strip() or (
+                not self.lines[self.i].lstrip().startswith(("|", "+"))
+                and self.noise.skip(self.i + 1, self.lines[self.i]))):
             self.i += 1
 
     def at_end(self) -> bool:
@@ -134,11 +149,21 @@ class _Reader:
         return self.lines[self.i]
 
 
-def _num(r: _Reader, n: int, raw: str, unit: str | None, kind: str = "int") -> float | int | None:
+def _read(r: _Reader, n: int, raw: str, conv: Callable[[str], T]) -> T:
+    """One cell through its typed reader; a cell it cannot read names its line."""
     try:
-        return integer(raw, unit) if kind == "int" else number(raw, unit)
+        return conv(raw)
     except ValueError as exc:
         raise r.fail(str(exc), n) from None
+
+
+def _reading(r: _Reader, n: int, raw: str, conv: Callable[[str], T],
+             errors: list[str], key: str) -> T | None:
+    """A cell nvidia-smi printed as `ERR!` is an error to report, not a value."""
+    if raw.strip() == "ERR!":
+        errors.append(key)
+        return None
+    return _read(r, n, raw, conv)
 
 
 def _gpu_rows(r: _Reader, rows: list[tuple[int, list[str]]], three_rows: bool) -> TableGpu:
@@ -166,14 +191,10 @@ def _gpu_rows(r: _Reader, rows: list[tuple[int, list[str]]], three_rows: bool) -
         raise r.fail("GPU cell is not `fan  temp  perf  usage / cap`", n2)
     errors: list[str] = []
     fan_raw, temp_raw, perf, draw_raw, cap_raw = m2.groups()
-    vals: dict[str, int | float | None] = {}
-    for key, raw, unit, kind in (("fan", fan_raw, "%", "int"), ("temp", temp_raw, "C", "int"),
-                                 ("draw", draw_raw, "W", "float"), ("cap", cap_raw, "W", "float")):
-        if raw.strip() == "ERR!":
-            errors.append(key)
-            vals[key] = None
-        else:
-            vals[key] = _num(r, n2, raw, unit, kind)
+    fan = _reading(r, n2, fan_raw, PERCENT, errors, "fan")
+    temp = _reading(r, n2, temp_raw, CELSIUS, errors, "temp")
+    draw = _reading(r, n2, draw_raw, WATTS, errors, "draw")
+    cap = _reading(r, n2, cap_raw, WATTS, errors, "cap")
     mem = _MIB.fullmatch(c2[1])
     if mem is None and not is_na(c2[1]):
         raise r.fail("memory cell is not `used MiB / total MiB`", n2)
@@ -191,12 +212,11 @@ def _gpu_rows(r: _Reader, rows: list[tuple[int, list[str]]], three_rows: bool) -
         index=int(m.group(1)), name=name, name_truncated=name.endswith("..."),
         persistence_mode=None if m.group(3) == "N/A" else m.group(3) == "On",
         bus_id=bus[0], display_active=text_or_none(bus[1]), ecc_uncorrected=ecc,
-        ecc_cell=ecc_cell, fan_pct=vals["fan"],  # type: ignore[arg-type]
-        temperature_c=vals["temp"],  # type: ignore[arg-type]
-        performance_state=text_or_none(perf), power_draw_w=vals["draw"], power_cap_w=vals["cap"],
+        ecc_cell=ecc_cell, fan_pct=fan, temperature_c=temp,
+        performance_state=text_or_none(perf), power_draw_w=draw, power_cap_w=cap,
         memory_used_mib=int(mem.group(1)) if mem else None,
         memory_total_mib=int(mem.group(2)) if mem else None,
-        utilization_pct=_num(r, n2, util_cm[0], "%"),  # type: ignore[arg-type]
+        utilization_pct=_read(r, n2, util_cm[0], PERCENT),
         compute_mode=text_or_none(util_cm[1]), mig_mode=mig, errors=errors, line_no=n1 + 1)
 
 
@@ -222,6 +242,8 @@ def _blocks(r: _Reader, closed: list[bool] | None = None) -> list[_Block]:
             continue
         cells = _cells(line)
         if cells is None:
+            if not cur and blocks:
+                break  # the box was closed by its rule: what follows is not the table's
             raise r.fail("line inside a table is neither a row nor a rule")
         cur.append((r.i, cells))
         r.i += 1
@@ -253,6 +275,8 @@ def _mig_devices(r: _Reader, header: list[str]) -> list[TableMigDevice]:
     out: list[TableMigDevice] = []
     for block in _blocks(r):
         n1, c1 = block[0]
+        if len(block) == 1 and "|".join(c1).strip() == "No MIG devices found":
+            continue  # MIG mode is on, but no GPU instance was created
         if len(c1) != 4:
             raise r.fail("MIG device row does not have four cells", n1)
         ids = c1[0].split()
@@ -270,9 +294,9 @@ def _mig_devices(r: _Reader, header: list[str]) -> list[TableMigDevice]:
             memory_total_mib=int(mem.group(2)),
             bar1_used_mib=int(bar1.group(1)) if bar1 else None,
             bar1_total_mib=int(bar1.group(2)) if bar1 else None,
-            sm_count=_num(r, n1, sm_ecc[0], None),  # type: ignore[arg-type]
-            ecc_uncorrected=_num(r, n1, sm_ecc[1], None),  # type: ignore[arg-type]
-            engines={k: _num(r, n1, v, None) for k, v in  # type: ignore[misc]
+            sm_count=_read(r, n1, sm_ecc[0], INT),
+            ecc_uncorrected=_read(r, n1, sm_ecc[1], INT),
+            engines={k: _read(r, n1, v, INT) for k, v in
                      zip(names or [f"engine{k}" for k in range(len(eng))], eng, strict=True)},
             line_no=n1 + 1))
     return out
@@ -304,9 +328,11 @@ def _processes(r: _Reader, header: list[str]) -> list[TableProcess]:
     return out
 
 
-@register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes")
+@register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes",
+          example="nvidia-smi | tee nvidia-smi.txt")
 def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTableFacts:
     r = _Reader(text, source)
+    _one_output(r)
     r.skip_blank()
     if r.at_end():
         raise ParseError(KIND, "empty output", source=source)
@@ -316,22 +342,27 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
         r.i += 1
     if r.at_end() or not _RULE.fullmatch(r.cur().strip()):
         raise r.fail("not an nvidia-smi table (no box above the NVIDIA-SMI banner)")
-    r.i += 1
-    banner = _BANNER.search(r.cur()) if not r.at_end() else None
-    if banner is None:
-        raise r.fail("no `NVIDIA-SMI ... Driver Version:` banner")
-    r.i += 1
-    header = _header(r)
-    three_rows = any("MIG M." in h for h in header)
     gpus: list[TableGpu] = []
     missing: list[str] = []
-    cut: list[bool] = []
-    blocks = _blocks(r, cut)
-    for k, block in enumerate(blocks):
-        if cut and k == len(blocks) - 1 and len(block) < (3 if three_rows else 2):
-            missing.append(f"the rest of the GPU block at line {block[0][0] + 1} (text cut off)")
-            continue
-        gpus.append(_gpu_rows(r, block, three_rows))
+    banner = _BANNER.search(r.lines[r.i + 1]) if r.i + 1 < len(r.lines) else None
+    three_rows = True
+    if banner is not None:
+        r.i += 2
+        header = _header(r)
+        three_rows = any("MIG M." in h for h in header)
+        cut: list[bool] = []
+        blocks = _blocks(r, cut)
+        for k, block in enumerate(blocks):
+            if cut and k == len(blocks) - 1 and len(block) < (3 if three_rows else 2):
+                missing.append(f"the rest of the GPU block at line {block[0][0] + 1} "
+                               "(text cut off)")
+                continue
+            gpus.append(_gpu_rows(r, block, three_rows))
+    elif _title(r, r.i + 1) in _SUB_TABLES:
+        missing.append("the GPU table (the paste starts at the "
+                       f"{_title(r, r.i + 1)} table)")
+    else:
+        raise r.fail("no `NVIDIA-SMI ... Driver Version:` banner", r.i + 1)
     mig: list[TableMigDevice] = []
     procs: list[TableProcess] | None = None
     while True:
@@ -340,11 +371,10 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
             break
         if not _RULE.fullmatch(r.cur().strip()):
             raise r.fail("expected the MIG devices or processes table")
-        r.i += 1
-        title = (_cells(r.cur()) or [""])[0].split(":")[0].strip() if not r.at_end() else ""
-        if title not in ("MIG devices", "Processes"):
-            raise r.fail("unknown table after the GPU table")
-        r.i += 1
+        title = _title(r, r.i + 1)
+        if title not in _SUB_TABLES:
+            raise r.fail("unknown table after the GPU table", r.i + 1)
+        r.i += 2
         sub_header = _header(r)
         if title == "MIG devices":
             mig = _mig_devices(r, sub_header)
@@ -352,9 +382,33 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
             procs = _processes(r, sub_header)
     if procs is None:
         missing.append("processes table")
-    if not gpus:
+    if not gpus and banner is not None:
         missing.append("GPU rows")
     return NvidiaSmiTableFacts(
-        timestamp=timestamp, smi_version=banner["smi"], driver_version=banner["driver"],
-        cuda_version=banner["cuda"], layout="3-row" if three_rows else "2-row", gpus=gpus,
-        mig_devices=mig, processes=procs, missing=missing)
+        timestamp=timestamp, smi_version=banner["smi"] if banner else None,
+        driver_version=banner["driver"] if banner else None,
+        cuda_version=banner["cuda"] if banner else None,
+        layout="3-row" if three_rows else "2-row", gpus=gpus, mig_devices=mig, processes=procs,
+        missing=missing, ignored_lines=r.noise.ignored, edits=r.noise.edits)
+
+
+_SUB_TABLES = ("MIG devices", "Processes")
+
+
+def _title(r: _Reader, n: int) -> str:
+    """The title of the box whose first row is line `n` (`MIG devices`, `Processes`)."""
+    if n >= len(r.lines):
+        return ""
+    return (_cells(r.lines[n]) or [""])[0].split(":")[0].strip()
+
+
+def _one_output(r: _Reader) -> None:
+    """Refuse a text that holds several tables: one host's facts would mix with another's."""
+    at = [n for n, ln in enumerate(r.lines) if _BANNER.search(ln)]
+    if len(at) > 1:
+        shown = ", ".join(str(n + 1) for n in at[:6])
+        raise r.fail(f"{len(at)} nvidia-smi banners (lines {shown}): several outputs in one "
+                     "text, interleaved (mpirun or srun running nvidia-smi on several hosts) "
+                     "or appended; keep one host's output per file, or run it with "
+                     "`mpirun --tag-output` / `srun -l` so the lines say whose they are",
+                     at[1])

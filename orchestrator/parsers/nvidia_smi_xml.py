@@ -8,18 +8,29 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers.nvidia_smi import (
+    CELSIUS,
     CLOCK_EVENT_BITS,
+    FLAG,
+    INT,
+    LANES,
+    MHZ,
+    MIB,
+    TEXT,
+    WATTS,
     ClockEventReasons,
-    convert_value,
+    FabricState,
     text_or_none,
 )
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------- -q -x
 
@@ -113,6 +124,7 @@ class GpuXml(BaseModel):
     clocks_sm_mhz: int | None = None
     clocks_max_sm_mhz: int | None = None
     clocks_event_reasons: ClockEventReasons | None = None
+    fabric: FabricState | None = None
     performance_state: str | None = None
     compute_mode: str | None = None
     processes: list[ProcessXml] | None = None  # None when the element is absent
@@ -143,12 +155,12 @@ class _Reader:
                 return (el.text or "").strip()
         return None
 
-    def get(self, conv: str, *paths: str) -> object:
+    def get(self, conv: Callable[[str], T], *paths: str) -> T | None:
         raw = self.raw(*paths)
         if raw is None:
             return None
         try:
-            return convert_value(conv, raw)
+            return conv(raw)
         except ValueError as exc:
             tag = paths[0].rsplit("/", 1)[-1]
             self.fail(f"<{tag}>: {exc}", f"<{tag}>{raw}</{tag}>")
@@ -168,15 +180,15 @@ class _Reader:
             return EccCounts()
         if el.find("double_bit") is not None:  # drivers before ~510
             return EccCounts.model_validate({
-                "correctable": self.get("int", f"ecc_errors/{section}/single_bit/total"),
-                "uncorrectable": self.get("int", f"ecc_errors/{section}/double_bit/total")})
+                "correctable": self.get(INT, f"ecc_errors/{section}/single_bit/total"),
+                "uncorrectable": self.get(INT, f"ecc_errors/{section}/double_bit/total")})
         sums: dict[str, int | None] = {"correctable": None, "uncorrectable": None}
         for leaf in el:
             key = "uncorrectable" if "uncorrectable" in leaf.tag else (
                 "correctable" if "correctable" in leaf.tag else None)
             if key is None:
                 continue
-            v = self.get("int", f"ecc_errors/{section}/{leaf.tag}")
+            v = self.get(INT, f"ecc_errors/{section}/{leaf.tag}")
             if isinstance(v, int):
                 sums[key] = (sums[key] or 0) + v
         return EccCounts.model_validate(sums)
@@ -190,7 +202,7 @@ class _Reader:
         mask, names, known = 0, [], False
         for leaf in sect:
             suffix = re.sub(r"^clocks_(event|throttle)_reason_", "", leaf.tag)
-            state = self.get("bool", f"{sect.tag}/{leaf.tag}")
+            state = self.get(FLAG, f"{sect.tag}/{leaf.tag}")
             if state is None:
                 continue
             known = True
@@ -201,7 +213,7 @@ class _Reader:
         return ClockEventReasons(mask=mask, active=names) if known else None
 
     def gpu_facts(self, index: int) -> GpuXml:
-        g, i, s, b = self.get, "int", "str", "bool"
+        g, i, s, b = self.get, INT, TEXT, FLAG
         power = "gpu_power_readings" if self.gpu.find("gpu_power_readings") is not None \
             else "power_readings"
         migs = [_Sub(self, m).mig() for m in self.gpu.findall("mig_devices/mig_device")]
@@ -223,8 +235,8 @@ class _Reader:
             "persistence_mode": g(b, "persistence_mode"),
             "mig_enabled": g(b, "mig_mode/current_mig"),
             "mig_pending_enabled": g(b, "mig_mode/pending_mig"), "mig_devices": migs,
-            "memory_total_mib": g("int:MiB", "fb_memory_usage/total"),
-            "memory_used_mib": g("int:MiB", "fb_memory_usage/used"),
+            "memory_total_mib": g(MIB, "fb_memory_usage/total"),
+            "memory_used_mib": g(MIB, "fb_memory_usage/used"),
             "ecc_enabled": g(b, "ecc_mode/current_ecc"),
             "ecc_pending_enabled": g(b, "ecc_mode/pending_ecc"),
             "ecc_volatile": self.ecc("volatile"), "ecc_aggregate": self.ecc("aggregate"),
@@ -238,22 +250,31 @@ class _Reader:
             "pcie_gen_max": g(i, f"{link}/pcie_gen/max_link_gen"),
             "pcie_gen_device_max": g(i, f"{link}/pcie_gen/max_device_link_gen"),
             "pcie_gen_host_max": g(i, f"{link}/pcie_gen/max_host_link_gen"),
-            "pcie_width_current": g("int:x", f"{link}/link_widths/current_link_width"),
-            "pcie_width_max": g("int:x", f"{link}/link_widths/max_link_width"),
-            "power_draw_w": g("float:W", f"{power}/power_draw", f"{power}/instant_power_draw",
+            "pcie_width_current": g(LANES, f"{link}/link_widths/current_link_width"),
+            "pcie_width_max": g(LANES, f"{link}/link_widths/max_link_width"),
+            "power_draw_w": g(WATTS, f"{power}/power_draw", f"{power}/instant_power_draw",
                               f"{power}/average_power_draw"),
-            "power_limit_w": g("float:W", f"{power}/current_power_limit",
+            "power_limit_w": g(WATTS, f"{power}/current_power_limit",
                                f"{power}/enforced_power_limit", f"{power}/power_limit"),
-            "power_default_limit_w": g("float:W", f"{power}/default_power_limit"),
-            "power_min_limit_w": g("float:W", f"{power}/min_power_limit"),
-            "power_max_limit_w": g("float:W", f"{power}/max_power_limit"),
-            "temperature_gpu_c": g("int:C", "temperature/gpu_temp"),
-            "clocks_sm_mhz": g("int:MHz", "clocks/sm_clock"),
-            "clocks_max_sm_mhz": g("int:MHz", "max_clocks/sm_clock"),
-            "clocks_event_reasons": self.reasons(),
+            "power_default_limit_w": g(WATTS, f"{power}/default_power_limit"),
+            "power_min_limit_w": g(WATTS, f"{power}/min_power_limit"),
+            "power_max_limit_w": g(WATTS, f"{power}/max_power_limit"),
+            "temperature_gpu_c": g(CELSIUS, "temperature/gpu_temp"),
+            "clocks_sm_mhz": g(MHZ, "clocks/sm_clock"),
+            "clocks_max_sm_mhz": g(MHZ, "max_clocks/sm_clock"),
+            "clocks_event_reasons": self.reasons(), "fabric": self.fabric(),
             "performance_state": g(s, "performance_state"), "compute_mode": g(s, "compute_mode"),
             "processes": self.processes(),
         })
+
+    def fabric(self) -> FabricState | None:
+        if self.gpu.find("fabric") is None:
+            return None
+        g = self.get
+        return FabricState(state=g(TEXT, "fabric/state"), status=g(TEXT, "fabric/status"),
+                           clique_id=g(TEXT, "fabric/cliqueId"),
+                           cluster_uuid=g(TEXT, "fabric/clusterUuid"),
+                           health_summary=g(TEXT, "fabric/health/summary"))
 
     def processes(self) -> list[ProcessXml] | None:
         el = self.gpu.find("processes")
@@ -268,23 +289,24 @@ class _Sub(_Reader):
 
     def process(self) -> ProcessXml:
         return ProcessXml.model_validate({
-            "gpu_instance_id": self.get("int", "gpu_instance_id"),
-            "compute_instance_id": self.get("int", "compute_instance_id"),
-            "pid": self.get("int", "pid"), "type": self.get("str", "type"),
-            "name": self.get("str", "process_name"),
-            "used_memory_mib": self.get("int:MiB", "used_memory")})
+            "gpu_instance_id": self.get(INT, "gpu_instance_id"),
+            "compute_instance_id": self.get(INT, "compute_instance_id"),
+            "pid": self.get(INT, "pid"), "type": self.get(TEXT, "type"),
+            "name": self.get(TEXT, "process_name"),
+            "used_memory_mib": self.get(MIB, "used_memory")})
 
     def mig(self) -> MigDeviceXml:
         return MigDeviceXml.model_validate({
-            "index": self.get("int", "index"),
-            "gpu_instance_id": self.get("int", "gpu_instance_id"),
-            "compute_instance_id": self.get("int", "compute_instance_id"),
-            "multiprocessor_count": self.get("int", "device_attributes/shared/multiprocessor_count"),
-            "memory_total_mib": self.get("int:MiB", "fb_memory_usage/total"),
+            "index": self.get(INT, "index"),
+            "gpu_instance_id": self.get(INT, "gpu_instance_id"),
+            "compute_instance_id": self.get(INT, "compute_instance_id"),
+            "multiprocessor_count": self.get(INT, "device_attributes/shared/multiprocessor_count"),
+            "memory_total_mib": self.get(MIB, "fb_memory_usage/total"),
         })
 
 
-@register("nvidia-smi-q-xml", "nvidia-smi -q -x: per-GPU health, MIG, ECC, PCIe, power")
+@register("nvidia-smi-q-xml", "nvidia-smi -q -x: per-GPU health, MIG, ECC, PCIe, power",
+          example="nvidia-smi -q -x > smi-q.xml")
 def parse_nvidia_smi_xml(text: str, source: str | None = None) -> NvidiaSmiXmlFacts:
     kind = "nvidia-smi-q-xml"
     if not text.strip():

@@ -39,7 +39,8 @@ class UnameFacts(_Facts):
     machine: str
 
 
-@register("uname", "uname -a")
+@register("uname", "uname -a",
+          example="uname -a | tee kernel.txt")
 def parse_uname(text: str, source: str | None = None) -> UnameFacts:
     (no, line), *rest = _lines("uname", text, source)
     tok = line.split()
@@ -58,7 +59,8 @@ class OsReleaseFacts(_Facts):
     fields: dict[str, str]
 
 
-@register("os-release", "/etc/os-release")
+@register("os-release", "/etc/os-release",
+          example="cat /etc/os-release")
 def parse_os_release(text: str, source: str | None = None) -> OsReleaseFacts:
     fields: dict[str, str] = {}
     for no, line in _lines("os-release", text, source):
@@ -81,7 +83,8 @@ class NvccFacts(_Facts):
     build: str | None  # "cuda_13.0.r13.0/compiler.36424714_0"
 
 
-@register("nvcc-version", "nvcc --version")
+@register("nvcc-version", "nvcc --version",
+          example="nvcc --version | tee nvcc-version.txt")
 def parse_nvcc(text: str, source: str | None = None) -> NvccFacts:
     release = version = build = None
     for _no, line in _lines("nvcc-version", text, source):
@@ -112,7 +115,8 @@ class LdconfigNcclFacts(_Facts):
 _LD_ENTRY = re.compile(r"\s+(\S+) \(([^)]*)\) => (\S.*?)\s*")
 
 
-@register("ldconfig-nccl", "ldconfig -p (whole or grepped): the libnccl entries")
+@register("ldconfig-nccl", "ldconfig -p (whole or grepped): the libnccl entries",
+          example="ldconfig -p | grep nccl")
 def parse_ldconfig_nccl(text: str, source: str | None = None) -> LdconfigNcclFacts:
     """Empty text is a fact here: `ldconfig -p | grep nccl` prints nothing without NCCL."""
     libs: list[SharedLib] = []
@@ -147,7 +151,8 @@ class TorchInfoFacts(_Facts):
     devices: list[TorchDevice]
 
 
-@register("torch-info", "the payload's torch probe: one JSON line")
+@register("torch-info", "the payload's torch probe: one JSON line",
+          example="python3 -m payload collect --out DOC  (its `torch` command)")
 def parse_torch_info(text: str, source: str | None = None) -> TorchInfoFacts:
     """The JSON line is the last one; warnings torch logs before it are skipped."""
     lines = _lines("torch-info", text, source)
@@ -223,7 +228,8 @@ def _port_value(key: str, value: str) -> object:
     return re.sub(r"\s*\(\d+\)$", "", value)  # "PORT_ACTIVE (4)" -> "PORT_ACTIVE"
 
 
-@register("ibv-devinfo", "ibv_devinfo [-v]: HCAs and port states")
+@register("ibv-devinfo", "ibv_devinfo [-v]: HCAs and port states",
+          example="ibv_devinfo -v")
 def parse_ibv_devinfo(text: str, source: str | None = None) -> IbvDevinfoFacts:
     kind = "ibv-devinfo"
     devices: list[IbDevice] = []
@@ -276,7 +282,8 @@ class LscpuFacts(_Facts):
     fields: dict[str, str]
 
 
-@register("lscpu", "lscpu")
+@register("lscpu", "lscpu",
+          example="lscpu")
 def parse_lscpu(text: str, source: str | None = None) -> LscpuFacts:
     fields: dict[str, str] = {}
     for no, line in _lines("lscpu", text, source):
@@ -303,7 +310,8 @@ class MeminfoFacts(_Facts):
     values: dict[str, int]  # kB for sizes, plain counts for HugePages_*
 
 
-@register("meminfo", "/proc/meminfo")
+@register("meminfo", "/proc/meminfo",
+          example="cat /proc/meminfo")
 def parse_meminfo(text: str, source: str | None = None) -> MeminfoFacts:
     values: dict[str, int] = {}
     for no, line in _lines("meminfo", text, source):
@@ -342,7 +350,8 @@ class DfFacts(_Facts):
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 
-@register("df", "df -PT (or df -hT) for the work and checkpoint dirs")
+@register("df", "df -PT (or df -hT) for the work and checkpoint dirs",
+          example="df -PT /home/ubuntu /mnt/ckpt")
 def parse_df(text: str, source: str | None = None) -> DfFacts:
     lines = _lines("df", text, source)
     (hno, hdr), body = lines[0], lines[1:]
@@ -388,7 +397,8 @@ class MpiFacts(_Facts):
     version: str
 
 
-@register("mpirun-version", "mpirun --version: Open MPI, MPICH (Hydra) or Intel MPI")
+@register("mpirun-version", "mpirun --version: Open MPI, MPICH (Hydra) or Intel MPI",
+          example="mpirun --version")
 def parse_mpirun_version(text: str, source: str | None = None) -> MpiFacts:
     lines = _lines("mpirun-version", text, source)
     whole = "\n".join(ln for _, ln in lines)

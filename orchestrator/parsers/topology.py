@@ -156,7 +156,8 @@ def _template(line: str, aff_cols: list[str], n_devices: int) -> list[int] | Non
     return cols if len(cols) == len(aff_cols) else None
 
 
-@register("topo-m", "nvidia-smi topo -m: GPU/NIC connection matrix and affinities")
+@register("topo-m", "nvidia-smi topo -m: GPU/NIC connection matrix and affinities",
+          example="nvidia-smi topo -m | tee topo.txt")
 def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
     kind = "topo-m"
     lines = _ANSI.sub("", text).splitlines()
@@ -257,7 +258,8 @@ class TopoP2PFacts(BaseModel):
         return [p for p in self.pairs() if p[2] != "OK"]
 
 
-@register("topo-p2p", "nvidia-smi topo -p2p n|r|w|a|p: peer-to-peer status matrix")
+@register("topo-p2p", "nvidia-smi topo -p2p n|r|w|a|p: peer-to-peer status matrix",
+          example="nvidia-smi topo -p2p n | tee p2p.txt")
 def parse_topo_p2p(text: str, source: str | None = None) -> TopoP2PFacts:
     kind = "topo-p2p"
     lines = _ANSI.sub("", text).splitlines()
@@ -351,7 +353,8 @@ _NVL_UNKNOWN = re.compile(r"Nvlink queries are not supported for Devices in MIG 
 _ELISION = re.compile(r"\.{3,}|…|\[(?:snip|\.\.\.|[^\]]*omitted[^\]]*)\]", re.I)
 
 
-@register("nvlink-s", "nvidia-smi nvlink -s: per-GPU NVLink speeds")
+@register("nvlink-s", "nvidia-smi nvlink -s: per-GPU NVLink speeds",
+          example="nvidia-smi nvlink -s")
 def parse_nvlink_s(text: str, source: str | None = None) -> NvlinkFacts:
     """Empty output and NVML's "all links are inActive" both mean: no NVLink.
 

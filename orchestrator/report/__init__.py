@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import UsageError
+from orchestrator.report import plots
+from orchestrator.store import atomic_write
 
 
 def _env() -> Any:
     try:
-        import jinja2
+        import jinja2  # optional (gpuvet[report]): only `gpuvet report` renders templates
     except ImportError:
         raise UsageError("the report needs jinja2 and matplotlib",
                          hint="pip install 'gpuvet[report]'") from None
@@ -43,8 +45,6 @@ def _md(v: Any) -> str:
 
 def context(c: Any, html_path: Path) -> dict[str, Any]:
     """Everything the templates show: rows and plots, computed once for both twins."""
-    from orchestrator.report import plots
-
     train: dict[str, dict[str, list[dict[str, Any]]]] = {}
     tele: dict[str, dict[str, list[float | None]]] = {}
     paths = c.selection.paths
@@ -92,8 +92,6 @@ def render(c: Any, html_path: Path) -> tuple[str, str]:
 
 
 def write_report(c: Any, html_path: Path, md_path: Path) -> tuple[Path, Path]:
-    from orchestrator.store import atomic_write
-
     html, md = render(c, html_path)
     atomic_write(html_path, html)
     atomic_write(md_path, md)

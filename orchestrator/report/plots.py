@@ -18,16 +18,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from orchestrator.analysis.compare import busbw_values, size_label
+from orchestrator.errors import ParseError
+from orchestrator.parsers.dmon import parse_dmon
 from payload.train import protocol
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
 def _plt() -> Any:
-    import matplotlib
+    import matplotlib  # optional (gpuvet[report]); only a report draws
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    matplotlib.use("Agg")  # before pyplot: no display, no GUI backend
+    import matplotlib.pyplot as plt  # the report's extra, as above
 
     plt.rcParams.update({"svg.fonttype": "path", "font.size": 9, "axes.grid": True,
                          "grid.alpha": 0.3, "figure.dpi": 100})
@@ -46,8 +49,6 @@ def _svg(fig: Any) -> str:
 
 def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
     """busbw vs message size per provider: median line, min-max band, log x."""
-    from orchestrator.analysis.compare import busbw_values, size_label
-
     scopes = [s for s in ("single", "multi")
               if any(busbw_values(ms, p, s) for p in providers)]
     if not scopes:
@@ -172,9 +173,6 @@ def step_times(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
 
 def telemetry_series(run_dir: Path) -> dict[str, list[float | None]] | None:
     """GPU 0's dmon samples of the first training unit that kept telemetry."""
-    from orchestrator.errors import ParseError
-    from orchestrator.parsers.dmon import parse_dmon
-
     for sup in sorted(run_dir.glob("nodes/*/train/reference/*/supervise.json")):
         try:
             tele = (json.loads(sup.read_text()) or {}).get("telemetry") or {}

@@ -22,7 +22,14 @@ from orchestrator.errors import GpuvetError, StepError, StoreError
 from orchestrator.executors import ExecutorPool, fanout, options_for
 from orchestrator.executors.base import ProgressHook, interrupted, is_unreachable
 from orchestrator.inventory import Inventory, Node
-from orchestrator.records import Finding, Stage, UnitResult, finding
+from orchestrator.records import (
+    Finding,
+    Stage,
+    UnitResult,
+    finding,
+    node_unit_key,
+    provider_unit_key,
+)
 from orchestrator.store import Run
 
 
@@ -47,7 +54,7 @@ class StageTracker:
 
 @dataclass
 class Unit:
-    """One piece of a step: `key` is "node:NAME" or "provider:NAME/WHAT"."""
+    """One piece of a step, keyed by `records.node_unit_key` or `provider_unit_key`."""
 
     key: str
     provider: str
@@ -60,11 +67,11 @@ class Unit:
 
 
 def node_unit(node: Node, work: Callable[[StageTracker], UnitResult]) -> Unit:
-    return Unit(f"node:{node.name}", node.provider, node.name, work)
+    return Unit(node_unit_key(node.name), node.provider, node.name, work)
 
 
 def provider_unit(provider: str, what: str, work: Callable[[StageTracker], UnitResult]) -> Unit:
-    return Unit(f"provider:{provider}/{what}", provider, None, work)
+    return Unit(provider_unit_key(provider, what), provider, None, work)
 
 
 class UnitFailed(StepError):

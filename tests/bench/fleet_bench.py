@@ -93,12 +93,21 @@ class PeakThreads(threading.Thread):
             self.peak = max(self.peak, threading.active_count())
 
 
+_REPLAY: list[Any] = []  # the script every replayed node answers from
+
+
+def replay_executor(node: Any, options: Any) -> Any:
+    from orchestrator.testing import ScriptedExecutor
+
+    return ScriptedExecutor(node, _REPLAY[0])
+
+
 def replay_backend(script: Any) -> None:
     """Every SSH node of the inventory answers from `script` instead of a connection."""
     from orchestrator.executors import base
-    from orchestrator.testing import ScriptedExecutor
 
-    base._REGISTRY["ssh"] = lambda: (lambda node, options: ScriptedExecutor(node, script))
+    _REPLAY[:] = [script]
+    base.register("ssh", f"{__name__}:replay_executor")
 
 
 def child_preflight(n: int, tmp: Path) -> dict[str, Any]:

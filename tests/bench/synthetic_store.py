@@ -34,7 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.records import Finding, Measurement, finding
+from orchestrator.records import (
+    Finding,
+    Measurement,
+    finding,
+    node_unit_key,
+    provider_unit_key,
+)
 from orchestrator.store import SCHEMA_VERSION, Run, RunMeta, atomic_write, write_json
 from orchestrator.suite import Suite
 
@@ -114,8 +120,8 @@ def _series(run_id: str, provider: str, nodes: list[str], scope: str, level: flo
                         metric=metric, value=round(value, 3), unit=unit, suite_hash=suite_hash,
                         scope=scope,  # type: ignore[arg-type]
                         engine="nccl-tests", size=size, inplace=inplace, round=rnd,
-                        unit_key=f"node:{nodes[0]}" if scope == "single"
-                        else f"provider:{provider}/multi",
+                        unit_key=node_unit_key(nodes[0]) if scope == "single"
+                        else provider_unit_key(provider, "multi"),
                         tags={"op": "sum", "type": "float", "wrong": 0,
                               "nccl_tests_commit": NCCL_TESTS_COMMIT}))
     return out

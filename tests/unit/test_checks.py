@@ -26,10 +26,10 @@ from collectdoc import (
     path_info,
 )
 
+from orchestrator import gpunames, parsers
 from orchestrator import inventory as inv_mod
-from orchestrator import parsers
 from orchestrator.records import Finding
-from orchestrator.steps.preflight import checks
+from orchestrator.steps.preflight import checks, gpu
 from orchestrator.steps.preflight.step import judge_document
 
 REPO = Path(__file__).resolve().parents[2]
@@ -509,7 +509,7 @@ def test_identical_nodes_no_drift() -> None:
     ("Tesla", "Tesla V100-SXM2-16GB", False),  # no model at all
 ])
 def test_model_matches(expected: str, actual: str, ok: bool) -> None:
-    assert checks.model_matches(expected, actual) is ok
+    assert gpunames.model_matches(expected, actual) is ok
 
 
 @pytest.mark.parametrize("name,ff", [
@@ -524,7 +524,7 @@ def test_model_matches(expected: str, actual: str, ok: bool) -> None:
     ("NVIDIA L40S", None),
 ])
 def test_form_factor_of(name: str, ff: str | None) -> None:
-    assert checks.form_factor_of(name) == ff
+    assert gpunames.form_factor_of(name) == ff
 
 
 def test_ckpt_dir_not_in_inventory_is_not_judged() -> None:
@@ -582,7 +582,7 @@ def test_memory_tolerance_pinned_48gb_order_40gb_card() -> None:
     """39.6 GiB is not a 48 GB card: a tolerance loosened to 0.80 would pass it."""
     mem = one(judge(doc_from({"query_gpu": PCIE40_CSV}), {"memory_per_gpu_gb": 48}), "GPU_MEMORY")
     assert mem.severity == "FAIL" and "GPU0 39.6 GiB" in mem.message
-    assert checks.MEMORY_TOLERANCE == 0.93
+    assert gpu.MEMORY_TOLERANCE == 0.93
 
 
 def test_memory_from_the_default_table_when_there_is_no_query() -> None:

@@ -45,7 +45,7 @@ class Fake:
 
 @pytest.fixture
 def fake_backend(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(base._REGISTRY, "local", lambda: Fake)
+    monkeypatch.setitem(base._REGISTRY, "local", f"{__name__}:Fake")
 
 
 def test_at_most_keep_open_connections_stay_open(fake_backend: None) -> None:

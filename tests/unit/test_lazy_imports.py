@@ -34,3 +34,21 @@ def test_help_runs_without_heavy_packages() -> None:
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120)
     assert "HEAVY []" in res.stdout, res.stdout + res.stderr
+
+
+def test_local_nodes_never_load_the_ssh_or_ray_backends() -> None:
+    """Backends load when a node first uses them (the executor registry names them as
+    "module:Class"): a host without fabric/paramiko (a GPU image) runs local nodes."""
+    code = (
+        "import sys\n"
+        "from orchestrator import inventory\n"
+        "from orchestrator.executors import make_executor, options_for\n"
+        "inv = inventory.load('inventories/local.yaml')\n"
+        "ex = make_executor(inv.nodes[0], options_for(inv))\n"
+        "print(type(ex).__name__, [m for m in ('fabric', 'paramiko', 'invoke', 'ray')"
+        " if m in sys.modules])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "LocalExecutor []"

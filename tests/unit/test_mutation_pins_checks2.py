@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 from collectdoc import H200_FILES, H200_ORDER, doc_from, fixture, h200_doc, h200_text, inventory
 
+from orchestrator.gpunames import model_matches
 from orchestrator.parsers import parse
-from orchestrator.steps.preflight import checks
-from orchestrator.steps.preflight.checks import NodeFacts, model_matches
+from orchestrator.steps.preflight import checks, gpu
+from orchestrator.steps.preflight.checks import NodeFacts
+from orchestrator.steps.preflight.facts import driver_present
 from orchestrator.steps.preflight.step import judge_document
 
 XML = "raw/nvidia_smi_q_xml.txt"
@@ -643,10 +645,10 @@ def test_without_the_collect_document_on_disk_a_failed_query_cites_its_own_outpu
     nf = NodeFacts(node="n", provider="p", doc={"commands": {"query_gpu": {
         "missing": False, "timed_out": False, "rc": 9, "stdout": "", "stderr": ""}}},
         evidence={"query_gpu": "raw/query_gpu.txt"})
-    found = checks.check_driver(nf, checks.Expectations(), checks.PreflightParams())
+    found = gpu.check_driver(nf, checks.Expectations(), checks.PreflightParams())
     assert [(r.code, r.evidence) for r in found] == [("NVIDIA_DRIVER_MISSING", ["raw/query_gpu.txt"])]
 
 
 def test_the_driver_counts_as_present_when_any_output_described_a_gpu() -> None:
-    assert checks.driver_present(_bare_node({})) is True
-    assert checks.driver_present(NodeFacts(node="n", provider="p", doc={})) is False
+    assert driver_present(_bare_node({})) is True
+    assert driver_present(NodeFacts(node="n", provider="p", doc={})) is False

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import store
+from orchestrator import files, index, store
 from orchestrator.errors import UsageError
 from orchestrator.records import Finding, Measurement, finding
 from orchestrator.store import Index, Run, RunMeta, StoreError, read_jsonl, rebuild_index
@@ -62,13 +62,13 @@ def far_timezone() -> Iterator[None]:
 
 def test_store_error_names_the_path_the_cause_and_the_way_out(tmp_path: Path) -> None:
     p = tmp_path / "run.json"
-    err = store._store_error(OSError(errno.EACCES, "Permission denied"), p)
+    err = files.store_error(OSError(errno.EACCES, "Permission denied"), p)
     assert err.what == f"cannot write {p}: Permission denied"
     assert err.hint == ("check that the results folder is writable (or use --results elsewhere)"
                         "; the run can be finished with --resume")
-    bare = store._store_error(OSError("no strerror"), p)
+    bare = files.store_error(OSError("no strerror"), p)
     assert bare.what == f"cannot write {p}: no strerror"
-    full = store._store_error(OSError(errno.EDQUOT, "Disk quota exceeded"), p)
+    full = files.store_error(OSError(errno.EDQUOT, "Disk quota exceeded"), p)
     assert full.what == f"the results disk is full: cannot write {p}"
     assert full.hint == (f"free space on the filesystem of {tmp_path} (or use --results "
                          "elsewhere); the run can be finished with --resume")
@@ -388,15 +388,15 @@ def test_run_meta_round_trips_through_run_json(tmp_path: Path) -> None:
 def test_index_and_baselines_make_their_results_folder(tmp_path: Path) -> None:
     Index(tmp_path / "a" / "b")
     assert (tmp_path / "a" / "b" / "index.sqlite").is_file()
-    record = store.BaselineRecord(
+    record = index.BaselineRecord(
         set_id="s1", provider="p", gpu_model="H200", gpu_count=2, suite_hash="h", scope="single",
         engine="nccl-tests", metric="busbw", size=1 << 27, span="single", n=3, mean=285.0, std=1.0,
         median=285.3, min=284.4, max=285.8, unit="GB/s", runs=["r1"], set_at="t", set_by="me",
         how="last 3")
     root = tmp_path / "c" / "d"
-    store.add_baselines(root, [record])
+    index.add_baselines(root, [record])
     assert Index(root).baselines() == [record]
-    store.add_baselines(tmp_path / "e", [])
+    index.add_baselines(tmp_path / "e", [])
     assert not (tmp_path / "e").exists()
 
 

@@ -65,14 +65,14 @@ def test_findings_table_sorts_by_subject_then_worst_first_then_code() -> None:
         ("n1", "FAIL", "GPU_MODEL", "40 GB cards"),
         ("n1", "WARN", "PCIE_LINK", "gen 3 below the order"),
         ("n1", "INFO", "NCCL_BUSBW", "busbw 280 GB/s"),
-        ("provider:alpha", "WARN", "NCCL_MULTI", "across nodes"),
+        ("provider alpha (all nodes)", "WARN", "NCCL_MULTI", "across nodes"),
     ]
     verbose = findings_table(FINDINGS, "preflight", verbose=True)
     assert [r[:3] for r in verbose.rows] == [
         # PASS and INFO weigh the same: by code among themselves
         ("n1", "FAIL", "GPU_MODEL"), ("n1", "WARN", "PCIE_LINK"), ("n1", "PASS", "DRIVER"),
         ("n1", "INFO", "KERNEL"), ("n1", "INFO", "NCCL_BUSBW"), ("n2", "PASS", "GPU_COUNT"),
-        ("provider:alpha", "WARN", "NCCL_MULTI"),
+        ("provider alpha (all nodes)", "WARN", "NCCL_MULTI"),
     ]
 
 
@@ -89,7 +89,7 @@ def test_verdict_per_node_is_the_worst_and_a_silent_node_passes() -> None:
     assert t.title == "verdict per node"
     assert t.columns == ("node", "verdict", "FAIL", "WARN", "PASS")
     assert t.rows == [("n2", "PASS", 0, 0, 1), ("n1", "FAIL", 1, 1, 1),
-                      ("provider:alpha", "WARN", 0, 1, 0)]
+                      ("provider alpha (all nodes)", "WARN", 0, 1, 0)]
 
 
 def test_run_status_fails_on_any_fail_only() -> None:

@@ -414,13 +414,13 @@ def test_the_closest_parser_is_the_strongest_signature(tmp_path: Path) -> None:
 def test_a_strong_signature_that_does_not_parse_lets_the_next_try(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrator.errors import ParseError
-    from orchestrator.steps.poc import files as poc_files
+    from orchestrator.steps.poc import kinds as poc_kinds
 
     def refuse(text: str, source: str | None = None) -> Any:
         raise ParseError("lookalike", "not quite", source=source)
 
-    lookalike = poc_files.Kind("lookalike", lambda text, head: 99, refuse)
-    monkeypatch.setattr(poc_files, "KINDS", (lookalike, *poc_files.KINDS))
+    lookalike = poc_kinds.Kind("lookalike", lambda text, head: 99, refuse)
+    monkeypatch.setattr(poc_kinds, "KINDS", (lookalike, *poc_kinds.KINDS))
     assert read(H200 / "uname.txt", "k").kind == "uname"
     f = read(H200 / "INDEX.txt", "i")
     assert f.reason is not None and f.reason.startswith("read as lookalike: not quite")

@@ -305,3 +305,21 @@ def test_baseline_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert res.returncode == 2 and "either --runs" in res.stderr
     res = gpuvet(capsys, "regress", "--results", root, "--json")
     assert json.loads(res.stdout)["providers"][0]["baseline"]["kind"] == "stored"
+
+
+def test_rows_keep_the_node_as_a_field_and_tables_name_the_provider_in_words() -> None:
+    rng = np.random.default_rng(8)
+    nodes = ["n1", "n2", "n3", "n4"]
+    rep = regress.judge("now", _samples(rng, nodes, 5, 1, {"n3": 0.85}),
+                        _samples(rng, nodes, 3, 8, {}))
+    ev = regress.Evaluation(Settings(), [rep], [])
+    prov = [r for r in rep.rows if not r.is_node]
+    assert [(r.node, r.subject, r.label) for r in prov] == [
+        (None, f"provider:{KEY.provider}", f"provider {KEY.provider} (all nodes)")]
+    assert sorted(r.node for r in rep.rows if r.is_node) == nodes
+    rows = regress.tests_table(ev, verbose=True).rows
+    assert [r[1] for r in rows] == [f"provider {KEY.provider} (all nodes)", *nodes]
+    assert [r[1] for r in regress.tests_table(ev).rows] == [
+        f"provider {KEY.provider} (all nodes)", "n3"]
+    assert {t["subject"] for t in regress.as_json(ev)["tests"]} == {f"provider:{KEY.provider}",
+                                                                   *nodes}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UsageError
-from orchestrator.pipeline import Every, schedule, systemd_quote
+from orchestrator.schedule import Every, schedule, systemd_quote
 from tests.unit.clirun import gpuvet
 
 REPO = Path(__file__).resolve().parents[2]

@@ -124,3 +124,9 @@ def test_run_verdicts_worst_finding_per_run() -> None:
     df = pd.DataFrame({"run_id": ["a", "a", "b", "c"], "severity": ["PASS", "FAIL", "INFO",
                                                                     "WARN"]})
     assert V.run_verdicts(df) == {"a": "FAIL", "b": "PASS", "c": "WARN"}
+
+
+def test_too_few_rounds_names_each_series_scope_and_nodes() -> None:
+    ms = pd.concat([_ms(2), _ms(1).assign(scope="multi", nodes="n1,n2")])
+    text = _reasons(V.provider_verdict("p", GOOD, ms, ENV))["NCCL stable over three rounds"].text
+    assert text == "fewer than 3 rounds: multi on n1,n2: 1 round(s), single on n1: 2 round(s)"

@@ -2,6 +2,13 @@
 
 Shared by live runs and `gpuvet import nccl-tests`: whatever produced a log,
 the same rules judge it. Nothing here reads anything but the saved logs.
+
+One GPU has nothing to all-reduce with: its busbw is 0 by definition and its
+algbw is the rate of a copy inside the device. Such a series says so
+(NCCL_NOT_APPLICABLE), keeps the algbw as the local copy rate it is, and is
+never judged against bandwidth bands or for stability. A log a person edited
+says which line shows it (NCCL_LOG_EDITED); the lines read past as launcher or
+shell noise are counted (NCCL_LOG_NOISE).
 """
 
 from __future__ import annotations
@@ -76,6 +83,7 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
                                 scope=s.scope, engine=s.engine, **details))
 
     parsed: list[tuple[int, NcclTestsRun, str]] = []
+    one_gpu = False
     for rnd, path, timed_out in s.logs:
         rel = _rel(run, path)
         if timed_out:
@@ -88,6 +96,8 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
             add("NCCL_OUTPUT_UNREADABLE", "FAIL", f"round {rnd}: {exc.what}", [rel])
             continue
         parsed.append((rnd, res, rel))
+        one_gpu = one_gpu or gpu_count(res) == 1
+        _paste(res, rnd, rel, add)
         for fl in res.failures:
             add("NCCL_TEST_FAILURE", "FAIL", f"round {rnd}, line {fl.line_no}: {fl.kind}: "
                 f"{fl.text.strip()[:200]}", [rel], line=fl.line_no, kind=fl.kind)
@@ -100,12 +110,53 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
             add("NCCL_AVG_MISMATCH", "WARN", f"round {rnd}: reported average bus bandwidth "
                 f"{res.avg_busbw_reported} differs from the rows' mean "
                 f"{res.avg_busbw_recomputed:.3f}", [rel])
-        ms += _measurements(s, run, suite_hash or suite.hash, rnd, res)
+        ms += _measurements(s, run, suite_hash or suite.hash, rnd, res, one_gpu)
         if s.engine == "nccl-tests":
             _transports(s, text, rnd, rel, inv, add)
-    if parsed:
+    if parsed and one_gpu:
+        _not_applicable(parsed, add)
+    elif parsed:
         _stability(s, parsed, suite, inv, add)
     return findings, ms
+
+
+def gpu_count(res: NcclTestsRun) -> int | None:
+    """How many GPUs the run spanned, from its rank lines. Without them it is unknown:
+    `nGpus 1` is per process, and mpirun may have started eight."""
+    return len(res.ranks) if res.ranks else None
+
+
+def _not_applicable(parsed: list[tuple[int, NcclTestsRun, str]], add: Any) -> None:
+    res = parsed[0][1]
+    rounds = [{row.size_bytes: row.out_of_place.algbw_gbs for row in r.rows} for _, r, _ in parsed]
+    table = stats.stability(rounds)
+    gpu = f" ({res.ranks[0].host}, {res.ranks[0].name})" if res.ranks else ""
+    copy = (f"; algbw {table[-1].median:.1f} GB/s at {_size(table[-1].size_bytes)} (median of "
+            f"{len(table[-1].values)} round(s)) is the device-local copy rate, kept as such"
+            if table else "")
+    add("NCCL_NOT_APPLICABLE", "INFO", f"one GPU{gpu}: nothing to {res.op or 'communicate'} "
+        f"with, busbw is 0 by definition and is not judged{copy}",
+        [rel for _, _, rel in parsed], gpus=1,
+        local_copy_gbs=table[-1].median if table else None)
+
+
+def _paste(res: NcclTestsRun, rnd: int, rel: str, add: Any) -> None:
+    """What a person's editing and the launcher's chatter did to the log, said once each."""
+    if res.edits:
+        first = res.edits[0]
+        where = f"line {first.line_no}: " if first.line_no is not None else ""
+        add("NCCL_LOG_EDITED", "WARN", f"round {rnd}: the log was edited by hand ({where}"
+            f"{first.what}{f'; {len(res.edits) - 1} more' if len(res.edits) > 1 else ''}): "
+            "what it holds is read, what was cut is unknown", [rel],
+            line=first.line_no, edits=[e.model_dump() for e in res.edits])
+    # known launcher and shell noise is listed in the parsed facts; text nobody knows is
+    # said here, since it may be what a person pasted in
+    unknown = [i for i in res.ignored_lines if i.kind == "unknown"]
+    if unknown:
+        add("NCCL_LOG_NOISE", "INFO", f"round {rnd}: {len(unknown)} line(s) are neither "
+            f"nccl-tests output nor known launcher noise, read past (first, line "
+            f"{unknown[0].line_no}: {unknown[0].text.strip()[:80]!r})", [rel],
+            lines=[i.line_no for i in unknown][:50])
 
 
 def _rel(run: Run, path: Path) -> str:
@@ -115,21 +166,26 @@ def _rel(run: Run, path: Path) -> str:
         return str(path)
 
 
-def _measurements(s: Series, run: Run, suite_hash: str, rnd: int,
-                  res: NcclTestsRun) -> list[Measurement]:
+def _measurements(s: Series, run: Run, suite_hash: str, rnd: int, res: NcclTestsRun,
+                  one_gpu: bool = False) -> list[Measurement]:
+    """The rows as printed; on one GPU only algbw and time, tagged as a local copy."""
     out = []
-    tags_base = {"op": res.op, "nccl_version": res.nccl_version,
+    tags_base: dict[str, Any] = {"op": res.op, "nccl_version": res.nccl_version,
                  "nccl_tests_commit": s.build.built_commit if s.build else None,
                  "nccl_tests_version": res.tests_version,
                  "gpus": len(res.ranks) or None, "n_nodes": s.node_count}
     if s.imported:
         tags_base["imported"] = True
+    if one_gpu:
+        tags_base["local_copy"] = True
     nodes = [n.name for n in s.nodes]
     for row in res.rows:
         for inplace, r in ((False, row.out_of_place), (True, row.in_place)):
             for metric, value, unit in (("busbw", r.busbw_gbs, "GB/s"),
                                         ("algbw", r.algbw_gbs, "GB/s"),
                                         ("time", r.time_us, "us")):
+                if one_gpu and metric == "busbw":
+                    continue
                 out.append(Measurement(
                     run_id=run.run_id, provider=s.prov, nodes=nodes, step=STEP,
                     metric=metric, value=value, unit=unit, suite_hash=suite_hash,

@@ -1,6 +1,8 @@
 """The nccl step: build nccl-tests at the suite's commit, run all_reduce, judge it.
 
-Per node: build (cached), then the suite's rounds on its own GPUs. Per
+Per node: build (cached), then the suite's rounds on its own GPUs; a node with
+one GPU has nothing to all-reduce with, so its single-node rounds are skipped
+(NCCL_NOT_APPLICABLE) and its GPU still takes part across nodes. Per
 provider with two or more nodes: the same rounds across nodes with mpirun.
 Optionally the torch.distributed benchmark as a second opinion. Raw logs are
 streamed into the run directory; everything else is derived from them.
@@ -8,6 +10,7 @@ streamed into the run directory; everything else is derived from them.
 
 from __future__ import annotations
 
+import functools
 import shlex
 import socket
 import statistics
@@ -23,7 +26,15 @@ from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
-from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
+from orchestrator.records import (
+    Finding,
+    Measurement,
+    MeasureScope,
+    Severity,
+    finding,
+    node_unit_key,
+    provider_unit_key,
+)
 from orchestrator.steps.driver import (
     Driven,
     StageTracker,
@@ -193,7 +204,15 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
             f"nccl-tests {(b.built_commit or '?')[:12]} ({how}), CUDA {b.cuda_version}, NCCL "
             f"{b.nccl.version}, MPI {'yes' if b.mpi else 'no'}",
             [run.rel(run.node_dir(n.name, STEP) / "build.json")], build=b.model_dump(mode="json")))
-        if single:
+        known = b.gpus if b.gpus is not None else inv.provider_of(n).expect.gpus_per_node
+        if single and known == 1:
+            outcome.findings.append(_f(
+                run, n.name, n.provider, "NCCL_NOT_APPLICABLE", "INFO",
+                "[single] one GPU: nothing to all-reduce with, the single-node rounds are "
+                "skipped (a one-GPU all_reduce measures a copy inside the device); the GPU "
+                "still takes part in the multi-node rounds",
+                [run.rel(run.node_dir(n.name, STEP) / "build.json")], gpus=1, scope="single"))
+        elif single:
             with stage("execute"):
                 try:
                     logs = _single(pool(n), run, suite, inv, b)
@@ -235,20 +254,19 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         return UnitResult(outcome.findings, outcome.measurements)
 
     with step_pool(inv, pool, accept_new_host_keys) as p:
-        units = [node_unit(n, lambda st, n=n: node_work(p, n, st))  # type: ignore[misc]
-                 for n in nodes]
+        units = [node_unit(n, functools.partial(node_work, p, n)) for n in nodes]
         done = {u.key for u in units if run.is_done(u.key, STEP)}
         for n in nodes:
-            if f"node:{n.name}" in done:
+            if node_unit_key(n.name) in done:
                 builds[n.name] = BuildDoc.model_validate(
-                    run.done_summary(f"node:{n.name}", STEP).get("build") or {})
+                    run.done_summary(node_unit_key(n.name), STEP).get("build") or {})
         provs = list(dict.fromkeys(n.provider for n in nodes))
-        done |= {f"provider:{p}/multi" for p in provs if run.is_done(f"provider:{p}/multi", STEP)}
+        done |= {k for k in (provider_unit_key(p, "multi") for p in provs) if run.is_done(k, STEP)}
         run.retract(keep_units=done, step=STEP)
         driven = drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
         if multi:
             groups = {p: [n for n in nodes if n.provider == p and n.name in builds] for p in provs}
-            punits = [provider_unit(prov, "multi", lambda st, m=m: multi_work(p, m, st))  # type: ignore[misc]
+            punits = [provider_unit(prov, "multi", functools.partial(multi_work, p, m))
                       for prov, m in groups.items() if len(m) >= 2]
             more = drive(run, STEP, punits, concurrency=inv.settings.concurrency,
                          progress=progress)

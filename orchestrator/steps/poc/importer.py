@@ -11,8 +11,10 @@ and the date) are kept and recorded. What the folder did not hold is said to
 be unchecked, never taken for a missing driver or a missing tool.
 
 Every file gets one status: judged, recorded, duplicate, other node, not
-recognised or unreadable. None of them stops the others; only a folder in
-which nothing at all could be judged is bad input.
+recognised, unreadable, split (several ranks' outputs, read one part per rank)
+or skipped (the nccl-tests checkout beside the logs: sources, `.git/`, builds).
+None of them stops the others; only a folder in which nothing at all could be
+judged is bad input.
 """
 
 from __future__ import annotations
@@ -32,10 +34,11 @@ from orchestrator import parsers
 from orchestrator.errors import UsageError
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.gpus import GPU_FACTS
+from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts, QGpu
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.steps.nccl.importer import experiment, experiment_hash
 from orchestrator.steps.nccl.judge import Series, judge_series
-from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read
+from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read_all
 from orchestrator.steps.preflight import checks
 from orchestrator.steps.preflight import step as pf
 from orchestrator.store import Run, atomic_write, write_json
@@ -50,11 +53,14 @@ COMMAND = "import poc"
 # parser kind -> the collect command whose output it reads
 COMMAND_OF: dict[str, str] = {c.parser: c.id for c in COMMANDS if c.parser}
 COMMAND_OF["nvidia-smi-version"] = "nvidia_smi_version"  # kept as evidence, as live
-# outputs the payload does not collect, judged as facts of their own (checks pick
-# GPU facts up by type)
-EXTRA_OF = {"nvidia-smi-q": "nvidia_smi_q"}
+COMMAND_OF["mounts"] = "mounts"
+# outputs the payload does not collect in this form, judged as facts of their own
+# (checks pick GPU facts up by type; the recipe's PyTorch check stands for the probe)
+EXTRA_OF = {"nvidia-smi-q": "nvidia_smi_q", "nvidia-smi-query-gpu-noheader": "query_gpu_noheader",
+            "torch-check": "torch"}
 # outputs no check reads: parsed, kept and recorded
-RECORDED = frozenset({"dmon", "nccl-tests-json", "commit", "checked-at", "pip-list"})
+RECORDED = frozenset({"dmon", "nccl-tests-json", "commit", "checked-at", "pip-list",
+                      "nccl-tests-build"})
 # a program missing on the node -> the command whose absence the checks understand
 _MISSING_OF = {"nvidia-smi": "query_gpu", "nvcc": "nvcc_version", "python": "torch",
                "python3": "torch"}
@@ -89,24 +95,46 @@ def _natural(name: str) -> list[Any]:
 
 
 def scan(folder: Path) -> list[PocFile]:
-    """Every file under the folder, read and recognised; links are listed, not followed."""
+    """Every file under the folder, read and recognised; links are listed, not followed.
+
+    A directory holding `.git` is a source checkout (people clone nccl-tests into
+    the PoC folder and save logs beside its sources): its `.git/` is skipped whole
+    and what in it is no command output is skipped, not reported.
+    """
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder",
                          hint="give the folder the PoC outputs were saved in")
-    found: list[tuple[Path, str]] = []
+    found: list[tuple[Path, str, str | None]] = []
+    checkouts: list[str] = []
+    out: list[PocFile] = []
     for top, dirs, names in os.walk(folder):
         base = Path(top)
+        rel = base.relative_to(folder).as_posix()
+        if ".git" in dirs or ".git" in names:
+            checkouts.append(rel)
+            if ".git" in dirs:
+                dirs.remove(".git")
+            else:
+                names.remove(".git")
+            name = ".git/" if rel == "." else f"{rel}/.git/"
+            out.append(PocFile(name=name, path=base / ".git", status="skipped",
+                               reason="the git metadata of a source checkout"))
         for d in list(dirs):
             if (base / d).is_symlink():
                 dirs.remove(d)
                 names.append(d)
+        inside = next((c for c in sorted(checkouts, key=len, reverse=True)
+                       if c == "." or rel == c or rel.startswith(c + "/")), None)
         for n in names:
-            found.append((base / n, (base / n).relative_to(folder).as_posix()))
-    if not found:
+            found.append((base / n, (base / n).relative_to(folder).as_posix(),
+                          None if inside is None else (folder.name if inside == "." else inside)))
+    if not found and not out:
         raise UsageError(f"{folder} holds no files", hint="give the folder the PoC outputs "
                          "were saved in")
     found.sort(key=lambda pn: _natural(pn[1]))
-    return [read(p, name) for p, name in found]
+    for p, name, checkout in found:
+        out += read_all(p, name, checkout)
+    return sorted(out, key=lambda f: _natural(f.name))
 
 
 def split_nodes(files: list[PocFile]) -> None:
@@ -165,8 +193,9 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
     cmds: dict[str, Any] = a.doc["commands"]
     taken_by: dict[str, PocFile] = {}
     live = [f for f in files if f.status == "recognised"]
-    for f in [f for f in live if f.kind != "command-not-found"] + \
-             [f for f in live if f.kind == "command-not-found"]:
+    # the payload's own outputs first, then what stands in for them, then what is missing
+    order = {"command-not-found": 2}
+    for f in sorted(live, key=lambda f: order.get(f.kind or "", 0 if f.kind in COMMAND_OF else 1)):
         kind = f.kind or ""
         if kind == "nccl-tests":
             a.nccl.append(f)
@@ -193,9 +222,10 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
             f.target, f.status = cid, "judged"
             continue
         cid = COMMAND_OF.get(kind) or EXTRA_OF.get(kind)
-        if cid is None:  # a kind with nowhere to go: kept
+        empty = _says_nothing(f)
+        if cid is None or empty:  # a kind with nowhere to go, or nothing to judge: kept
             a.recorded[f.name] = f
-            f.status = "recorded"
+            f.status, f.reason = "recorded", empty
             continue
         if cid not in taken_by and kind in COMMAND_OF:
             cmds[cid] = {"argv": COMMANDS_BY_ID[cid].argv, "rc": 0,
@@ -205,7 +235,9 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
             f.target = cid
             f.status = "judged" if COMMANDS_BY_ID[cid].parser else "recorded"
             continue
-        if isinstance(f.facts, GPU_FACTS):  # a second GPU listing: merged by bus id
+        if isinstance(f.facts, GPU_FACTS) or (kind in EXTRA_OF and cid not in taken_by):
+            # a GPU listing (merged with the others by bus id), or an output that stands
+            # for one the payload would collect (the recipe's PyTorch check)
             n = 1
             while (eid := cid if n == 1 else f"{cid}_{n}") in taken_by:
                 n += 1
@@ -218,6 +250,22 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
     return a
 
 
+def _says_nothing(f: PocFile) -> str | None:
+    """Why a recognised `-q` excerpt holds no fact a check reads, or None when it holds one."""
+    facts = f.facts
+    if not isinstance(facts, NvidiaSmiQFacts) or facts.driver_version or facts.attached_gpus:
+        return None
+    skip = {"bus_id", "line_no", "sections", "missing"}
+    blank = QGpu(bus_id=None, line_no=0).model_dump(exclude=skip)
+    if any(g.model_dump(exclude=skip) != blank for g in facts.gpus):
+        return None
+    if all(g.sections == ["MIG Mode"] for g in facts.gpus):
+        return ("holds only the `MIG Mode` heading (the recipe's `sed -n '/MIG Mode/,3p'` stops "
+                "at line 3 of the output): the MIG state is not in it; `sed -n '/MIG Mode/,+2p'` "
+                "prints the Current and Pending lines")
+    return "holds no fact a check reads"
+
+
 # --------------------------------------------------------------------------- judging
 
 def _copy(run: Run, out_dir: Path, f: PocFile) -> str | None:
@@ -226,6 +274,8 @@ def _copy(run: Run, out_dir: Path, f: PocFile) -> str | None:
     Text is kept byte for byte unless scrubbing changed it; content that is not text
     cannot be scrubbed and is not kept (its sha256 is, in run.json).
     """
+    if f.status == "skipped":
+        return None  # a source checkout's own file: its digest is recorded, that is enough
     if f.text is None:
         if f.sha256 is None or f.data.strip():
             return None  # never read (a link, too large), or binary
@@ -240,9 +290,9 @@ def _copy(run: Run, out_dir: Path, f: PocFile) -> str | None:
     return f.copy
 
 
-def _premise_ok(code: str, doc: dict[str, Any]) -> bool:
+def _premise_ok(code: str, a: Assembled) -> bool:
     need = _PREMISES.get(code)
-    return need is None or any(c in doc["commands"] for c in need[0])
+    return need is None or any(c in a.doc["commands"] or c in a.extras for c in need[0])
 
 
 def judge_preflight(a: Assembled, node: inventory_mod.Node, inv: inventory_mod.Inventory,
@@ -266,8 +316,8 @@ def judge_preflight(a: Assembled, node: inventory_mod.Node, inv: inventory_mod.I
         "parse_errors": nf.parse_errors, "versions": checks.versions(nf),
         "recorded": {name: {"kind": f.kind, "facts": as_json(f.facts)}
                      for name, f in a.recorded.items()}})
-    kept = [f for f in findings if _premise_ok(f.code, a.doc)]
-    unchecked = sorted({_PREMISES[f.code][1] for f in findings if not _premise_ok(f.code, a.doc)})
+    kept = [f for f in findings if _premise_ok(f.code, a)]
+    unchecked = sorted({_PREMISES[f.code][1] for f in findings if not _premise_ok(f.code, a)})
     if unchecked:
         kept.append(finding(run.run_id, STEP, provider=node.provider, node=node.name,
                             code="POC_NOT_CHECKED", severity="INFO",
@@ -320,6 +370,7 @@ _MESSAGES: dict[str, tuple[str, Severity, str]] = {
     "other node": ("POC_OTHER_NODE", "WARN", "from another machine: {reason}; kept, not judged "
                    "with {node}"),
     "duplicate": ("POC_DUPLICATE", "INFO", "{reason}"),
+    "split": ("POC_FILE_SPLIT", "INFO", "{reason}"),
 }
 
 
@@ -335,6 +386,15 @@ def _file_findings(files: list[PocFile], copies: dict[str, str], node: inventory
                                reason=f.reason, node=node.name),
                            evidence=[copies[f.name]] if f.name in copies else [],
                            file=f.name, kind=f.kind))
+    skipped = [f.name for f in files if f.status == "skipped"]
+    if skipped:  # one line for a whole checkout, not one warning per source file
+        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5
+                                          else "")
+        out.append(finding(run_id, STEP, provider=node.provider, node=node.name,
+                           code="POC_FILES_SKIPPED", severity="INFO",
+                           message=f"{len(skipped)} file(s) skipped, no command output: a source "
+                                   f"checkout's own files and compiled programs ({shown})",
+                           files=skipped))
     return out
 
 

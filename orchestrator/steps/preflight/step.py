@@ -9,6 +9,7 @@ the other nodes go on.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shlex
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from orchestrator.errors import GpuvetError, ParseError, StepError
 from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
-from orchestrator.records import Finding, finding
+from orchestrator.records import Finding, finding, node_unit_key, provider_unit_key
 from orchestrator.steps.driver import Driven, StageTracker, UnitResult, drive, node_unit, step_pool
 from orchestrator.steps.preflight import checks
 from orchestrator.store import Run, atomic_write
@@ -134,7 +135,7 @@ def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     """
     reports: dict[str, NodeReport] = {}
     with step_pool(inv, pool, accept_new_host_keys) as p:
-        units = [node_unit(n, lambda st, n=n: run_node(p, n, inv, run, suite, st, reports))  # type: ignore[misc]
+        units = [node_unit(n, functools.partial(run_node, p, n, inv, run, suite, reports=reports))
                  for n in nodes]
         run.retract(keep_units={u.key for u in units if run.is_done(u.key, STEP)}, step=STEP)
         driven = drive(run, STEP, units, concurrency=inv.settings.concurrency,
@@ -145,7 +146,7 @@ def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         if n.name in reports:
             facts.setdefault(n.provider, []).append(reports[n.name].facts)
             continue
-        if f"node:{n.name}" in driven.failed or not path.is_file():
+        if node_unit_key(n.name) in driven.failed or not path.is_file():
             continue
         try:
             saved = json.loads(path.read_text())
@@ -157,7 +158,7 @@ def run_preflight(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     for prov in dict.fromkeys(n.provider for n in nodes):
         for r in checks.provider_results(facts.get(prov, [])):
             f = _finding(r, run.run_id, None, prov)
-            f.unit_key = f"provider:{prov}/cross"
+            f.unit_key = provider_unit_key(prov, "cross")
             cross.append(f)
     run.add_findings(cross)
     return driven

@@ -1,0 +1,145 @@
+"""The controller's own files: written atomically, appended durably, read back strictly.
+
+Files are written atomically (temp file, fsync, rename), so readers never see
+half a file; JSONL records are appended whole and fsynced, a torn tail left by
+a crash is cut off before the next append, and a torn last line is skipped
+with a warning when read (a bad line anywhere else is corruption and is named).
+A disk that refuses a write is `StoreError`: gpuvet's own disk (exit 3), not a
+node's fault.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from orchestrator.errors import StoreError, UsageError
+
+R = TypeVar("R", bound=BaseModel)
+
+
+def store_error(exc: OSError, path: Path) -> StoreError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        what = f"the results disk is full: cannot write {path}"
+        hint = f"free space on the filesystem of {path.parent} (or use --results elsewhere)"
+    else:
+        what = f"cannot write {path}: {exc.strerror or exc}"
+        hint = "check that the results folder is writable (or use --results elsewhere)"
+    return StoreError(what, hint=hint + "; the run can be finished with --resume")
+
+
+def atomic_write(path: Path, data: str | bytes, *, durable: bool = True,
+                 mode: int | None = None) -> None:
+    """Temp file and rename: readers never see half a file. `durable=False` skips the
+    fsync, for files derived from one already on disk (raw outputs cut out of a
+    payload document): a crash loses nothing that cannot be made again."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.chmod(tmp, mode if mode is not None else 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise store_error(exc, path) from exc
+    except BaseException:
+        if tmp:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def warn(message: str) -> None:
+    """Store problems that do not stop the work (a torn line, a stale index)."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+# --- JSONL: the record ----------------------------------------------------------------
+
+def read_jsonl(path: Path, model: type[R]) -> list[R]:
+    """Every record of a JSONL file. A torn last line (a crash mid-write) is skipped with a
+    warning; a bad line anywhere else is corruption and is reported with its number."""
+    if not path.is_file():
+        return []
+    raw = path.read_bytes()
+    lines = raw.split(b"\n")
+    out: list[R] = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = i == len(lines)  # no newline after it: the write never finished
+        try:
+            out.append(model.model_validate_json(line))
+        except ValidationError as exc:
+            if last:
+                warn(f"{path}: the last line is incomplete (a write was cut off); ignored")
+                continue
+            raise UsageError(f"{path}:{i} is not a valid {model.__name__} record: "
+                             f"{exc.errors()[0]['msg']}",
+                             hint="the file was edited or damaged; restore it from a backup"
+                             ) from None
+    return out
+
+
+def append_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
+    """Append whole lines; a torn tail left by a crash is cut off first. `sync=False`
+    leaves the fsync to the caller (`fsync_file`), outside whatever lock serialises
+    the appends."""
+    try:
+        with path.open("a+b") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    f.seek(0)
+                    data = f.read()
+                    keep = data.rfind(b"\n") + 1
+                    f.truncate(keep)
+                    warn(f"{path}: cut off an incomplete last line left by an earlier crash")
+            f.seek(0, os.SEEK_END)
+            f.write("".join(line + "\n" for line in lines).encode("utf-8"))
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+    except OSError as exc:
+        raise store_error(exc, path) from exc
+
+
+def fsync_file(path: Path) -> None:
+    """Make what was appended to path durable. Threads that append one after another
+    under a lock sync here side by side, and the filesystem commits their writes
+    together, instead of one fsync after another inside the lock."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise store_error(exc, path) from exc
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -1,0 +1,261 @@
+"""The SQLite index across runs: derived from the runs' JSONL files, rebuildable.
+
+It holds runs (their `run.json`, `RunMeta`), findings, measurements and
+baselines as typed columns beside each record's JSON. Baselines are the one
+thing no run's files hold: `baselines.jsonl` under the results root is their
+record (append-only), replayed into the index when it is rebuilt
+(`store.rebuild_index`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import UsageError
+from orchestrator.files import append_lines, read_jsonl, store_error
+from orchestrator.records import Finding, Measurement
+
+SCHEMA_VERSION = 2
+Status = Literal["running", "passed", "failed", "interrupted", "error"]
+
+
+# --- run metadata ---------------------------------------------------------------------
+
+class RunMeta(BaseModel):
+    """run.json: validated whenever a run is opened."""
+
+    model_config = ConfigDict(extra="forbid")
+    run_id: str
+    started: str
+    finished: str | None = None
+    command: str
+    suite_hash: str
+    suite: dict[str, Any]
+    gpuvet_version: str
+    schema_version: int = SCHEMA_VERSION
+    status: Status = "running"
+    path: str
+    inventory_sha256: str | None = None
+    providers: list[str] = []
+    nodes: list[str] = []
+    source: dict[str, Any] | None = None  # imports: what was read, from where
+    index_stale: bool = False
+    pid: int | None = None
+    host: str | None = None
+
+
+# --- the index: derived, rebuildable ----------------------------------------------------
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS runs (run_id TEXT PRIMARY KEY, started TEXT, finished TEXT,
+    command TEXT, suite_hash TEXT, status TEXT, path TEXT, providers TEXT, nodes TEXT,
+    json TEXT);
+CREATE TABLE IF NOT EXISTS findings (run_id TEXT, scope TEXT, node TEXT, provider TEXT,
+    step TEXT, code TEXT, severity TEXT, message TEXT, unit_key TEXT, json TEXT);
+CREATE TABLE IF NOT EXISTS measurements (run_id TEXT, provider TEXT, nodes TEXT, step TEXT,
+    scope TEXT, engine TEXT, metric TEXT, size INTEGER, inplace INTEGER, round INTEGER,
+    value REAL, unit TEXT, suite_hash TEXT, unit_key TEXT, json TEXT);
+CREATE INDEX IF NOT EXISTS findings_run ON findings(run_id);
+CREATE INDEX IF NOT EXISTS findings_code ON findings(code, severity);
+CREATE INDEX IF NOT EXISTS measurements_run ON measurements(run_id, metric);
+CREATE INDEX IF NOT EXISTS measurements_series ON measurements(provider, suite_hash, metric,
+    scope, engine, size);
+CREATE INDEX IF NOT EXISTS runs_started ON runs(started);
+CREATE TABLE IF NOT EXISTS baselines (set_id TEXT, provider TEXT, gpu_model TEXT,
+    gpu_count INTEGER, suite_hash TEXT, scope TEXT, engine TEXT, metric TEXT, size INTEGER,
+    span TEXT, n INTEGER, mean REAL, std REAL, median REAL, unit TEXT, set_at TEXT,
+    set_by TEXT, json TEXT);
+CREATE INDEX IF NOT EXISTS baselines_key ON baselines(provider, suite_hash);
+"""
+BASELINES_FILE = "baselines.jsonl"
+
+
+class BaselineRecord(BaseModel):
+    """One series' baseline: what a provider measured in the runs someone accepted.
+
+    Not derived from any run's files, so it has its own record, `baselines.jsonl`
+    under the results root (append-only: every `baseline set` adds its rows, the
+    latest set for a provider, machine class and suite wins); the index table is
+    rebuilt from it like the rest.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    set_id: str
+    provider: str
+    gpu_model: str
+    gpu_count: int
+    suite_hash: str
+    scope: str
+    engine: str
+    metric: str
+    size: int  # bytes; -1 where the metric has no message size
+    span: str  # single | multi
+    n: int
+    mean: float
+    std: float
+    median: float
+    min: float
+    max: float
+    unit: str
+    runs: list[str]
+    set_at: str
+    set_by: str
+    how: str  # "runs RUN..." or "last N"
+
+
+def _finding_row(f: Finding) -> tuple[Any, ...]:
+    return (f.run_id, f.scope, f.node, f.provider, f.step, f.code, f.severity, f.message,
+            f.unit_key, f.model_dump_json())
+
+
+def _measurement_row(m: Measurement) -> tuple[Any, ...]:
+    return (m.run_id, m.provider, ",".join(m.nodes), m.step, m.scope, m.engine, m.metric,
+            m.size, None if m.inplace is None else int(m.inplace), m.round, m.value, m.unit,
+            m.suite_hash, m.unit_key, m.model_dump_json())
+
+
+def _run_row(meta: RunMeta) -> tuple[Any, ...]:
+    return (meta.run_id, meta.started, meta.finished, meta.command, meta.suite_hash,
+            meta.status, meta.path, ",".join(meta.providers), ",".join(meta.nodes),
+            meta.model_dump_json())
+
+
+class Index:
+    """SQLite index over every run under one results root."""
+
+    def __init__(self, root: Path, *, path: Path | None = None) -> None:
+        self.root = root
+        self.path = path or root / "index.sqlite"
+        self._lock = threading.Lock()
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.executescript(_SCHEMA)
+                row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                if row is None:
+                    db.execute("INSERT INTO meta VALUES ('schema', ?)", (str(SCHEMA_VERSION),))
+                elif int(row[0]) != SCHEMA_VERSION:
+                    raise UsageError(
+                        f"{self.path} has schema {row[0]}, this gpuvet reads {SCHEMA_VERSION}",
+                        hint=f"move {self.path} aside and run `gpuvet index rebuild "
+                             f"--results {root}`")
+        except sqlite3.DatabaseError as exc:
+            raise UsageError(f"{self.path} is not a readable index: {exc}",
+                             hint=f"run `gpuvet index rebuild --results {root}`") from None
+        except OSError as exc:
+            raise store_error(exc, self.path) from exc
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            db = sqlite3.connect(self.path, timeout=30)
+            # derived and rebuildable: no fsync per commit (each cost ~20 ms, serialised
+            # under the lock, 20 s over 1,000 nodes). A crash of gpuvet cannot corrupt it
+            # (the journal still makes every commit atomic); after a power loss it may need
+            # `gpuvet index rebuild`, which a damaged index already asks for
+            db.execute("PRAGMA synchronous=OFF")
+            try:
+                with db:
+                    yield db
+            finally:
+                db.close()
+
+    def upsert_run(self, meta: RunMeta) -> None:
+        with self._connect() as db:
+            db.execute("INSERT OR REPLACE INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
+                       _run_row(meta))
+
+    def add_findings(self, findings: Iterable[Finding]) -> None:
+        rows = [_finding_row(f) for f in findings]
+        with self._connect() as db:
+            db.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?,?)", rows)
+
+    def add_measurements(self, ms: Iterable[Measurement]) -> None:
+        rows = [_measurement_row(m) for m in ms]
+        with self._connect() as db:
+            db.executemany("INSERT INTO measurements VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           rows)
+
+    def replace_records(self, run_id: str, findings: list[Finding],
+                        ms: list[Measurement]) -> None:
+        """Make the index hold exactly these records of the run (after a retract)."""
+        with self._connect() as db:
+            db.execute("DELETE FROM findings WHERE run_id=?", (run_id,))
+            db.execute("DELETE FROM measurements WHERE run_id=?", (run_id,))
+            db.executemany("INSERT INTO findings VALUES (?,?,?,?,?,?,?,?,?,?)",
+                           [_finding_row(f) for f in findings])
+            db.executemany("INSERT INTO measurements VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           [_measurement_row(m) for m in ms])
+
+    def findings(self, run_id: str) -> list[Finding]:
+        with self._connect() as db:
+            rows = db.execute("SELECT json FROM findings WHERE run_id=?", (run_id,)).fetchall()
+        return [Finding.model_validate_json(r[0]) for r in rows]
+
+    def measurements(self, run_id: str | None = None) -> list[Measurement]:
+        q, args = "SELECT json FROM measurements", tuple[str, ...]()
+        if run_id:
+            q, args = q + " WHERE run_id=?", (run_id,)
+        with self._connect() as db:
+            rows = db.execute(q, args).fetchall()
+        return [Measurement.model_validate_json(r[0]) for r in rows]
+
+    def runs(self) -> list[RunMeta]:
+        with self._connect() as db:
+            rows = db.execute("SELECT json FROM runs ORDER BY started, run_id").fetchall()
+        return [RunMeta.model_validate_json(r[0]) for r in rows]
+
+    def replace_baselines(self, records: list[BaselineRecord]) -> None:
+        """A new set replaces every earlier row of its provider, machine class and suite."""
+        with self._connect() as db:
+            for key in {(r.provider, r.gpu_model, r.gpu_count, r.suite_hash) for r in records}:
+                db.execute("DELETE FROM baselines WHERE provider=? AND gpu_model=? AND "
+                           "gpu_count=? AND suite_hash=?", key)
+            db.executemany("INSERT INTO baselines VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                           [(r.set_id, r.provider, r.gpu_model, r.gpu_count, r.suite_hash,
+                             r.scope, r.engine, r.metric, r.size, r.span, r.n, r.mean, r.std,
+                             r.median, r.unit, r.set_at, r.set_by, r.model_dump_json())
+                            for r in records])
+
+    def baselines(self, provider: str | None = None,
+                  suite_hash: str | None = None) -> list[BaselineRecord]:
+        q, args = "SELECT json FROM baselines WHERE 1=1", []
+        for col, val in (("provider", provider), ("suite_hash", suite_hash)):
+            if val is not None:
+                q += f" AND {col}=?"
+                args.append(val)
+        with self._connect() as db:
+            rows = db.execute(q + " ORDER BY provider, suite_hash, metric, size", args).fetchall()
+        return [BaselineRecord.model_validate_json(r[0]) for r in rows]
+
+    def counts(self, run_id: str) -> tuple[int, int]:
+        with self._connect() as db:
+            nf = db.execute("SELECT count(*) FROM findings WHERE run_id=?", (run_id,)).fetchone()
+            nm = db.execute("SELECT count(*) FROM measurements WHERE run_id=?",
+                            (run_id,)).fetchone()
+        return int(nf[0]), int(nm[0])
+
+
+def add_baselines(root: Path, records: list[BaselineRecord]) -> None:
+    """Record a baseline set: the JSONL file first (the record), then the index."""
+    if not records:
+        return
+    root.mkdir(parents=True, exist_ok=True)
+    append_lines(root / BASELINES_FILE, [r.model_dump_json() for r in records])
+    Index(root).replace_baselines(records)
+
+
+def baseline_sets(root: Path) -> list[list[BaselineRecord]]:
+    """Every baseline set in the order it was made; replaying them rebuilds the table."""
+    sets: dict[str, list[BaselineRecord]] = {}
+    for r in read_jsonl(root / BASELINES_FILE, BaselineRecord):
+        sets.setdefault(r.set_id, []).append(r)
+    return list(sets.values())

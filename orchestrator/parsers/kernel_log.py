@@ -1,0 +1,309 @@
+"""The kernel log, as `dmesg`, `dmesg -T`, `journalctl -k` (any `-o` form) or a syslog
+file prints it, or lines grepped out of one: NVIDIA's Xid events, GPUs that fell off
+the bus without one, and the PCI core's "available PCIe bandwidth, limited by" line.
+
+A kernel log is free text: lines that are none of these are counted, not parsed.
+A line that says `NVRM: Xid` or `available PCIe bandwidth` but does not have the
+driver's or the kernel's layout is an error naming the line: a changed format must
+not pass for a clean log. The stamp in front of a line (seconds since boot, a wall
+clock, a syslog time) is kept as printed, and as seconds where it is seconds since
+boot, so two reads of one boot can be told apart (`new_since`).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import ParseError
+from orchestrator.parsers import register
+
+XID_KIND = "xid"
+PCIE_KIND = "pcie-bandwidth"
+
+# What NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors) says each common Xid
+# means, and whether it points at the GPU, its memory or its links rather than at the
+# application: (meaning, category, bad).
+XID_CATALOG: dict[int, tuple[str, str, bool]] = {
+    8: ("GPU stopped processing (timeout)", "driver", False),
+    13: ("graphics engine exception", "application", False),
+    31: ("GPU memory page fault", "application", False),
+    32: ("invalid or corrupted push buffer stream", "application", False),
+    38: ("driver firmware error", "driver", False),
+    43: ("GPU stopped processing", "application", False),
+    45: ("preemptive cleanup, due to previous errors", "application", False),
+    48: ("double bit ECC error", "memory", True),
+    61: ("internal micro-controller breakpoint/warning", "firmware", True),
+    62: ("internal micro-controller halt", "firmware", True),
+    63: ("ECC page retirement or row remapping recording event", "memory", True),
+    64: ("ECC page retirement or row remapper recording failure", "memory", True),
+    69: ("graphics engine class error", "application", False),
+    74: ("NVLink error", "link", True),
+    79: ("GPU has fallen off the bus", "bus", True),
+    92: ("high single-bit ECC error rate", "memory", True),
+    94: ("contained ECC error", "memory", True),
+    95: ("uncontained ECC error", "memory", True),
+    109: ("context switch timeout", "application", False),
+    119: ("GSP RPC timeout", "firmware", True),
+    120: ("GSP error", "firmware", True),
+    140: ("unrecovered ECC error", "memory", True),
+    143: ("GPU initialization failure", "firmware", True),
+    144: ("NVLink SAW error", "link", True),
+    145: ("NVLink RLW error", "link", True),
+    146: ("NVLink TLW error", "link", True),
+    147: ("NVLink TREX error", "link", True),
+    148: ("NVLink NVLPW control error", "link", True),
+    149: ("NVLink NETIR error", "link", True),
+    150: ("NVLink MSE error", "link", True),
+}
+
+_MONO = re.compile(r"\[\s*(\d+\.\d+)\]")
+_WALL = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
+_SYSLOG = re.compile(r"([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+\S+\s+kernel:")
+_ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]?\d*(?:[+-]\d\d:?\d\d|Z)?)\s+\S+\s+kernel:")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+                  r"(?:\.[0-7])?)\): (?P<xid>\d+)(?:, (?P<rest>.*?))?\s*$")
+_PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+), (?:name=(?P<name>'?<unknown>'?|[^,]*), )?")
+_GPU_AT = re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F:.]+): (?P<uuid>GPU-[0-9a-fA-F-]+)")
+_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+                      r"\.[0-7])")
+_CAUSE = re.compile(r"caused by previous Xid (\d+)")
+_ELISION = re.compile(r"^\s*(?:\[\.\.\.\]|\.\.\.|\[snip\])\s*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Stamp(_Model):
+    raw: str | None  # as printed; None for a line without one
+    uptime_s: float | None  # seconds since boot, where that is what the line carries
+
+
+def stamp_of(prefix: str) -> Stamp:
+    """The time in front of a kernel message (whatever printed it)."""
+    for rx in (_ISO, _SYSLOG, _WALL):
+        m = rx.search(prefix)
+        if m:
+            mono = _MONO.search(prefix[m.end():])
+            return Stamp(raw=m.group(1), uptime_s=float(mono.group(1)) if mono else None)
+    m = _MONO.search(prefix)
+    if m:
+        return Stamp(raw=m.group(0), uptime_s=float(m.group(1)))
+    return Stamp(raw=None, uptime_s=None)
+
+
+def pci_key(pci: str) -> str:
+    """`0000:9B:00.0` / `0000:9b:00` -> `0000:9b:00`: how the driver names a GPU in an Xid."""
+    return pci.lower().split(".")[0]
+
+
+class XidEvent(_Model):
+    line_no: int
+    xid: int
+    pci: str  # domain:bus:device, lower case
+    pid: int | None
+    process: str | None
+    message: str
+    stamp: Stamp
+    meaning: str | None  # from XID_CATALOG; None for an Xid it does not list
+    category: str | None  # memory | link | bus | firmware | driver | application
+    bad: bool  # the GPU, its memory or a link, not the application (itself or its cause)
+    caused_by: int | None  # "caused by previous Xid N" (Xid 45 names the one it cleans up)
+    line: str
+
+
+class BusEvent(_Model):
+    """A GPU that fell off the bus (the driver's multi-line message, with or without Xid 79)."""
+
+    line_no: int
+    pci: str | None
+    stamp: Stamp
+    text: str
+
+
+class KernelLogFacts(_Model):
+    lines: int
+    events: list[XidEvent]
+    fallen_off_bus: list[BusEvent]
+    gpus: dict[str, str]  # pci (domain:bus:device) -> GPU UUID, from "NVRM: GPU at PCI:..."
+    last_uptime_s: float | None  # the latest seconds-since-boot stamp of any line
+    elided: bool  # the text leaves lines out ([...])
+
+    @property
+    def bad(self) -> list[XidEvent]:
+        return [e for e in self.events if e.bad]
+
+    def count(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for e in self.events:
+            out[e.xid] = out.get(e.xid, 0) + 1
+        return out
+
+    def new_since(self, before: KernelLogFacts) -> list[XidEvent]:
+        """Events of this read that the earlier read of the same log did not have: by
+        seconds since boot where both reads have them, else by their text."""
+        if before.last_uptime_s is not None and all(e.stamp.uptime_s is not None
+                                                    for e in self.events):
+            return [e for e in self.events if e.stamp.uptime_s is not None
+                    and e.stamp.uptime_s > before.last_uptime_s]
+        seen: dict[str, int] = {}
+        for e in before.events:
+            seen[e.line] = seen.get(e.line, 0) + 1
+        out = []
+        for e in self.events:
+            if seen.get(e.line, 0):
+                seen[e.line] -= 1
+            else:
+                out.append(e)
+        return out
+
+
+def _xid_event(no: int, line: str, idx: int) -> XidEvent:
+    m = _XID.search(line, idx)
+    if not m:
+        raise ParseError(XID_KIND, "an `NVRM: Xid` line without `Xid (PCI:<bus id>): <number>`",
+                         line_no=no, line=line)
+    rest = m.group("rest") or ""
+    pid = process = None
+    pm = _PID.match(rest)
+    if pm:
+        raw_pid = pm.group("pid").strip("'")
+        pid = None if raw_pid == "<unknown>" else int(raw_pid)
+        name = (pm.group("name") or "").strip("'")
+        process = None if name in ("", "<unknown>") else name
+        rest = rest[pm.end():]
+    xid = int(m.group("xid"))
+    meaning, category, bad = XID_CATALOG.get(xid, (None, None, False))
+    cause = _CAUSE.search(rest)
+    caused_by = int(cause.group(1)) if cause else None
+    if caused_by is not None:
+        bad = bad or XID_CATALOG.get(caused_by, ("", "", False))[2]
+    return XidEvent(line_no=no, xid=xid, pci=pci_key(m.group("pci")), pid=pid, process=process,
+                    message=rest.strip(), stamp=stamp_of(line[:idx]), meaning=meaning,
+                    category=category, bad=bad, caused_by=caused_by, line=line.strip())
+
+
+@register(XID_KIND, "kernel log (dmesg, dmesg -T, journalctl -k, syslog): NVIDIA Xid events, "
+          "GPUs fallen off the bus",
+          example='sudo dmesg -T | grep -i xid  (or journalctl -k)')
+def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
+    events: list[XidEvent] = []
+    bus: list[BusEvent] = []
+    gpus: dict[str, str] = {}
+    last: float | None = None
+    elided = False
+    lines = text.splitlines()
+    if not any(ln.strip() for ln in lines):
+        raise ParseError(XID_KIND, "empty output", source=source)
+    pending_gpu: tuple[int, str | None, Stamp] | None = None
+    for no, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r")
+        if _ELISION.match(line):
+            elided = True
+            continue
+        st = stamp_of(line)
+        if st.uptime_s is not None:
+            last = st.uptime_s if last is None else max(last, st.uptime_s)
+        idx = line.find("NVRM: Xid")
+        if idx >= 0:
+            try:
+                events.append(_xid_event(no, line, idx))
+            except ParseError as exc:
+                raise ParseError(XID_KIND, "an `NVRM: Xid` line without `Xid (PCI:<bus id>): "
+                                 "<number>`", line_no=no, line=line, source=source) from exc
+            continue
+        if m := _GPU_AT.search(line):
+            gpus[pci_key(m["pci"])] = m["uuid"]
+            continue
+        if m := _THE_GPU.search(line):
+            pending_gpu = (no, pci_key(m["pci"]), st)
+        if "fallen off the bus" in line and "NVRM" in line:
+            where = pending_gpu if pending_gpu and no - pending_gpu[0] <= 3 else (no, None, st)
+            bus.append(BusEvent(line_no=where[0], pci=where[1], stamp=where[2],
+                                text=line.strip()))
+            pending_gpu = None
+    return KernelLogFacts(lines=len(lines), events=events, fallen_off_bus=bus, gpus=gpus,
+                          last_uptime_s=last, elided=elided)
+
+
+# --------------------------------------------------------------------------- PCIe links
+
+_PCIE = re.compile(
+    r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?P<avail>\d+\.\d+) Gb/s available "
+    r"PCIe bandwidth, limited by (?P<speed>\d+(?:\.\d+)?) GT/s PCIe x(?P<width>\d+) link at "
+    r"(?P<at>\S+) \(capable of (?P<cap>\d+\.\d+) Gb/s with (?P<cap_speed>\d+(?:\.\d+)?) GT/s "
+    r"PCIe x(?P<cap_width>\d+) link\)")
+_PCIE_FULL = re.compile(
+    r"(?P<bdf>[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?P<avail>\d+\.\d+) Gb/s available "
+    r"PCIe bandwidth \((?P<speed>\d+(?:\.\d+)?) GT/s PCIe x(?P<width>\d+) link\)")
+GEN_OF_GTS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
+
+
+class PcieLink(_Model):
+    line_no: int
+    bdf: str
+    available_gbps: float  # Gb/s, as the kernel computes it (encoding overhead removed)
+    speed_gts: float
+    width: int
+    gen: int | None
+    limited: bool  # False: the line says the device gets what it is capable of
+    limited_at: str | None  # the device whose link limits it (a bridge, a switch port)
+    capable_gbps: float | None
+    capable_speed_gts: float | None
+    capable_width: int | None
+    capable_gen: int | None
+    stamp: Stamp
+
+
+class PcieBandwidthFacts(_Model):
+    links: list[PcieLink]
+    lines: int
+    elided: bool
+
+    @property
+    def limited(self) -> list[PcieLink]:
+        return [x for x in self.links if x.limited]
+
+
+@register(PCIE_KIND, "kernel log: the PCI core's `available PCIe bandwidth, limited by` lines",
+          example="sudo dmesg | grep 'available PCIe bandwidth'")
+def parse_pcie_bandwidth(text: str, source: str | None = None) -> PcieBandwidthFacts:
+    links: list[PcieLink] = []
+    lines = text.splitlines()
+    if not any(ln.strip() for ln in lines):
+        raise ParseError(PCIE_KIND, "empty output", source=source)
+    elided = False
+    for no, raw in enumerate(lines, 1):
+        line = raw.rstrip("\r")
+        if _ELISION.match(line):
+            elided = True
+            continue
+        if "available PCIe bandwidth" not in line:
+            continue
+        idx = line.find("available PCIe bandwidth")
+        head = line[:idx]
+        m = _PCIE.search(line)
+        if m:
+            cap_speed = float(m["cap_speed"])
+            links.append(PcieLink(
+                line_no=no, bdf=m["bdf"], available_gbps=float(m["avail"]),
+                speed_gts=float(m["speed"]), width=int(m["width"]),
+                gen=GEN_OF_GTS.get(float(m["speed"])), limited=True, limited_at=m["at"],
+                capable_gbps=float(m["cap"]), capable_speed_gts=cap_speed,
+                capable_width=int(m["cap_width"]), capable_gen=GEN_OF_GTS.get(cap_speed),
+                stamp=stamp_of(head)))
+            continue
+        m = _PCIE_FULL.search(line)
+        if m:
+            links.append(PcieLink(
+                line_no=no, bdf=m["bdf"], available_gbps=float(m["avail"]),
+                speed_gts=float(m["speed"]), width=int(m["width"]),
+                gen=GEN_OF_GTS.get(float(m["speed"])), limited=False, limited_at=None,
+                capable_gbps=None, capable_speed_gts=None, capable_width=None,
+                capable_gen=None, stamp=stamp_of(head)))
+            continue
+        raise ParseError(PCIE_KIND, "an `available PCIe bandwidth` line not in the kernel's "
+                         "layout", line_no=no, line=line, source=source)
+    return PcieBandwidthFacts(links=links, lines=len(lines), elided=elided)

@@ -1,0 +1,159 @@
+"""nvidia-smi's health outputs the health step reads before and after its load:
+`nvidia-smi nvlink -e` (the error counters of every NVLink) and
+`nvidia-smi --query-compute-apps=... --format=csv` (the processes holding GPU memory).
+
+`nvlink -e` prints a `GPU N: <name> (UUID: ...)` line, then `Link L: <counter>: <n>`
+lines; which counters depend on the driver and the GPU generation, so every counter
+is kept by the name printed. A GPU without NVLink prints nothing at all (an empty
+output is an answer, not an error). A pasted excerpt's `[...]` is marked elided.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict
+
+from orchestrator.errors import ParseError
+from orchestrator.parsers import register
+from orchestrator.parsers.nvidia_smi import integer, is_na, text_or_none
+
+NVLINK_KIND = "nvlink-e"
+APPS_KIND = "nvidia-smi-compute-apps"
+
+_GPU = re.compile(r"GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: (?P<uuid>[^)]+)\))?$")
+_LINK = re.compile(r"Link (?P<link>\d+): (?P<counter>[A-Za-z][A-Za-z0-9 ./_-]*?): (?P<value>\S.*)$")
+_ELISION = re.compile(r"^(?:\[\.\.\.\]|\.\.\.|\[snip\])$")
+_MESSAGE = re.compile(r"^(?:NVML: .*|Failed to .*|Unable to .*|No devices were found|"
+                      r".*not supported.*|.*inActive.*)$", re.I)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class NvlinkErrorsGpu(_Model):
+    index: int
+    name: str
+    uuid: str | None
+    links: dict[int, dict[str, int | None]]  # link -> counter name -> count (None: N/A)
+    messages: list[str]
+    line_no: int
+
+    def total(self, counter: str | None = None) -> int:
+        return sum(v or 0 for c in self.links.values() for k, v in c.items()
+                   if counter is None or k == counter)
+
+
+class NvlinkErrorsFacts(_Model):
+    gpus: list[NvlinkErrorsGpu]
+    elided: bool
+
+    @property
+    def empty(self) -> bool:
+        return not self.gpus
+
+
+@register(NVLINK_KIND, "nvidia-smi nvlink -e: NVLink error counters per GPU and link",
+          example='nvidia-smi nvlink -e')
+def parse_nvlink_errors(text: str, source: str | None = None) -> NvlinkErrorsFacts:
+    gpus: list[NvlinkErrorsGpu] = []
+    elided = False
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        if _ELISION.match(s):
+            elided = True
+            continue
+        if not raw[:1].isspace() and (m := _GPU.match(s)):
+            gpus.append(NvlinkErrorsGpu(index=int(m["index"]), name=m["name"].strip(),
+                                        uuid=m["uuid"], links={}, messages=[], line_no=no))
+            continue
+        if m := _LINK.match(s):
+            if not gpus:
+                # a fragment that starts inside a GPU's links
+                gpus.append(NvlinkErrorsGpu(index=-1, name="", uuid=None, links={},
+                                            messages=[], line_no=no))
+            value = m["value"].strip()
+            try:
+                count = None if is_na(value) else integer(value)
+            except ValueError:
+                raise ParseError(NVLINK_KIND, f"{m['counter']} is not a count", line_no=no,
+                                 line=raw, source=source) from None
+            gpus[-1].links.setdefault(int(m["link"]), {})[m["counter"].strip()] = count
+            continue
+        if _MESSAGE.match(s):
+            if gpus:
+                gpus[-1].messages.append(s)
+            else:
+                gpus.append(NvlinkErrorsGpu(index=-1, name="", uuid=None, links={},
+                                            messages=[s], line_no=no))
+            continue
+        raise ParseError(NVLINK_KIND, "not a `GPU N:` or `Link L: <counter>: <count>` line",
+                         line_no=no, line=raw, source=source)
+    return NvlinkErrorsFacts(gpus=gpus, elided=elided)
+
+
+# --------------------------------------------------------------------------- compute apps
+
+_APPS_COLUMNS = {"gpu_uuid": "gpu_uuid", "pid": "pid", "process_name": "process_name",
+                 "name": "process_name", "used_memory": "used_mib", "used_gpu_memory": "used_mib",
+                 "gpu_bus_id": "gpu_bus_id", "gpu_name": "gpu_name"}
+
+
+class ComputeApp(_Model):
+    line_no: int
+    pid: int
+    process_name: str | None
+    used_mib: int | None  # None: [N/A] (some MIG and vGPU setups)
+    gpu_uuid: str | None
+    gpu_bus_id: str | None
+    gpu_name: str | None
+
+
+class ComputeAppsFacts(_Model):
+    fields: list[str]
+    apps: list[ComputeApp]
+
+    def on(self, uuid: str) -> list[ComputeApp]:
+        return [a for a in self.apps if a.gpu_uuid == uuid]
+
+
+@register(APPS_KIND, "nvidia-smi --query-compute-apps=... --format=csv: processes on the GPUs",
+          example='nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv')
+def parse_compute_apps(text: str, source: str | None = None) -> ComputeAppsFacts:
+    rows = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not rows:
+        raise ParseError(APPS_KIND, "empty output", source=source)
+    hdr_no, hdr = rows[0]
+    names = []
+    for col in hdr.split(","):
+        m = re.fullmatch(r"\s*([a-z_.]+)(?:\s+\[[^\]]+\])?\s*", col)
+        if not m or m.group(1) not in _APPS_COLUMNS:
+            raise ParseError(APPS_KIND, f"header column {col.strip()!r} is not a compute-apps "
+                             "field (the query must use --format=csv with its header)",
+                             line_no=hdr_no, line=hdr, source=source)
+        names.append(_APPS_COLUMNS[m.group(1)])
+    if "pid" not in names:
+        raise ParseError(APPS_KIND, "the query has no pid column", line_no=hdr_no, line=hdr,
+                         source=source)
+    apps = []
+    for no, line in rows[1:]:
+        if line.strip() == "No running processes found":
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(names):
+            raise ParseError(APPS_KIND, f"{len(cells)} columns, header has {len(names)}",
+                             line_no=no, line=line, source=source)
+        row = dict(zip(names, cells, strict=True))
+        try:
+            pid = int(row["pid"])
+            used = integer(row["used_mib"], "MiB") if "used_mib" in row else None
+        except ValueError as exc:
+            raise ParseError(APPS_KIND, str(exc), line_no=no, line=line, source=source) from None
+        apps.append(ComputeApp(line_no=no, pid=pid, process_name=text_or_none(
+            row.get("process_name", "")), used_mib=used, gpu_uuid=text_or_none(
+            row.get("gpu_uuid", "")), gpu_bus_id=text_or_none(row.get("gpu_bus_id", "")),
+            gpu_name=text_or_none(row.get("gpu_name", ""))))
+    return ComputeAppsFacts(fields=names, apps=apps)

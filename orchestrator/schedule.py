@@ -1,0 +1,133 @@
+"""`gpuvet schedule print`: the systemd units and the crontab line that run the pipeline.
+
+An interval is accepted only where systemd's OnCalendar and cron both express
+it exactly; arguments are quoted for each (systemd's specifiers and variables,
+the shell's words and cron's '%'). Nothing is installed without the user's hand.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import UsageError
+
+_EVERY_RE = re.compile(r"^(\d+)\s*([mhd])$")
+
+
+@dataclass(frozen=True)
+class Every:
+    """An interval that systemd's OnCalendar and cron both express exactly."""
+
+    minutes: int
+
+    @classmethod
+    def parse(cls, text: str) -> Every:
+        m = _EVERY_RE.match(text.strip().lower())
+        ok = "30m, 15m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d"
+        if not m or int(m.group(1)) == 0:
+            raise UsageError(f"--every {text!r} is not an interval like {ok}")
+        n, unit = int(m.group(1)), m.group(2)
+        minutes = n * {"m": 1, "h": 60, "d": 1440}[unit]
+        exact = (minutes < 60 and 60 % minutes == 0) or (minutes % 60 == 0
+                                                          and 1440 % minutes == 0)
+        if not exact:
+            raise UsageError(f"--every {text}: cron can only run at intervals that divide an hour "
+                             f"or a day evenly", hint=f"choose one of {ok}")
+        return cls(minutes)
+
+    @property
+    def cron(self) -> str:
+        if self.minutes < 60:
+            return f"*/{self.minutes} * * * *"
+        hours = self.minutes // 60
+        return "0 0 * * *" if hours == 24 else "0 * * * *" if hours == 1 else f"0 */{hours} * * *"
+
+    @property
+    def calendar(self) -> str:
+        if self.minutes < 60:
+            return f"*-*-* *:00/{self.minutes}:00"
+        hours = self.minutes // 60
+        return "*-*-* 00:00:00" if hours == 24 else f"*-*-* 00/{hours}:00:00"
+
+    def __str__(self) -> str:
+        return f"{self.minutes} min" if self.minutes < 60 else f"{self.minutes // 60} h"
+
+
+def systemd_quote(arg: str) -> str:
+    """One ExecStart argument: systemd splits on spaces, expands % specifiers and $VARS."""
+    arg = arg.replace("%", "%%").replace("$", "$$")
+    if re.fullmatch(r"[A-Za-z0-9_@%+=:,./-]+", arg):
+        return arg
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def gpuvet_argv() -> list[str]:
+    """How this gpuvet is started again from a timer: its own script, absolute."""
+    script = Path(sys.executable).with_name("gpuvet")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "orchestrator"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    service: str
+    timer: str
+    cron: str
+    name: str
+
+
+def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, user: str | None,
+             log_file: Path, inventory: Path) -> Schedule:
+    """The systemd service + timer pair and the crontab line that run `argv` every `every`."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise UsageError(f"--name {name!r}: a unit name is letters, digits, '_', '.' and '-'")
+    exec_start = " ".join(systemd_quote(a) for a in argv)
+    service = "\n".join([
+        f"# /etc/systemd/system/{name}.service (or ~/.config/systemd/user/ without User=)",
+        "[Unit]",
+        f"Description=gpuvet pipeline on {inventory.name}: preflight, nccl, train, regress",
+        "Wants=network-online.target",
+        "After=network-online.target",
+        "",
+        "[Service]",
+        "Type=oneshot",
+        *([f"User={user}"] if user else []),
+        f"WorkingDirectory={workdir}",
+        "Environment=COLUMNS=160",
+        f"ExecStart={exec_start}",
+        "# exit 1: a check FAILed or a provider regressed (the unit shows as failed: alert on",
+        "# it with OnFailure= or `systemctl --failed`); exit 2: bad input, or another pipeline",
+        "# still holds the lock on these results",
+        "StandardOutput=journal",
+        "StandardError=journal",
+        f"SyslogIdentifier={name}",
+        f"TimeoutStartSec={max(every.minutes - 5, 5)}min",
+        "",
+    ])
+    timer = "\n".join([
+        f"# /etc/systemd/system/{name}.timer; then: systemctl daemon-reload && "
+        f"systemctl enable --now {name}.timer",
+        f"# logs: journalctl -u {name}.service",
+        "[Unit]",
+        f"Description=Run {name} every {every}",
+        "",
+        "[Timer]",
+        f"OnCalendar={every.calendar}",
+        "Persistent=true",
+        f"Unit={name}.service",
+        "",
+        "[Install]",
+        "WantedBy=timers.target",
+        "",
+    ])
+    # cron runs the line with /bin/sh; '%' ends the command there unless escaped
+    line = f"cd {shlex.quote(str(workdir))} && {shlex.join(argv)} >> " \
+           f"{shlex.quote(str(log_file))} 2>&1"
+    cron = f"{every.cron} {line.replace('%', chr(92) + '%')}"
+    return Schedule(service, timer, cron, name)

@@ -1,0 +1,162 @@
+"""The datasheet the health step measures each GPU against: the variants of
+`data/gpu_peaks.yaml` (the table MFU reads too) as typed records, the shipped
+achievable fractions, and what a PCIe link carries per direction.
+
+The table is validated when it is read (unknown keys refused, every figure a
+number or null), so a typo in the shipped file fails the tests, not a node.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ruamel.yaml import YAML
+
+PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp64", "fp8")
+# the kernel's GT/s per generation, and the share of the raw rate its encoding leaves:
+# 8b/10b up to Gen2, 128b/130b from Gen3, FLIT mode (242 of 256 bytes) from Gen6
+PCIE_GT_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
+PCIE_EFFICIENCY = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Model):
+    title: str
+    url: str
+
+
+class Pcie(_Model):
+    gen: int
+    width: int
+
+
+class Peaks(_Model):
+    bf16: float | None
+    fp16: float | None
+    tf32: float | None
+    fp32: float | None
+    fp64: float | None
+    fp8: float | None
+
+
+class Achievable(_Model):
+    """Fractions of a datasheet figure a healthy GPU reaches with the health step."""
+
+    memory_copy: float
+    memory_read: float
+    bf16: float
+    bf16_sustained: float
+    fp16: float
+    tf32: float
+    fp32: float
+    fp64: float
+    fp8: float
+    host_copy: float
+
+
+class Variant(_Model):
+    name: str  # e.g. "A100 40 GB PCIe"
+    match: str  # the name pattern of the row (nvidia-smi / torch)
+    memory_gb: float
+    memory_gbps: float
+    dense_tflops: Peaks
+    tdp_w: float
+    pcie: Pcie
+    nvlink_gbps: float | None
+    fp8: bool
+    form_factor: str
+    cc: tuple[int, int]
+    sources: tuple[Source, ...]
+    achievable: Achievable
+    mfu_tflops: float | None  # the row's `tflops`, for reference
+
+    def peak(self, precision: str) -> float | None:
+        return getattr(self.dense_tflops, precision)
+
+    @property
+    def host_gbps(self) -> float:
+        """What the host link carries per direction at its generation and width."""
+        return pcie_gbps(self.pcie.gen, self.pcie.width)
+
+
+class _Row(_Model):
+    match: str
+    tflops: float | None = None
+    note: str | None = None
+    variant: str | None = None
+    memory_gb: float | None = None
+    memory_gbps: float | None = None
+    dense_tflops: Peaks | None = None
+    tdp_w: float | None = None
+    pcie: Pcie | None = None
+    nvlink_gbps: float | None = None
+    fp8: bool | None = None
+    form_factor: str | None = Field(default=None, pattern="^(sxm|pcie)$")
+    cc: str | None = Field(default=None, pattern=r"^\d+\.\d+$")
+    sources: list[Source] | None = None
+    achievable: dict[str, float] | None = None
+
+
+class Datasheet(_Model):
+    variants: tuple[Variant, ...]
+    achievable: Achievable
+    rows: tuple[tuple[str, str | None], ...]  # (match, variant name) of every row, in order
+
+    def for_name(self, gpu_name: str | None) -> Variant | None:
+        """The variant a reported name says it is: the first row whose pattern the name
+        contains (the rows MFU reads, in the same order), or None for a row without a
+        datasheet (a general `A100`) or no row at all."""
+        if not gpu_name:
+            return None
+        for match, variant in self.rows:
+            if match.lower() in gpu_name.lower():
+                return self.variant(variant) if variant else None
+        return None
+
+    def variant(self, name: str) -> Variant | None:
+        return next((v for v in self.variants if v.name == name), None)
+
+
+def pcie_gbps(gen: int, width: int) -> float:
+    """GB/s per direction a link of this generation and width carries (before protocol
+    overhead: Gen5 x16 is 63.0)."""
+    return PCIE_GT_S[gen] * width * PCIE_EFFICIENCY[gen] / 8
+
+
+def parse_datasheet(doc: dict[str, Any]) -> Datasheet:
+    shipped = Achievable.model_validate(doc["achievable"])
+    variants: list[Variant] = []
+    order: list[tuple[str, str | None]] = []
+    for raw in list(doc.get("peaks", [])) + list(doc.get("health_only", [])):
+        row = _Row.model_validate(raw)
+        order.append((row.match, row.variant))
+        if row.variant is None:
+            continue
+        missing = [k for k in ("memory_gb", "memory_gbps", "dense_tflops", "tdp_w", "pcie",
+                               "fp8", "form_factor", "cc", "sources")
+                   if getattr(row, k) is None]
+        if missing:
+            raise ValueError(f"gpu_peaks.yaml: variant {row.variant!r} lacks {', '.join(missing)}")
+        frac = shipped.model_copy(update=row.achievable or {})
+        major, minor = (int(x) for x in str(row.cc).split("."))
+        variants.append(Variant(
+            name=row.variant, match=row.match, memory_gb=float(row.memory_gb or 0),
+            memory_gbps=float(row.memory_gbps or 0), dense_tflops=row.dense_tflops or Peaks(
+                bf16=None, fp16=None, tf32=None, fp32=None, fp64=None, fp8=None),
+            tdp_w=float(row.tdp_w or 0), pcie=row.pcie or Pcie(gen=0, width=0),
+            nvlink_gbps=row.nvlink_gbps, fp8=bool(row.fp8), form_factor=str(row.form_factor),
+            cc=(major, minor), sources=tuple(row.sources or ()), achievable=frac,
+            mfu_tflops=row.tflops))
+    return Datasheet(variants=tuple(variants), achievable=shipped, rows=tuple(order))
+
+
+@functools.lru_cache(maxsize=1)
+def shipped() -> Datasheet:
+    text = resources.files("orchestrator").joinpath("data/gpu_peaks.yaml").read_text()
+    return parse_datasheet(YAML(typ="safe").load(text))

@@ -1,0 +1,137 @@
+"""Xid events, GPUs fallen off the bus and PCIe bandwidth limits in kernel logs of
+every form: dmesg, dmesg -T, syslog and journal greps, a real H200 boot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import ParseError
+from orchestrator.parsers import get, parse
+from orchestrator.parsers.kernel_log import (
+    KernelLogFacts,
+    parse_kernel_log,
+    parse_pcie_bandwidth,
+    stamp_of,
+)
+
+H200 = Path(__file__).resolve().parents[2] / "fixtures" / "h200x1-health"
+# the driver's line for an Xid 79, as NVIDIA prints it (pid and name since R470)
+XID79 = ("[ 4242.125001] NVRM: Xid (PCI:0000:00:06): 79, pid=2211, name=python3, "
+         "GPU has fallen off the bus.")
+
+
+def test_registered() -> None:
+    assert get("xid").func is parse_kernel_log
+    assert get("pcie-bandwidth").func is parse_pcie_bandwidth
+
+
+def test_gsp_timeouts_on_an_h100_in_dmesg_T(public) -> None:
+    facts = parse("xid", public("dmesg-T_h100-xid119-gsp_gpud.log"))
+    assert isinstance(facts, KernelLogFacts)
+    assert [e.xid for e in facts.events] == [119] * 5
+    first = facts.events[0]
+    assert (first.line_no, first.pci, first.pid, first.process) == (3, "0000:9b:00", 2024380,
+                                                                    "nvidia-smi")
+    assert first.stamp.raw == "Sun Feb 23 16:24:18 2025" and first.stamp.uptime_s is None
+    assert first.message.startswith("Timeout after 6s of waiting for RPC response from GPU4 GSP!")
+    assert (first.meaning, first.category, first.bad) == ("GSP RPC timeout", "firmware", True)
+    assert [e.process for e in facts.events][-2:] == ["cache_mgr_main", "gpud"]
+    assert facts.gpus == {"0000:9b:00": "GPU-509665ad-b600-ac93-3616-d754b23d636d"}
+    assert facts.lines == 43 and facts.fallen_off_bus == []
+    assert facts.count() == {119: 5} and len(facts.bad) == 5
+
+
+def test_a_row_remap_line_grepped_from_syslog(public) -> None:
+    (e,) = parse_kernel_log(public("syslog-grep_a100-xid63_mle.txt")).events
+    assert (e.xid, e.pci, e.pid, e.process, e.bad, e.category) == (
+        63, "0000:10:1c", 1896, None, True, "memory")
+    assert e.message == "Row Remapper: New row marked for remapping, reset gpu to activate."
+    assert e.stamp.raw is None
+
+
+def test_cleanup_after_nvlink_errors_is_bad_through_its_cause(public) -> None:
+    facts = parse_kernel_log(public("journal-grep_xid45-after-149_ogkm1150.txt"))
+    assert [e.xid for e in facts.events] == [45] * 7
+    assert [e.caused_by for e in facts.events] == [149, 145, 145, 145, 149, 145, 145]
+    assert all(e.bad for e in facts.events)  # Xid 45 alone is the application's
+    assert sorted({e.pci for e in facts.events}) == ["0000:97:00", "0000:ba:00", "0000:dc:00",
+                                                     "0000:ed:00"]
+
+
+def test_fallen_off_the_bus_with_and_without_xid(public) -> None:
+    facts = parse_kernel_log(public("dmesg_fallen-off-bus-no-xid_nvsentinel155.txt"))
+    assert facts.events == []
+    (b,) = facts.fallen_off_bus
+    assert (b.pci, b.line_no, b.stamp.uptime_s) == ("0000:b3:00", 1, 1843.308145)
+    assert facts.last_uptime_s == 1843.439669
+    (e,) = parse_kernel_log(public("xid79-quoted_nvsentinel155.txt")).events
+    assert (e.xid, e.pid, e.message, e.bad, e.category) == (
+        79, None, "GPU has fallen off the bus", True, "bus")
+
+
+def test_a_clean_h200_boot_has_no_xid_and_says_when_it_ended() -> None:
+    facts = parse_kernel_log((H200 / "dmesg.txt").read_text())
+    assert facts.events == [] and facts.fallen_off_bus == []
+    assert facts.last_uptime_s == 3.503552 and facts.lines == 50
+
+
+def test_a_new_xid_79_after_the_load_is_new_and_the_old_lines_are_not() -> None:
+    before = parse_kernel_log((H200 / "dmesg.txt").read_text())
+    after = parse_kernel_log((H200 / "dmesg.txt").read_text() + XID79 + "\n")
+    (new,) = after.new_since(before)
+    assert (new.xid, new.pci, new.pid, new.process, new.bad) == (79, "0000:00:06", 2211,
+                                                                 "python3", True)
+    assert after.new_since(after) == []
+    # logs without seconds since boot: compared by their lines
+    old = parse_kernel_log("kernel: NVRM: Xid (PCI:0000:01:00): 63, pid=1, x\n")
+    grown = parse_kernel_log(old.events[0].line + "\n" + old.events[0].line + "\n")
+    assert len(grown.new_since(old)) == 1
+
+
+@pytest.mark.parametrize("prefix,raw,uptime", [
+    ("[ 1843.308145] ", "[ 1843.308145]", 1843.308145),
+    ("[Sun Feb 23 16:24:18 2025] ", "Sun Feb 23 16:24:18 2025", None),
+    ("Feb 14 05:03:41 000-000-00000-1-gpu-1 kernel: ", "Feb 14 05:03:41", None),
+    ("Feb 14 05:03:41 host kernel: [  12.5] ", "Feb 14 05:03:41", 12.5),
+    ("2024-01-15T03:00:00,000000+00:00 node kernel: ", "2024-01-15T03:00:00,000000+00:00", None),
+    ("[  99.000001] node kernel: ", "[  99.000001]", 99.000001),  # journalctl -o short-monotonic
+    ("kernel: ", None, None),
+])
+def test_stamps_of_every_logger(prefix: str, raw: str | None, uptime: float | None) -> None:
+    st = stamp_of(prefix)
+    assert (st.raw, st.uptime_s) == (raw, uptime)
+
+
+def test_an_xid_line_out_of_shape_names_its_line() -> None:
+    with pytest.raises(ParseError) as exc:
+        parse_kernel_log("[ 1.0] ok\n[ 2.0] NVRM: Xid 79 GPU fell off\n")
+    assert exc.value.line_no == 2
+    with pytest.raises(ParseError):
+        parse_kernel_log("\n\n")
+
+
+def test_links_limited_by_a_gen4_switch_on_h100s(public) -> None:
+    facts = parse("pcie-bandwidth", public("dmesg_limited-by_8x-h100_mle.txt"))
+    assert facts.elided is True and len(facts.limited) == 2
+    a = facts.links[0]
+    assert (a.bdf, a.available_gbps, a.gen, a.width, a.limited_at) == (
+        "0000:04:00.0", 252.048, 4, 16, "0000:01:00.0")
+    assert (a.capable_gbps, a.capable_gen, a.capable_width) == (504.112, 5, 16)
+    assert a.stamp.uptime_s == 10.735323
+
+
+def test_a_gpu_in_a_x4_slot(public) -> None:
+    (link,) = parse_pcie_bandwidth(public("dmesg_gtx-x4-limited_linux-surface374.txt")).links
+    assert (link.bdf, link.width, link.capable_width, link.gen, link.line_no) == (
+        "0000:02:00.0", 4, 16, 3, 7)
+
+
+def test_full_bandwidth_lines_and_bad_ones() -> None:
+    ok = parse_pcie_bandwidth("[ 1.0] pci 0000:17:00.0: 504.112 Gb/s available PCIe bandwidth "
+                              "(32.0 GT/s PCIe x16 link)\n")
+    assert ok.limited == [] and ok.links[0].gen == 5
+    with pytest.raises(ParseError) as exc:
+        parse_pcie_bandwidth("x\npci 0000:17:00.0: lots of available PCIe bandwidth\n")
+    assert exc.value.line_no == 2
