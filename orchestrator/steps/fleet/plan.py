@@ -98,10 +98,6 @@ def _check_names(nodes: Sequence[str]) -> list[str]:
     return names
 
 
-def _renumber(rounds: Iterable[Round], start: int) -> tuple[Round, ...]:
-    return tuple(Round(r.stage, start + i, r.jobs, r.idle) for i, r in enumerate(rounds))
-
-
 # --- pairs ---------------------------------------------------------------------------------
 
 def _circle(order: list[str | None], r: int) -> list[tuple[str | None, str | None]]:
