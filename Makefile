@@ -63,6 +63,7 @@ typecheck: setup
 bench: setup
 	scripts/test-deps.sh
 	$(BIN)/python -m tests.bench.preflight_bench --out docs/benchmarks.md
+	$(BIN)/python -m tests.bench.fleet_bench --out docs/benchmarks.md
 	$(BIN)/python -m tests.bench.compare_bench --out docs/benchmarks.md
 	$(BIN)/python -m tests.bench.regress_bench --out docs/benchmarks.md
 

@@ -42,6 +42,7 @@ from orchestrator.files import (
     append_lines,
     atomic_write,
     file_sha256,
+    fsync_file,
     read_jsonl,
     store_error,
     warn,
@@ -281,15 +282,19 @@ class Run:
     def add_findings(self, findings: list[Finding]) -> None:
         if not findings:
             return
+        rows, path = [f.model_dump_json() for f in findings], self.dir / "findings.jsonl"
         with self._lock:
-            append_lines(self.dir / "findings.jsonl", [f.model_dump_json() for f in findings])
+            append_lines(path, rows, sync=False)
+        fsync_file(path)  # durable before the caller marks its unit done
         self._index_write(lambda: self.index.add_findings(findings))
 
     def add_measurements(self, ms: list[Measurement]) -> None:
         if not ms:
             return
+        rows, path = [m.model_dump_json() for m in ms], self.dir / "measurements.jsonl"
         with self._lock:
-            append_lines(self.dir / "measurements.jsonl", [m.model_dump_json() for m in ms])
+            append_lines(path, rows, sync=False)
+        fsync_file(path)
         self._index_write(lambda: self.index.add_measurements(ms))
 
     def retract(self, keep_units: set[str], step: str) -> None:

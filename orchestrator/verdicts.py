@@ -58,15 +58,26 @@ def subjects(findings: Iterable[Finding], nodes: Sequence[str] = ()) -> list[str
     return out
 
 
+def by_subject(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
+    """Findings grouped by subject in one pass (filtering them once per subject made a
+    verdict table of 1,000 nodes quadratic: 2 s)."""
+    out: dict[str, list[Finding]] = {}
+    for f in findings:
+        out.setdefault(f.subject, []).append(f)
+    return out
+
+
 def verdicts(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> dict[str, Severity]:
-    return {s: worst(f for f in findings if f.subject == s) for s in subjects(findings, nodes)}
+    groups = by_subject(findings)
+    return {s: worst(groups.get(s, ())) for s in subjects(findings, nodes)}
 
 
 def verdict_table(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> Table:
     labels = {f.subject: f.label for f in findings}  # a node asked for is its own label
+    groups = by_subject(findings)
     rows = []
     for s, v in verdicts(findings, nodes).items():
-        fs = [f for f in findings if f.subject == s]
+        fs = groups.get(s, [])
         rows.append((labels.get(s, s), v, *(sum(f.severity == sev for f in fs) for sev in ("FAIL", "WARN",
                                                                            "PASS"))))
     return Table("verdict per node", ("node", "verdict", "FAIL", "WARN", "PASS"), rows)

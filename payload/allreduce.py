@@ -9,16 +9,24 @@ busbw uses nccl-tests' all_reduce factor 2(n-1)/n. torch's all_reduce works
 in place, so both column groups time the in-place operation, on separate
 buffers.
 
+With ``--rank-times PATH`` it then times every rank at a barrier, so a
+straggler can be told in a run of many nodes: each of ``--straggler-iters``
+iterations does the same local work on every rank (a matrix product), notes
+when the rank arrives at the barrier and how long it waits there. The rank
+that arrives last waits least; clocks of different nodes are never compared.
+Rank 0 writes every rank's times to PATH as JSON (stdout is unchanged).
+
 torch is imported inside main(): the payload package stays importable
 without it. Python 3.8 compatible.
 """
 
+import json
 import os
 import re
 import socket
 import sys
 import time
-from typing import Any, List, Union
+from typing import Any, Dict, List, Tuple, Union
 
 UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
@@ -49,6 +57,49 @@ def add_arguments(p: Any) -> None:
     p.add_argument("-c", "--check", type=int, default=1)
     p.add_argument("--backend", default="auto", help="nccl, gloo or auto (nccl with CUDA)")
     p.add_argument("--dtype", default="float", choices=["float", "half", "bfloat16", "double"])
+    p.add_argument("--rank-times", metavar="PATH",
+                   help="also time each rank's arrival at a barrier; rank 0 writes JSON here")
+    p.add_argument("--straggler-iters", type=int, default=20,
+                   help="barrier iterations for --rank-times")
+    p.add_argument("--straggler-dim", type=int, default=0,
+                   help="side of the square matrix product each rank computes per iteration "
+                        "(0: 4096 on a GPU, 256 on a CPU)")
+
+
+RANK_TIMES_KIND = "gpuvet-rank-times"
+RANK_TIMES_VERSION = 1
+
+
+def barrier_times(dist: Any, torch: Any, device: Any, sync: Any, iters: int, dim: int,
+                  warmup: int = 2) -> Tuple[List[float], List[float]]:
+    """(work_us, wait_us) per iteration of this rank: the local work, then the barrier."""
+    a = torch.ones((dim, dim), dtype=torch.float32, device=device)
+    b = torch.ones((dim, dim), dtype=torch.float32, device=device)
+    work, wait = [], []
+    for i in range(warmup + iters):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        t1 = time.perf_counter()
+        dist.barrier()
+        sync()
+        t2 = time.perf_counter()
+        if i >= warmup:
+            work.append(round((t1 - t0) * 1e6, 1))
+            wait.append(round((t2 - t1) * 1e6, 1))
+    return work, wait
+
+
+def write_rank_times(path: str, doc: Dict[str, Any]) -> None:
+    """Atomically: a reader never sees half a document."""
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        os.makedirs(d)
+    tmp = "%s.tmp-%d" % (path, os.getpid())
+    with open(tmp, "w") as f:
+        json.dump(doc, f, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
 
 
 def _row(size: int, count: int, dtype: str, t_us: float, t2_us: float, n: int,
@@ -145,6 +196,18 @@ def main(args: Any) -> int:
             sys.stdout.write(_row(size, count, args.dtype, t_out, t_in, world, wrong) + "\n")
             sys.stdout.flush()
         del a, b
+    if args.rank_times:
+        dim = args.straggler_dim or (4096 if device.type == "cuda" else 256)
+        work, wait = barrier_times(dist, torch, device, sync, args.straggler_iters, dim)
+        mine = {"rank": rank, "local_rank": local, "host": socket.gethostname(),
+                "node": os.environ.get("GPUVET_NODE", ""), "work_us": work, "wait_us": wait}
+        everyone = [None] * world if rank == 0 else None
+        dist.gather_object(mine, everyone, dst=0)
+        if rank == 0:
+            write_rank_times(args.rank_times, {
+                "kind": RANK_TIMES_KIND, "version": RANK_TIMES_VERSION, "backend": backend,
+                "world": world, "iters": args.straggler_iters, "dim": dim,
+                "ranks": everyone})
     if rank == 0:
         avg = sum(busbws) / len(busbws) if busbws else 0.0
         # as nccl-tests: the values found wrong by the check, summed over sizes

@@ -15,6 +15,7 @@ import shlex
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -83,8 +84,13 @@ class ExecutorOptions:
     jump_hosts: Mapping[str, object] = field(default_factory=dict)
     nodes: Mapping[str, Node] = field(default_factory=dict)
     ray_address: str | None = None
+    # connections an ExecutorPool leaves open between uses: beyond this many, idle ones
+    # are closed, least recently handed out first (each open SSH connection is a
+    # socket and a transport thread for as long as it stays open)
+    keep_open: int = 64
 
 
+KEEP_OPEN_MIN = 64
 ExecutorFactory = Callable[[Node, ExecutorOptions], Executor]
 # name -> "module:attribute" of the backend's class, imported on first use (as the CLI's
 # GROUPS are): a run over local nodes never loads fabric/paramiko, SSH work never ray
@@ -119,6 +125,7 @@ def options_for(inv: Inventory, accept_new_host_keys: bool = False) -> ExecutorO
         jump_hosts=dict(inv.doc.jump_hosts),
         nodes={n.name: n for n in inv.nodes},
         ray_address=ray,
+        keep_open=max(KEEP_OPEN_MIN, 2 * inv.settings.concurrency),
     )
 
 
@@ -388,11 +395,20 @@ def probe(ex: Executor) -> ConnectionInfo:
 
 
 class ExecutorPool:
-    """One executor (and so one connection) per node for the length of a run."""
+    """One executor per node for the length of a run; connections are reused.
+
+    At most `options.keep_open` connections stay open between uses: once more nodes
+    have been handed out, the least recently handed out idle ones are closed (an
+    executor with a `release_if_idle` method says whether it was idle and closed its
+    connection; it opens a new one when used again). A fleet of 1,000 nodes then
+    holds about as many connections, sockets and transport threads as it has work
+    in flight, not one per node for the whole run.
+    """
 
     def __init__(self, options: ExecutorOptions) -> None:
         self.options = options
         self._executors: dict[str, Executor] = {}
+        self._open: OrderedDict[str, None] = OrderedDict()  # handed out, maybe connected
         self._lock = threading.Lock()
         _LIVE_POOLS.add(self)
 
@@ -414,7 +430,33 @@ class ExecutorPool:
             if ex is None:
                 ex = make_executor(node, self.options)
                 self._executors[node.name] = ex
-            return ex
+            self._open[node.name] = None
+            self._open.move_to_end(node.name)
+            excess = len(self._open) - max(1, self.options.keep_open)
+            victims = [n for n in self._open if n != node.name][:excess] if excess > 0 else []
+            for name in victims:
+                del self._open[name]
+        for name in victims:  # outside the pool's lock: closing a connection takes a while
+            self._release(name)
+        return ex
+
+    def _release(self, name: str) -> None:
+        ex = self._executors[name]
+        release = getattr(ex, "release_if_idle", None)
+        try:
+            released = bool(release()) if release is not None else True
+        except Exception:  # a connection that fails to close is closed enough
+            released = True
+        if not released:  # busy: it stays open and counts again
+            with self._lock:
+                self._open.setdefault(name, None)
+                self._open.move_to_end(name, last=False)
+
+    @property
+    def open_count(self) -> int:
+        """Nodes handed out whose connections may be open now."""
+        with self._lock:
+            return len(self._open)
 
     def close(self) -> None:
         with self._lock:
@@ -424,6 +466,7 @@ class ExecutorPool:
                 except Exception:  # closing is best effort; the run's result stands
                     pass
             self._executors.clear()
+            self._open.clear()
 
     def __enter__(self) -> ExecutorPool:
         return self

@@ -13,6 +13,7 @@ process group: nothing is left running on the node.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -21,7 +22,7 @@ import shlex
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,7 @@ class SshExecutor:
         self._conn: Connection | None = None
         self._lock = threading.Lock()
         self._inflight: set[str] = set()  # pidfiles of the commands running now
+        self._users = 0  # run/put/get calls under way: the connection is busy
         self.known_hosts = Path(os.path.expanduser(options.known_hosts))
         self._policies: list[hostkeys.Policy] = []
         self._gateway_failures: hops.ChannelFailures | None = None
@@ -186,8 +188,38 @@ class SshExecutor:
         return (f"setsid -w sh -c {shlex.quote(inner)}{redirect}; rc=$?; "
                 f"rm -f {shlex.quote(pidfile)}; exit $rc"), stdin
 
+    @contextlib.contextmanager
+    def _in_use(self) -> Iterator[None]:
+        """Marks the connection busy (counted before it is opened), so that
+        `release_if_idle` never closes it under a command or a copy."""
+        with self._lock:
+            self._users += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._users -= 1
+
+    def release_if_idle(self) -> bool:
+        """Close the connection unless a command or copy is using it; True if closed.
+
+        The next command opens a new one (the pool calls this for nodes it has not
+        handed out for a while)."""
+        with self._lock:
+            if self._users:
+                return False
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return True
+
     def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:
+        with self._in_use():
+            return self._run(command, env=env, cwd=cwd, timeout=timeout, stdout_path=stdout_path)
+
+    def _run(self, command: str, *, env: Mapping[str, str] | None, cwd: str | None,
+             timeout: float | None, stdout_path: Path | None) -> CommandResult:
         conn = self.connection()
         pidfile = f"/tmp/.gpuvet-{uuid.uuid4().hex}.pid"
         wrapped, stdin = self._wrap(command, env, cwd, pidfile)
@@ -265,6 +297,10 @@ class SshExecutor:
 
         A relative `remote` lands under the node's work_dir (a ~/ path in the home).
         """
+        with self._in_use():
+            self._put(local, remote)
+
+    def _put(self, local: Path, remote: str) -> None:
         path = remote_path(self.node, remote)
         where = f"{self.node.name}:{path}"
         if not local.is_file():
@@ -306,6 +342,10 @@ class SshExecutor:
 
     def get(self, remote: str, local: Path) -> None:
         """A relative `remote` is read from the node's work_dir (a ~/ path from the home)."""
+        with self._in_use():
+            self._get(remote, local)
+
+    def _get(self, remote: str, local: Path) -> None:
         path = remote_path(self.node, remote)
         conn = self.connection()
         local.parent.mkdir(parents=True, exist_ok=True)

@@ -86,7 +86,9 @@ class UnitFailed(StepError):
 
 @dataclass
 class Driven:
-    done: dict[str, UnitResult] = field(default_factory=dict)  # this invocation's units
+    # this invocation's units, each with its summary: its records are on disk (run.findings(),
+    # run.measurements()), not kept here, so a step's memory does not grow with its records
+    done: dict[str, UnitResult] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # done by an earlier invocation
     failed: dict[str, Finding] = field(default_factory=dict)
 
@@ -136,7 +138,7 @@ def drive(run: Run, step: str, units: Sequence[Unit], *, concurrency: int,
         run.add_findings(res.findings)
         run.add_measurements(res.measurements)
         run.mark_done(u.key, step, res.summary)
-        return res
+        return UnitResult(summary=res.summary)
 
     group = fanout(todo, one, concurrency=concurrency, progress=progress)
     for u in todo:

@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator import parsers
 from orchestrator.parsers._nccl_common import NcclTestsRun
+from orchestrator.steps.fleet import stragglers
 from payload import allreduce
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,3 +102,57 @@ def test_real_two_rank_run_on_cpu_parses_as_nccl_tests() -> None:
     assert not res.failures and not res.truncated
     assert res.out_of_bounds is not None and res.out_of_bounds.ok and res.out_of_bounds.count == 0
     assert res.avg_busbw_agrees is not False
+
+
+def torchrun(args: list[str], nproc: int, extra_env: dict[str, str] | None = None,
+             script: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": str(REPO), **(extra_env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
+         str(nproc), "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+         *(script or ["-m", "payload"]), "allreduce-bench", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+
+
+def test_rank_times_leave_the_table_as_it_was(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "sub" / "ranks.json"
+    args = ["-b", "1K", "-e", "16K", "-f", "4", "-n", "2", "-w", "1"]
+    proc = torchrun([*args, "--rank-times", str(path), "--straggler-iters", "5",
+                     "--straggler-dim", "32"], 2, {"GPUVET_NODE": "sim-a"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = parsers.parse("nccl-tests", proc.stdout)
+    assert isinstance(res, NcclTestsRun)
+    assert [r.size_bytes for r in res.rows] == [1024, 4096, 16384]
+    assert not res.failures and res.avg_busbw_agrees is not False
+    # the same lines as without --rank-times, numbers aside
+    plain = torchrun(args, 2)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+
+    def shape(text: str) -> list[str]:
+        return [" ".join("N" if any(c.isdigit() for c in w) else w for w in ln.split())
+                for ln in text.splitlines()]
+
+    assert shape(proc.stdout) == shape(plain.stdout)
+    times = stragglers.load_rank_times(path.read_text(), str(path))
+    assert (times.world, times.iters, times.dim, times.backend) == (2, 5, 32, "gloo")
+    assert [r.rank for r in times.ranks] == [0, 1]
+    assert {r.node for r in times.ranks} == {"sim-a"}
+    assert all(len(r.wait_us) == len(r.work_us) == 5 for r in times.ranks)
+    assert not list(path.parent.glob("*.tmp-*"))
+
+
+def test_a_slow_rank_is_told_apart_at_the_barrier(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    path = tmp_path / "ranks.json"
+    proc = torchrun(["-b", "1K", "-e", "1K", "-n", "1", "-w", "1", "--rank-times", str(path),
+                     "--straggler-iters", "12", "--straggler-dim", "64"], 3,
+                    {"GPUVET_SLOW_RANK": "1", "GPUVET_SLOW_S": "0.03"},
+                    script=[str(REPO / "tests" / "unit" / "payload" / "slow_rank.py")])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = stragglers.stragglers(stragglers.load_rank_times(path.read_text()))
+    assert [r.rank for r in report.stragglers] == [1]
+    slow = report.ranks[1]
+    assert slow.late_us > 20_000 and slow.late_share >= 0.9
+    assert slow.work_us > 25_000  # its own work took the time: the others waited for it

@@ -67,10 +67,32 @@ def test_pushed_once_then_one_round_trip(tmp_path: Path) -> None:
 
 
 def test_archive_is_deterministic_and_names_its_content() -> None:
-    payload.archive.cache_clear()
+    payload._build_archive.cache_clear()
     a = payload.archive()
-    payload.archive.cache_clear()
+    payload._build_archive.cache_clear()
     assert payload.archive() == a and len(a[0]) == 12
+
+
+def test_archive_is_built_once_however_many_threads_ask() -> None:
+    import threading
+    from unittest import mock
+
+    payload._build_archive.cache_clear()
+    real = payload._build_archive.__wrapped__
+    with mock.patch.object(payload.tarfile, "open", wraps=payload.tarfile.open) as opened:
+        start = threading.Barrier(16)
+
+        def ask() -> None:
+            start.wait()
+            payload.archive()
+
+        threads = [threading.Thread(target=ask) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert opened.call_count == 1
+    assert payload.archive() == real()
 
 
 def _python38() -> str | None:

@@ -281,3 +281,37 @@ def test_unusable_checkpoint_dir_points_at_dfs_stderr(tmp_path: Path) -> None:
     report = _judge(doc, tmp_path)
     f = next(f for f in report.findings if f.code == "CKPT_DIR_UNUSABLE")
     assert f.evidence == ["raw/df.stderr.txt"]
+
+
+def test_a_live_run_judges_each_node_then_the_drift_between_them(tmp_path: Path) -> None:
+    import copy
+    import re
+
+    from orchestrator.steps.preflight.step import run_preflight
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
+    from orchestrator.testing import Reply, Script, scripted_pool
+
+    inv = inventory(H200_ORDER, nodes=("node-a", "node-b", "node-c"))
+    docs = {n: h200_doc() for n in ("node-a", "node-b", "node-c")}
+    for n, d in docs.items():
+        d["node"] = n
+    newer = copy.deepcopy(docs["node-c"]["commands"]["torch"])
+    newer["stdout"] = newer["stdout"].replace('"2.11.0+cu130"', '"2.12.0+cu130"')
+    docs["node-c"]["commands"]["torch"] = newer
+
+    def reply(call: Any) -> Reply:
+        name = re.search(r"--node (\S+)", call.command)
+        assert name is not None
+        return Reply(stdout=json.dumps(docs[name.group(1)]))
+
+    pool = scripted_pool(default=Script().on(lambda c: "-m payload collect" in c, reply=reply))
+    run = Run.create(tmp_path, command="preflight", suite_hash="h", suite={}, inventory_path=None)
+    driven = run_preflight(inv, inv.nodes, run, Suite(), pool=pool)  # type: ignore[arg-type]
+    pool.check()
+    assert sorted(driven.done) == ["node:node-a", "node:node-b", "node:node-c"]
+    drift = [f for f in run.findings() if f.code == "VERSION_DRIFT"]
+    assert [(f.scope, f.details["component"]) for f in drift] == [("provider", "torch")]
+    assert drift[0].details["versions"] == {"node-a": "2.11.0+cu130", "node-b": "2.11.0+cu130",
+                                            "node-c": "2.12.0+cu130"}
+    assert "nodes/node-c/preflight/raw/torch.txt" in drift[0].evidence

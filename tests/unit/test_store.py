@@ -214,3 +214,29 @@ def test_a_finished_run_keeps_no_staged_archives(tmp_path: Path) -> None:
     run.finish("passed")
     assert not (run.dir / ".staging").exists()
     assert oct((run.dir / "run.json").stat().st_mode & 0o777) == "0o644"
+
+
+def test_the_index_commits_without_fsync_it_is_rebuilt_from_the_jsonl(tmp_path: Path) -> None:
+    # derived data: an fsync per commit cost ~20 ms under the index lock, serialised
+    idx = Index(tmp_path)
+    with idx._connect() as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 0  # OFF
+
+
+def test_appends_are_synced_before_returning_but_outside_the_run_lock(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = new_run(tmp_path)
+    synced: list[tuple[str, bool]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append((os.readlink(f"/proc/self/fd/{fd}"), run._lock.locked()))
+        real(fd)
+
+    monkeypatch.setattr(store.os, "fsync", fsync)
+    run.add_findings([f(run, "a", "X", "node:a")])
+    run.add_measurements([m(run, 1.0, "node:a")])
+    jsonl = [(Path(p).name, held) for p, held in synced if p.endswith(".jsonl")]
+    # each append made durable before add_* returned, with the lock already let go
+    assert jsonl == [("findings.jsonl", False), ("measurements.jsonl", False)]
+    assert [x.code for x in run.findings()] == ["X"]
