@@ -7,6 +7,14 @@ STAMP   := $(VENV)/.installed
 TORCH   ?= torch==2.13.0
 
 RUNSTAMP := $(VENV)/.installed-run
+# The suite runs on pytest-xdist workers, each with its own sshd cluster. Whole files
+# are handed out in collection order (the long integration and fault files first, the
+# short unit files fill in), so module fixtures (a Ray head, stores) are built once.
+# Measured on a 2-core machine in docs/benchmarks.md (Test suite); TEST_WORKERS=0
+# runs the suite in one process, as before.
+TEST_WORKERS ?= 2
+PYTEST  := $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+           --no-loadscope-reorder
 
 .PHONY: setup setup-run demo test unit integration lint typecheck bench mutation clean
 
@@ -45,14 +53,14 @@ demo: setup-run
 # scripts/test-deps.sh installs the system packages when they are missing.
 test: setup
 	scripts/test-deps.sh
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(PYTEST) -q
 
 unit: setup
-	$(BIN)/python -m pytest -q tests/unit
+	$(PYTEST) -q tests/unit
 
 integration: setup
 	scripts/test-deps.sh
-	$(BIN)/python -m pytest -q tests/integration
+	$(PYTEST) -q tests/integration
 
 lint: setup
 	$(BIN)/ruff check orchestrator payload tests scripts
