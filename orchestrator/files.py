@@ -17,6 +17,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,9 +71,22 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+_warn_sink: Callable[[str], None] | None = None
+
+
+def set_warn_sink(sink: Callable[[str], None] | None) -> None:
+    """Where warnings go: the CLI hands its stderr console, which escapes control
+    characters (a warning may name a file or a value from a node)."""
+    global _warn_sink
+    _warn_sink = sink
+
+
 def warn(message: str) -> None:
     """Store problems that do not stop the work (a torn line, a stale index)."""
-    print(f"warning: {message}", file=sys.stderr)
+    if _warn_sink is not None:
+        _warn_sink(f"warning: {message}")
+    else:
+        print(f"warning: {message}", file=sys.stderr)
 
 
 # --- JSONL: the record ----------------------------------------------------------------

@@ -35,15 +35,19 @@ def register(root: click.Group) -> None:
                        "where nccl-tests cannot be built, it measures the fabric alone.")
     @click.option("--train/--no-train", "train", default=None,
                   help="Run the training step [default: when the suite has a train section].")
+    @click.option("--resume", metavar="RUN_ID",
+                  help="Finish an interrupted pipeline run: the steps' finished units are "
+                       "kept, the interrupted step resumes where it stopped, the later steps "
+                       "run. Same inventory and suite as the run.")
     @regress_options
     @prom_option
     @verbose_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
-                 train: bool | None, test_: str, alpha: float, min_effect: float,
-                 min_size: int, last: int, prom_file: Path | None, verbose: bool,
-                 as_json: bool) -> int:
+                 train: bool | None, resume: str | None, test_: str, alpha: float,
+                 min_effect: float, min_size: int, last: int, prom_file: Path | None,
+                 verbose: bool, as_json: bool) -> int:
         """Preflight, nccl and train, then regress: one run, one verdict, for timers.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
@@ -65,7 +69,7 @@ def register(root: click.Group) -> None:
             else f"gpuvet pipeline -i {inventory}"
         with pl.pipeline_lock(results, command), \
                 fleet(inventory, nodes, providers, "pipeline", accept_new_host_keys) as f, \
-                open_run(results, "pipeline", the_suite, inventory, f.nodes) as run:
+                open_run(results, "pipeline", the_suite, inventory, f.nodes, resume) as run:
             outcome = pl.run_pipeline(f.inv, f.nodes, run, the_suite, pool=f.pool,
                                       progress=f.progress, settings=settings, torch=torch_,
                                       train=train, last=last, min_size=min_size)
