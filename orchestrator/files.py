@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import StoreError, UsageError
+from payload.scrub import scrub_text
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -69,6 +70,22 @@ def atomic_write(path: Path, data: str | bytes, *, durable: bool = True,
 
 def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def scrub_in_place(path: Path) -> None:
+    """A node's output streamed to `path` as it arrived, scrubbed once it is complete
+    (`payload.scrub`, the scrubber of everything gpuvet stores): rewritten, atomically,
+    only where a secret was found."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise store_error(exc, path) from exc
+    text = data.decode("utf-8", errors="replace")
+    clean = scrub_text(text)
+    if clean != text:
+        atomic_write(path, clean, durable=False)
 
 
 _warn_sink: Callable[[str], None] | None = None

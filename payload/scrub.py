@@ -301,13 +301,13 @@ def scrub_lines(text: str, yaml_pairs: bool = False) -> str:
 
 def scrub_doc(obj: Any) -> Any:
     """A copy of a JSON-like document fit to store: every string through ``scrub_text``,
-    the value of a key whose name looks secret replaced by ``***`` (keys are kept)."""
+    the string value of a key whose name looks secret replaced by ``***`` (keys are kept;
+    numbers, such as ``tokens_per_s``, stay)."""
     if isinstance(obj, str):
         return scrub_text(obj)
     if isinstance(obj, dict):
-        return {k: (REDACTED if isinstance(k, str) and is_secret_name(k) and v is not None
-                    and not isinstance(v, (dict, list, bool))
-                    else scrub_doc(v)) for k, v in obj.items()}
+        return {k: (REDACTED if isinstance(v, str) and v and isinstance(k, str)
+                    and is_secret_name(k) else scrub_doc(v)) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [scrub_doc(v) for v in obj]
     return obj
