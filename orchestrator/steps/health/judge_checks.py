@@ -93,8 +93,9 @@ def judge_phase_errors(sink: Sink, out: NodeOutput, g: GpuOutput) -> None:
         sink.add("HEALTH_PHASE_ERROR", "FAIL", f"{who}: the GPU's process hung and was "
                  "killed", [g.events_file, stderr], gpu=g.entry, phase="timeout")
     elif w.get("rc") not in (None, 0):
+        why = "; ".join(g.errors)[:300] or str(w.get("stderr_tail") or "").strip()[-300:]
         sink.add("HEALTH_PHASE_ERROR", "FAIL", f"{who}: the GPU's process exited "
-                 f"{w.get('rc')}: {str(w.get('stderr_tail') or '').strip()[-300:]}",
+                 f"{w.get('rc')}: {why or 'no message'}",
                  [g.events_file, stderr], gpu=g.entry, phase="exit", rc=w.get("rc"))
 
 

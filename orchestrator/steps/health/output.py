@@ -38,6 +38,7 @@ class GpuOutput:
     phases: dict[str, dict[str, Any]]
     events_file: Path
     worker: dict[str, Any]
+    errors: list[str] = field(default_factory=list)  # errors outside a phase (no torch, ...)
 
     @property
     def name(self) -> str | None:
@@ -191,8 +192,10 @@ def read_output(folder: Path, node: str) -> NodeOutput:
         evs = list(protocol.read_events(str(events))) if events.is_file() else []
         hello = next((e for e in evs if e.get("event") == protocol.HELLO), {})
         phases = protocol.last_by_phase(evs) if evs else dict(results.get(label) or {})
+        errors = [str(e.get("error")) for e in evs
+                  if e.get("event") == protocol.ERROR and not e.get("phase")]
         gpus.append(GpuOutput(label, str(labels.get(label, label)), hello, phases, events,
-                              dict(workers.get("gpu" + label) or {})))
+                              dict(workers.get("gpu" + label) or {}), errors))
     links_file = folder / protocol.LINKS_EVENTS
     links = (protocol.last_by_phase(list(protocol.read_events(str(links_file))))
              if links_file.is_file() else {})
