@@ -17,6 +17,7 @@ import functools
 import json
 import re
 import shlex
+import shutil
 import threading
 from pathlib import Path
 
@@ -127,10 +128,22 @@ def fetch(ex: Executor, node: Node, run: Run, local: Path) -> None:
                          durable=False)
 
 
+def clear(local: Path) -> None:
+    """What an earlier, unfinished attempt left in the node's folder (a resumed run)."""
+    for child in local.iterdir():
+        if child.name == "done.json":
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
+
+
 def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Suite,
              stage: StageTracker) -> UnitResult:
     params = suite.health
     local = run.node_dir(node.name, STEP)
+    clear(local)
     ex = pool(node)
     stdout = local / "health.stdout"
     with stage("execute"):
