@@ -171,7 +171,7 @@ def test_pipeline_killed_with_sigkill_is_shown_interrupted_and_resumed(tmp_path:
     suite.write_text("nccl: {min_bytes: 1K, max_bytes: 4K, rounds: 1}\n")
     results = tmp_path / "results"
     argv = [str(GPUVET), "pipeline", "-i", str(inv), "--suite", str(suite), "--results",
-            str(results)]
+            str(results), "--no-health"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: bool(sleepers(marker)), timeout=120)  # preflight done, nccl under way
