@@ -228,8 +228,8 @@ class Run:
             inv_sha = file_sha256(inventory_path)
         # the suite and the source are the user's text (a token in a URL, a command's env)
         run.meta = RunMeta(run_id=run.run_id, started=_now(), command=command,
-                           suite_hash=suite_hash, suite=scrub_doc(suite), gpuvet_version=__version__,
-                           path=str(run.dir), inventory_sha256=inv_sha,
+                           suite_hash=suite_hash, suite=scrub_doc(suite),
+                           gpuvet_version=__version__, path=str(run.dir), inventory_sha256=inv_sha,
                            providers=sorted(set(providers)), nodes=list(nodes),
                            source=None if source is None else scrub_doc(source),
                            pid=os.getpid(), host=os.uname().nodename)

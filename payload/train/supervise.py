@@ -265,7 +265,9 @@ def main(args: Any) -> int:
     trigger = Trigger(args.kill_after_step, args.kill_at_save, args.kill_at_commit)
     telemetry = Telemetry(args.out, args.telemetry_interval, env)
     doc: Dict[str, Any] = {"tool": "gpuvet-train-supervise", "phase": args.phase,
-                           "argv": [scrub_text(a) for a in argv], "nproc": nproc, "node_rank": args.node_rank,
+                           # the user's command may carry tokens (`env HF_TOKEN=... cmd`)
+                           "argv": [scrub_text(a) for a in argv], "nproc": nproc,
+                           "node_rank": args.node_rank,
                            "nnodes": args.nnodes, "subreaper": subreaper,
                            "trigger": {"after_step": args.kill_after_step,
                                        "at_save": args.kill_at_save,
