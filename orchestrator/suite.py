@@ -177,6 +177,11 @@ class HealthParams(_M):
         return {"quick": 300.0, "standard": 900.0, "burn": 3600.0}[self.level] + extra
 
 
+# sections added to the suite after runs were stored: at their defaults they stay out of
+# the suite hash (Suite.hash)
+LATER_SECTIONS = ("health", "fleet")
+
+
 class Suite(_M):
     name: str = "default"
     preflight: PreflightParams = PreflightParams()
@@ -186,7 +191,15 @@ class Suite(_M):
 
     @property
     def hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """The suite's identity for baselines and regress. A section added after runs were
+        stored (LATER_SECTIONS) enters it only when it differs from its defaults, so a
+        suite that leaves it alone keeps the hash, and the baseline, it had before."""
+        dump = self.model_dump(mode="json")
+        for name in LATER_SECTIONS:
+            if name in dump and getattr(self, name) == type(self).model_fields[name].get_default(
+                    call_default_factory=True):
+                del dump[name]
+        blob = json.dumps(dump, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
