@@ -1,0 +1,186 @@
+"""steps/fleet/step: the fleet step driven over scripted nodes (torch engine).
+
+Every node answers from a script: the payload's torchrun launch writes, on the
+job's first node, a log in nccl-tests' layout whose busbw follows a model of
+the fleet (a slow node, a slow link); a node can stop answering after some
+launches. The real plan, driver, store, parser, localisation and verdict run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from orchestrator import inventory
+from orchestrator.errors import NodeUnreachable
+from orchestrator.records import Finding
+from orchestrator.steps.fleet import step as fleet_step
+from orchestrator.store import Run
+from orchestrator.suite import FleetParams, Suite
+from orchestrator.testing import Call, Reply, Script, scripted_pool
+from payload.allreduce import _row
+
+SIZES = [1 << 20, 4 << 20, 16 << 20]
+GOOD = 2.0
+LABEL = re.compile(r"^(?P<stage>[a-z0-9]+)-r(?P<index>\d+)_(?P<key>.+)\.log$")
+HEADER = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 16777216 step: 4(factor) warmup iters: 1 "
+          "iters: 3 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices",
+          "#  Rank  0 Group  0 Pid    100 on      host0 device  0 [0000:00:00] cpu",
+          "#  Rank  1 Group  0 Pid    101 on      host1 device  0 [0000:00:00] cpu", "#",
+          "#                                                       out-of-place"
+          "                       in-place",
+          "#       size         count      type   redop    root     time   algbw   busbw "
+          " #wrong     time   algbw   busbw  #wrong",
+          "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
+          "           (us)  (GB/s)  (GB/s)         "]
+
+
+def log(nodes: int, busbw: float) -> str:
+    rows = []
+    for size in SIZES:
+        t_us = size / (busbw * nodes / (2.0 * (nodes - 1)) * 1e3)
+        rows.append(_row(size, size // 4, "float", t_us, t_us, nodes, 0))
+    return "\n".join([*HEADER, *rows, "# Out of bounds values : 0 OK",
+                      f"# Avg bus bandwidth    : {busbw:g} ", "#"]) + "\n"
+
+
+Model = Callable[[tuple[str, ...]], float]
+
+
+def write_inv(tmp_path: Path, n: int) -> inventory.Inventory:
+    lines = ["version: 1", "providers:", "  lab:", "    executor: ssh", "    nodes:"]
+    lines += [f"      - {{name: n{i}, host: 10.0.0.{i + 1}, work_dir: /w/n{i}}}" for i in range(n)]
+    p = tmp_path / "inv.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    return inventory.load(p)
+
+
+def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
+          dead: str | None = None, dead_after: int = 1) -> tuple[list[Finding], Run]:
+    inv = write_inv(tmp_path, n)
+    suite = Suite(fleet=FleetParams.model_validate(
+        {"engine": "torch", "plan": plan, "min_bytes": "1M", "max_bytes": "16M",
+         "min_judged_bytes": "1M", "rdma": True}))
+    run = Run.create(tmp_path / "results", command="fleet", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=None)
+    launches: dict[str, int] = {}
+
+    def launch(node: str) -> Callable[[Call], Reply]:
+        def reply(call: Call) -> Reply:
+            launches[node] = launches.get(node, 0) + 1
+            if node == dead and launches[node] > dead_after:
+                raise NodeUnreachable(f"{node}: connection refused", hop=node, cause="refused",
+                                      node=node)
+            if call.stdout_path is None:
+                return Reply()
+            m = LABEL.match(call.stdout_path.name)
+            assert m, call.stdout_path
+            members = tuple(m["key"].split("+"))
+            if len(members) != 2 or not all(x.startswith("n") for x in members):
+                members = tuple(f"n{i}" for i in range(n))  # a group: the model sees everyone
+            return Reply(stdout=log(len(members), GOOD * model(members)))
+        return reply
+
+    def alive(node: str) -> Callable[[Call], Reply]:
+        def reply(call: Call) -> Reply:
+            if node == dead and launches.get(node, 0) > dead_after:
+                raise NodeUnreachable(f"{node}: refused", hop=node, cause="refused", node=node)
+            return Reply()
+        return reply
+
+    scripts = {}
+    for i in range(n):
+        name = f"n{i}"
+        scripts[name] = (Script()
+                         .on(lambda c: "allreduce-bench --help" in c, rc=0)
+                         .on(lambda c: c.startswith("command -v ib_write_bw"),
+                             stdout="perftest=no\n")
+                         .on("true", reply=alive(name))
+                         .on(lambda c: "allreduce-bench" in c, reply=launch(name)))
+    pool = scripted_pool(scripts)
+    out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)  # type: ignore[arg-type]
+    return out.findings, run
+
+
+def slow_node(bad: str, f: float = 0.1) -> Model:
+    return lambda nodes: f if bad in nodes else 1.0
+
+
+def by_code(fs: list[Finding], code: str) -> list[Finding]:
+    return [f for f in fs if f.code == code]
+
+
+def test_a_slow_node_is_named_and_confirmed_by_the_re_pairs(tmp_path: Path) -> None:
+    fs, run = fleet(tmp_path, 8, slow_node("n5"))
+    sus = by_code(fs, "FLEET_SUSPECT_NODE")
+    assert [(f.node, f.severity, f.details["status"]) for f in sus] == [("n5", "FAIL",
+                                                                         "confirmed")]
+    assert len(sus[0].details["repaired_with"]) == 2
+    assert not set(sus[0].details["repaired_with"]) & set(sus[0].details["partners"])
+    assert not by_code(fs, "FLEET_SUSPECT_LINK")
+    table = json.loads((run.dir / sus[0].evidence[0]).read_text())
+    assert {tuple(p["nodes"]) for p in table["pairs"] if p["slow"]} == {
+        tuple(p["nodes"]) for p in table["pairs"] if "n5" in p["nodes"]}
+    assert all((run.dir / e).is_file() for e in sus[0].evidence)
+    # every pair job's rows are in the store, tagged with its stage
+    ms = run.measurements()
+    assert {m.tags["stage"] for m in ms} == {"pairs", "repair"}
+    assert {m.engine for m in ms} == {"torch"} and {m.step for m in ms} == {"fleet"}
+    assert by_code(fs, "FLEET_RDMA_SKIPPED")
+
+
+def test_a_slow_link_is_named_and_neither_of_its_nodes(tmp_path: Path) -> None:
+    from orchestrator.steps.fleet import plan as P
+
+    first = P.fleet_plan([f"n{i}" for i in range(8)], partners=2).rounds[0].jobs[1].nodes
+    fs, _ = fleet(tmp_path, 8, lambda nodes: 0.2 if set(nodes) == set(first) else 1.0)
+    links = by_code(fs, "FLEET_SUSPECT_LINK")
+    assert [(sorted(f.details["link"]), f.severity, f.node) for f in links] == [
+        (sorted(first), "FAIL", None)]
+    assert not by_code(fs, "FLEET_SUSPECT_NODE")
+
+
+def test_a_node_lost_mid_plan_is_dropped_and_the_plan_goes_on(tmp_path: Path) -> None:
+    fs, run = fleet(tmp_path, 8, lambda nodes: 1.0, dead="n2", dead_after=1)
+    dropped = by_code(fs, "FLEET_NODE_DROPPED")
+    assert [f.node for f in dropped] == ["n2"]
+    assert by_code(fs, "FLEET_NO_SUSPECT")
+    table = json.loads((run.dir / by_code(fs, "FLEET_PAIRS")[0].evidence[0]).read_text())
+    met: dict[str, set[str]] = {}
+    for p in table["pairs"]:
+        a, b = p["nodes"]
+        met.setdefault(a, set()).add(b)
+        met.setdefault(b, set()).add(a)
+    assert "n2" not in table["passed"]
+    # every other node still met two partners: the plan was recomputed without n2
+    assert all(len(met[x]) >= 2 for x in met if x != "n2"), met
+
+
+def test_groups_and_the_whole_fleet_run_after_the_pairs(tmp_path: Path) -> None:
+    fs, run = fleet(tmp_path, 8, lambda nodes: 1.0, plan="groups")
+    stages = {m.tags["stage"] for m in run.measurements()}
+    assert stages == {"pairs", "groups4", "whole"}
+    assert {f.details["plan_stage"] for f in by_code(fs, "FLEET_GROUPS")} == {"groups4", "whole"}
+    # the scripted nodes wrote no rank times: said, not hidden
+    assert by_code(fs, "FLEET_RANK_TIMES_MISSING")
+
+
+def test_one_node_is_not_a_fleet(tmp_path: Path) -> None:
+    fs, _ = fleet(tmp_path, 1, lambda nodes: 1.0)
+    assert [(f.code, f.severity) for f in fs] == [("FLEET_NOT_APPLICABLE", "INFO")]
+
+
+@pytest.mark.parametrize("bad", ["n0", "n7"])
+def test_the_reference_is_the_median_pair(tmp_path: Path, bad: str) -> None:
+    fs, run = fleet(tmp_path, 8, slow_node(bad, 0.01))
+    table = json.loads((run.dir / by_code(fs, "FLEET_PAIRS")[0].evidence[0]).read_text())
+    first = [p for p in table["pairs"] if p["stage"] != "repair"]
+    for ref in table["references"]:
+        vals = sorted(s["busbw"] for p in first for s in p["sizes"] if s["size"] == ref["size"])
+        mid = len(vals) // 2
+        assert ref["median"] == pytest.approx((vals[mid - 1] + vals[mid]) / 2 if len(vals) % 2
+                                              == 0 else vals[mid])
