@@ -30,6 +30,7 @@ GROUPS = (
     "orchestrator.cli.nodes",
     "orchestrator.cli.preflight",
     "orchestrator.cli.nccl",
+    "orchestrator.cli.fleet",
     "orchestrator.cli.parse",
     "orchestrator.cli.index",
     "orchestrator.cli.runs",

@@ -145,7 +145,7 @@ class _Runner:
             self.rounds(P.Plan(plan.kind, plan.nodes, plan.seed, 0, rep), top_up=False)
         self.pf.final = self.localise()
         if self.p.plan == "groups":
-            ok = [n for n in self.pf.final.passed if n not in self.pf.dropped]
+            ok = [n for n in healthy(self.pf.final) if n not in self.pf.dropped]
             if len(ok) >= 3:
                 self.rounds(P.Plan("groups", tuple(ok), plan.seed, 0,
                                    P.group_rounds(ok, start=self._next_index())), top_up=False)
@@ -315,6 +315,17 @@ class _Runner:
                                                  max(1, len(parsed.ranks) // 2), 2)
                     self.pf.shipped = list(ref.bands) if ref is not None else []
         return UnitResult(measurements=ms, summary={"log": rel, "transport": rec.transport})
+
+
+def healthy(loc: L.Localisation) -> list[str]:
+    """The nodes groups run over: those that passed, suspects the re-pairs cleared and
+    the ends of links that were fast when run again."""
+    cleared = {s.node for s in loc.suspects if s.status == "cleared"}
+    cleared |= {n for lk in loc.links if lk.status == "cleared" for n in lk.nodes}
+    blamed = {s.node for s in loc.suspects if s.status != "cleared"}
+    blamed |= {n for lk in loc.links if lk.status != "cleared" for n in lk.nodes}
+    order = [*loc.passed, *(n for v in loc.table for n in v.nodes)]
+    return [n for n in dict.fromkeys(order) if n in cleared | set(loc.passed) and n not in blamed]
 
 
 def _without(r: P.Round, drop: set[str]) -> P.Round:
