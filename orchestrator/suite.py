@@ -176,6 +176,7 @@ class FleetParams(_M):
     step_factor: int = Field(default=4, ge=2)
     iters: int = Field(default=20, ge=1)
     warmup_iters: int = Field(default=5, ge=0)
+    check: int = Field(default=1, ge=0)  # check the all_reduce's result (0: time only)
     min_judged_bytes: str = "16M"
     tolerance: float = Field(default=0.2, gt=0, lt=1)
     timeout_s: float = Field(default=600.0, gt=0)  # per job

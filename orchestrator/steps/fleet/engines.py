@@ -62,13 +62,13 @@ def nccl_params(p: FleetParams, base: NcclParams | None = None) -> NcclParams:
     one round at the fleet's sizes."""
     return (base or NcclParams()).model_copy(update={
         "min_bytes": p.min_bytes, "max_bytes": p.max_bytes, "step_factor": p.step_factor,
-        "iters": p.iters, "warmup_iters": p.warmup_iters, "rounds": 1,
+        "iters": p.iters, "warmup_iters": p.warmup_iters, "check": p.check, "rounds": 1,
         "timeout_s": p.timeout_s})
 
 
 def torch_args(p: FleetParams) -> list[str]:
     return ["allreduce-bench", "-b", p.min_bytes, "-e", p.max_bytes, "-f", str(p.step_factor),
-            "-n", str(p.iters), "-w", str(p.warmup_iters), "-c", "1"]
+            "-n", str(p.iters), "-w", str(p.warmup_iters), "-c", str(p.check)]
 
 
 def free_port() -> int:
