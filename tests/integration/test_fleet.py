@@ -6,10 +6,11 @@ node's network namespace with tc and removes it afterwards:
 
 - one node's egress through a token bucket (tbf 200mbit): that node, and only
   it, is the suspect, confirmed by the re-pairs;
-- only the traffic from one node to one partner (a prio qdisc whose third band
-  is a tbf, chosen by a u32 filter on the partner's address): that link is
-  named, neither of its nodes;
-- one node's sshd killed once the first round has finished: the node is
+- only the traffic from one node to one partner (an htb class with a tbf
+  leaf, chosen by a u32 filter on the partner's address): that link is named,
+  neither of its nodes;
+- one node killed (its sshd and every process of its namespaces, the open
+  sessions too) once a job of the first round has finished: the node is
   reported unreachable and the plan completes without it.
 
 Message sizes (4 and 16 MiB) keep a shaped pair some ten times slower than a
@@ -136,10 +137,16 @@ def test_a_shaped_link_is_named_and_neither_of_its_nodes(
         c8: Cluster, files: tuple[Path, Path], tmp_path: Path) -> None:
     inv, suite = files
     a, b = P.fleet_plan(NODES, partners=2).rounds[0].jobs[0].nodes
-    tc(c8, a, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "prio")
-    tc(c8, a, "qdisc", "add", "dev", "eth0", "parent", "1:3", "handle", "30:", *TBF)
+    # htb: everything in class 1:10 (fast) but what goes to b, which the u32 filter sends
+    # to class 1:20, a token bucket of 200 mbit
+    tc(c8, a, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "htb", "default", "10")
+    tc(c8, a, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:10", "htb", "rate",
+       "10gbit")
+    tc(c8, a, "class", "add", "dev", "eth0", "parent", "1:", "classid", "1:20", "htb", "rate",
+       "200mbit", "ceil", "200mbit")
+    tc(c8, a, "qdisc", "add", "dev", "eth0", "parent", "1:20", "handle", "20:", *TBF)
     tc(c8, a, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
-       "u32", "match", "ip", "dst", f"{c8.node(b).ip}/32", "flowid", "1:3")
+       "u32", "match", "ip", "dst", f"{c8.node(b).ip}/32", "flowid", "1:20")
     try:
         rc, doc, err = fleet(inv, suite, tmp_path / "results")
     finally:
@@ -167,7 +174,7 @@ def test_a_node_lost_mid_plan_is_reported_and_the_plan_completes_without_it(
         for line in proc.stderr:  # progress lines, one per unit
             lines.append(line)
             if "/fleet/pairs-r0/" in line and line.rstrip().endswith(": done"):
-                c8.stop_sshd(victim)
+                c8.kill_node(victim)
                 break
         else:
             pytest.fail("no pair job of the first round finished: " + "".join(lines)[-3000:])
