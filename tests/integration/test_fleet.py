@@ -42,7 +42,7 @@ fleet:
   min_bytes: 4M
   max_bytes: 16M
   step_factor: 4
-  iters: 3
+  iters: 2
   warmup_iters: 1
   check: 0
   min_judged_bytes: 4M
@@ -107,6 +107,17 @@ def pairs_table(doc: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads((Path(str(doc["results"])) / ev[0]).read_text()))
 
 
+def assert_median_reference(table: dict[str, Any]) -> None:
+    """Each pair is judged against the fleet's median pair: a mean would be dragged down
+    by the slow pairs themselves."""
+    first = [p for p in table["pairs"] if p["stage"] != "repair"]
+    for ref in table["references"]:
+        vals = sorted(s["busbw"] for p in first for s in p["sizes"] if s["size"] == ref["size"])
+        mid = len(vals) // 2
+        want = vals[mid] if len(vals) % 2 else (vals[mid - 1] + vals[mid]) / 2
+        assert ref["median"] == pytest.approx(want), (ref, vals)
+
+
 def test_a_shaped_node_is_the_one_suspect_confirmed_by_re_pairing(
         c8: Cluster, files: tuple[Path, Path], tmp_path: Path) -> None:
     inv, suite = files
@@ -129,6 +140,7 @@ def test_a_shaped_node_is_the_one_suspect_confirmed_by_re_pairing(
     table = pairs_table(doc)
     repairs = [p for p in table["pairs"] if p["stage"] == "repair"]
     assert repairs and all(bad in p["nodes"] and p["slow"] for p in repairs)
+    assert_median_reference(table)
     # the evidence is there: every pair's own log
     assert all((Path(str(doc["results"])) / e).is_file() for e in sus[0]["evidence"])
 
@@ -158,6 +170,9 @@ def test_a_shaped_link_is_named_and_neither_of_its_nodes(
     assert not [f for f in codes(doc, "FLEET_SUSPECT_NODE") if f["severity"] != "INFO"]
     verdicts = doc["verdicts"]
     assert verdicts[a] != "FAIL" and verdicts[b] != "FAIL", verdicts
+    table = pairs_table(doc)
+    assert [p["slow"] for p in table["pairs"] if p["stage"] == "repair"] == [True]
+    assert_median_reference(table)
 
 
 def test_a_node_lost_mid_plan_is_reported_and_the_plan_completes_without_it(
