@@ -17,7 +17,7 @@ import pytest
 
 from orchestrator import inventory
 from orchestrator.errors import NodeUnreachable
-from orchestrator.records import Finding
+from orchestrator.records import Finding, Measurement
 from orchestrator.steps.fleet import step as fleet_step
 from orchestrator.store import Run
 from orchestrator.suite import FleetParams, Suite
@@ -51,8 +51,9 @@ def log(nodes: int, busbw: float) -> str:
 Model = Callable[[tuple[str, ...]], float]
 
 
-def write_inv(tmp_path: Path, n: int) -> inventory.Inventory:
-    lines = ["version: 1", "providers:", "  lab:", "    executor: ssh", "    nodes:"]
+def write_inv(tmp_path: Path, n: int, expect: str = "") -> inventory.Inventory:
+    lines = ["version: 1", "providers:", "  lab:", "    executor: ssh",
+             *([f"    expect: {expect}"] if expect else []), "    nodes:"]
     lines += [f"      - {{name: n{i}, host: 10.0.0.{i + 1}, work_dir: /w/n{i}}}" for i in range(n)]
     p = tmp_path / "inv.yaml"
     p.write_text("\n".join(lines) + "\n")
@@ -60,8 +61,10 @@ def write_inv(tmp_path: Path, n: int) -> inventory.Inventory:
 
 
 def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
-          dead: str | None = None, dead_after: int = 1) -> tuple[list[Finding], Run]:
-    inv = write_inv(tmp_path, n)
+          dead: str | None = None, dead_after: int = 1, hostile: str | None = None,
+          run_hook: Callable[[Run], None] | None = None, expect: str = "",
+          perftest: str | None = None) -> tuple[list[Finding], Run]:
+    inv = write_inv(tmp_path, n, expect)
     suite = Suite(fleet=FleetParams.model_validate(
         {"engine": "torch", "plan": plan, "min_bytes": "1M", "max_bytes": "16M",
          "min_judged_bytes": "1M", "rdma": True}))
@@ -80,6 +83,9 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
             m = LABEL.match(call.stdout_path.name)
             assert m, call.stdout_path
             members = tuple(m["key"].split("+"))
+            if hostile in members:  # what a compromised or broken node might print
+                return Reply(stdout="\x1b[2J\x1b[31m#  Rank 0 ... \x00\x07 $(rm -rf ~)\n" * 50
+                             + "     1048576  262144 float sum -1 1e999 nan nan 0\n")
             if len(members) != 2 or not all(x.startswith("n") for x in members):
                 members = tuple(f"n{i}" for i in range(n))  # a group: the model sees everyone
             return Reply(stdout=log(len(members), GOOD * model(members)))
@@ -98,10 +104,16 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
         scripts[name] = (Script()
                          .on(lambda c: "allreduce-bench --help" in c, rc=0)
                          .on(lambda c: c.startswith("command -v ib_write_bw"),
-                             stdout="perftest=no\n")
+                             stdout="perftest=yes\nhca=mlx5_0\n" if perftest else
+                             "perftest=no\n")
+                         .on(lambda c: c.startswith("ib_write_bw") and c.endswith("-D 5"),
+                             stdout="server side\n")
+                         .on(lambda c: c.startswith("ib_write_bw"), stdout=perftest or "")
                          .on("true", reply=alive(name))
                          .on(lambda c: "allreduce-bench" in c, reply=launch(name)))
     pool = scripted_pool(scripts)
+    if run_hook is not None:
+        run_hook(run)
     out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)  # type: ignore[arg-type]
     return out.findings, run
 
@@ -184,3 +196,53 @@ def test_the_reference_is_the_median_pair(tmp_path: Path, bad: str) -> None:
         mid = len(vals) // 2
         assert ref["median"] == pytest.approx((vals[mid - 1] + vals[mid]) / 2 if len(vals) % 2
                                               == 0 else vals[mid])
+
+
+def test_a_node_that_answers_garbage_is_a_suspect_not_a_crash(tmp_path: Path) -> None:
+    fs, run = fleet(tmp_path, 8, lambda nodes: 1.0, hostile="n4")
+    failed = by_code(fs, "FLEET_JOB_FAILED") or [f for f in run.findings()
+                                                  if f.code == "FLEET_JOB_FAILED"]
+    assert failed and all("n4" in (f.unit_key or "") for f in failed)
+    sus = by_code(fs, "FLEET_SUSPECT_NODE")
+    assert [(f.node, f.severity, f.details["status"]) for f in sus] == [("n4", "FAIL",
+                                                                         "confirmed")]
+    assert not by_code(fs, "FLEET_SUSPECT_LINK")
+    text = "".join(f.message for f in run.findings())
+    assert "\x1b" not in text and "\x00" not in text
+
+
+def test_the_results_disk_full_mid_plan_stops_the_step_blaming_no_node(
+        tmp_path: Path) -> None:
+    from orchestrator.errors import StoreError
+
+    def full_disk(run: Run) -> None:
+        real = run.add_measurements
+        calls = {"n": 0}
+
+        def add(ms: list[Measurement]) -> None:
+            calls["n"] += 1
+            if calls["n"] > 2:
+                raise StoreError("the results disk is full")
+            real(ms)
+
+        run.add_measurements = add
+
+    with pytest.raises(StoreError):
+        fleet(tmp_path, 8, lambda nodes: 1.0, run_hook=full_disk)
+
+
+def test_rdma_per_hca_between_partners_against_the_ordered_rate(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.steps.fleet import rdma
+
+    monkeypatch.setattr(rdma, "SERVER_START_S", 0.0)
+    text = (Path(__file__).resolve().parents[1] / "fixtures" / "public"
+            / "ib_write_bw_loopback-interleaved_superbench.log").read_text()
+    fs, run = fleet(tmp_path, 4, lambda nodes: 1.0, perftest=text,
+                    expect="{fabric: {type: ib, rate_gbps: 400}}")
+    got = by_code(fs, "FLEET_RDMA_SLOW") or [f for f in run.findings()
+                                             if f.code.startswith("FLEET_RDMA")]
+    assert len(got) == 2 and all(f.severity == "FAIL" for f in got), got  # 2 pairs, 1 HCA
+    assert all(f.details["hca"] == "mlx5_0" and f.details["rate_gbps"] == 400 for f in got)
+    assert all(f.details["gbps"] < 360 for f in got)
+    assert all((run.dir / e).is_file() for f in got for e in f.evidence)

@@ -25,6 +25,7 @@ Findings are made by `verdict.py` from the typed results.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -226,21 +227,20 @@ class _Runner:
     def job(self, r: P.Round, j: P.Job, lost: set[str], stage: StageTracker) -> UnitResult:
         label = f"{r.stage}-r{r.index}_{j.key}"
         members = [self.by_name[x] for x in j.nodes]
-        whole = r.stage == "whole"
-        with stage("execute"):
-            try:
-                out = self._engine(members, label, whole)
-            except engines.JobFailed as exc:
-                gone = set(exc.unreachable) | self._unreachable(members)
-                with self.pf.lock:
-                    lost |= gone
-                    if not gone:
-                        self._record_failed(r, j, exc.what, exc.evidence)
-                raise UnitFailed(
-                    exc.what + (f"; unreachable: {', '.join(sorted(gone))}" if gone else ""),
-                    "FLEET_JOB_FAILED", exc.evidence, hint=exc.hint) from exc
-        with stage("judge"):
-            return self._judge(r, j, out)
+        try:
+            with stage("execute"):
+                out = self._engine(members, label, r.stage == "whole")
+            with stage("judge"):
+                return self._judge(r, j, out)
+        except engines.JobFailed as exc:
+            gone = set(exc.unreachable) | self._unreachable(members)
+            with self.pf.lock:
+                lost |= gone
+                if not gone:
+                    self._record_failed(r, j, exc.what, exc.evidence)
+            raise UnitFailed(
+                exc.what + (f"; unreachable: {', '.join(sorted(gone))}" if gone else ""),
+                "FLEET_JOB_FAILED", exc.evidence, hint=exc.hint) from exc
 
     def _engine(self, members: Sequence[Node], label: str, whole: bool) -> engines.JobOutput:
         if self.p.engine == "nccl-tests":
@@ -285,6 +285,12 @@ class _Runner:
             raise engines.JobFailed(f"{j.key}: {exc.what}", evidence=[rel]) from exc
         if not parsed.rows:
             raise engines.JobFailed(f"{j.key}: no result rows in the log", evidence=[rel])
+        odd = [row.size_bytes for row in parsed.rows if not all(
+            math.isfinite(x) and x >= 0 for x in (row.out_of_place.busbw_gbs,
+                                                  row.in_place.busbw_gbs))]
+        if odd:
+            raise engines.JobFailed(f"{j.key}: bandwidth that is not a number at "
+                                    f"{len(odd)} size(s) of the log", evidence=[rel])
         extra = out.stderr.read_text(errors="replace") if out.stderr is not None else ""
         files = [self.run.rel(f) for f in out.files]
         rec = JobRecord(j, r.stage, r.index, files, transport=_transport(text + "\n" + extra),
