@@ -180,6 +180,8 @@ class FleetParams(_M):
     min_judged_bytes: str = "16M"
     tolerance: float = Field(default=0.2, gt=0, lt=1)
     timeout_s: float = Field(default=600.0, gt=0)  # per job
+    # torch engine: a rank gives up on a peer that stops answering after this long
+    collective_timeout_s: float = Field(default=300.0, gt=0)
     master_port: int = Field(default=29600, ge=1024, le=60000)  # torch engine: base port
     straggler_iters: int = Field(default=20, ge=1)
     rdma: bool = True  # ib_write_bw per HCA between partners where perftest is installed

@@ -68,7 +68,8 @@ def nccl_params(p: FleetParams, base: NcclParams | None = None) -> NcclParams:
 
 def torch_args(p: FleetParams) -> list[str]:
     return ["allreduce-bench", "-b", p.min_bytes, "-e", p.max_bytes, "-f", str(p.step_factor),
-            "-n", str(p.iters), "-w", str(p.warmup_iters), "-c", str(p.check)]
+            "-n", str(p.iters), "-w", str(p.warmup_iters), "-c", str(p.check),
+            "--pg-timeout", f"{p.collective_timeout_s:g}"]
 
 
 def free_port() -> int:
