@@ -114,7 +114,7 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
     pool = scripted_pool(scripts)
     if run_hook is not None:
         run_hook(run)
-    out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)  # type: ignore[arg-type]
+    out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
     return out.findings, run
 
 
@@ -246,3 +246,40 @@ def test_rdma_per_hca_between_partners_against_the_ordered_rate(
     assert all(f.details["hca"] == "mlx5_0" and f.details["rate_gbps"] == 400 for f in got)
     assert all(f.details["gbps"] < 360 for f in got)
     assert all((run.dir / e).is_file() for f in got for e in f.evidence)
+
+
+def test_the_nccl_tests_engine_one_mpirun_per_pair_and_the_transport_from_nccl_info(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each pair is one mpirun on its first node, with a context per node; the transport
+    each pair used is read from its NCCL INFO lines: NET/Socket on an InfiniBand order is
+    a WARN naming the pairs."""
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.fleet import engines
+
+    def built(pool: object, node: inventory.Node, run: Run, params: object,
+              archive: object) -> BuildDoc:
+        return BuildDoc(ok=True, mpi=True, gpus=1, binary=f"/w/{node.name}/all_reduce_perf")
+
+    monkeypatch.setattr(engines, "build_nccl_tests", built)
+    monkeypatch.setattr(fleet_step.nccltests, "source_archive", lambda *a: None)
+    socket_log = (Path(__file__).resolve().parents[1] / "fixtures" / "h200x2-gpuvet"
+                  / "multi_sim2node_socket_round1.log").read_text()
+    inv = write_inv(tmp_path, 4, "{fabric: {type: ib}}")
+    suite = Suite(fleet=FleetParams.model_validate({"engine": "nccl-tests", "min_bytes": "8",
+                                                    "max_bytes": "128M", "rdma": False,
+                                                    "min_judged_bytes": "16M"}))
+    run = Run.create(tmp_path / "results", command="fleet", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=None)
+    script = (Script().on(lambda c: c.startswith("command -v ib_write_bw"),
+                          stdout="perftest=no\n")
+              .on(lambda c: "mpirun" in c, stdout=socket_log))
+    pool = scripted_pool(default=script)
+    out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
+    mpiruns = [(name, c) for name, ex in pool.executors.items() for c in ex.commands
+               if "mpirun" in c]
+    assert len(mpiruns) == 4  # 2 rounds x 2 pairs, no re-pair: the same log for every pair
+    for name, cmd in mpiruns:  # run on the pair's first node, one context for each node
+        assert cmd.count(" : ") == 1 and f"/w/{name}/all_reduce_perf" in cmd
+    (warn,) = by_code(out.findings, "FLEET_TRANSPORT_SOCKET")
+    assert warn.severity == "WARN" and len(warn.details["pairs"]) == 4
+    assert by_code(out.findings, "FLEET_NO_SUSPECT")
