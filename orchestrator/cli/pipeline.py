@@ -38,16 +38,20 @@ def register(root: click.Group) -> None:
     @click.option("--health/--no-health", "health", default=True, show_default=True,
                   help="Run the health step (at the suite's level, standard by default) "
                        "between preflight and nccl.")
+    @click.option("--fleet/--no-fleet", "fleet_step", default=None,
+                  help="Run the fleet step after nccl (pairs, re-pairs: which node, which "
+                       "link; providers with one node are skipped) [default: when the suite "
+                       "has a fleet section].")
     @regress_options
     @prom_option
     @verbose_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
-                 train: bool | None, health: bool, test_: str, alpha: float, min_effect: float,
-                 min_size: int, last: int, prom_file: Path | None, verbose: bool,
-                 as_json: bool) -> int:
-        """Preflight, health, nccl and train, then regress: one run, one verdict, for timers.
+                 train: bool | None, health: bool, fleet_step: bool | None, test_: str,
+                 alpha: float, min_effect: float, min_size: int, last: int,
+                 prom_file: Path | None, verbose: bool, as_json: bool) -> int:
+        """Preflight, health, nccl, fleet and train where asked, then regress: one run.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
         says who holds it and exits 2 (a lock left by a process that died is taken
@@ -71,7 +75,8 @@ def register(root: click.Group) -> None:
                 open_run(results, "pipeline", the_suite, inventory, f.nodes) as run:
             outcome = pl.run_pipeline(f.inv, f.nodes, run, the_suite, pool=f.pool,
                                       progress=f.progress, settings=settings, torch=torch_,
-                                      train=train, health=health, last=last,
+                                      train=train, health=health, fleet=fleet_step,
+                                      last=last,
                                       min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
