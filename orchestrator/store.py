@@ -37,7 +37,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from orchestrator import __version__
-from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError
+from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError, shown
 from orchestrator.files import (
     append_lines,
     atomic_write,
@@ -49,6 +49,7 @@ from orchestrator.files import (
     write_json,
 )
 from orchestrator.index import SCHEMA_VERSION, Index, RunMeta, Status, baseline_sets
+from orchestrator.inventory import checked_name
 from orchestrator.records import Finding, Measurement, unit_folder
 from payload.scrub import redact_value, scrub_text
 
@@ -172,8 +173,8 @@ class Run:
 
     @classmethod
     def open(cls, root: Path, run_id: str) -> Run:
-        if not RUN_ID_RE.match(run_id):
-            raise UsageError(f"{run_id!r} is not a run id (they look like 20261130-201500-ab12)",
+        if not RUN_ID_RE.fullmatch(run_id):
+            raise UsageError(f"'{shown(run_id)}' is not a run id (they look like 20261130-201500-ab12)",
                              hint=f"see `gpuvet runs --results {root}`")
         run = cls(root, run_id)
         meta_path = run.dir / "run.json"
@@ -267,12 +268,12 @@ class Run:
             f.close()
 
     def node_dir(self, node: str, step: str) -> Path:
-        d = self.dir / "nodes" / node / step
+        d = self.dir / "nodes" / checked_name(node, "node") / step
         d.mkdir(parents=True, exist_ok=True)
         return d
 
     def provider_dir(self, provider: str, step: str) -> Path:
-        d = self.dir / "providers" / provider / step
+        d = self.dir / "providers" / checked_name(provider, "provider") / step
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -313,12 +314,22 @@ class Run:
                          "".join(m.model_dump_json() + "\n" for m in ms))
         self._index_write(lambda: self.index.replace_records(self.run_id, fs, ms))
 
+    def clear_records(self) -> None:
+        """Drop every record of the run (an import cut short is stored again, whole)."""
+        with self._lock:
+            for name in ("findings.jsonl", "measurements.jsonl"):
+                atomic_write(self.dir / name, "")
+        self._index_write(lambda: self.index.replace_records(self.run_id, [], []))
+
     def _done_path(self, unit: str, step: str) -> Path:
         kind, name = unit_folder(unit)
         return self.dir / kind / name / step / "done.json"
 
     def mark_done(self, unit: str, step: str, summary: dict[str, Any]) -> None:
         write_json(self._done_path(unit, step), summary)
+
+    def clear_done(self, unit: str, step: str) -> None:
+        self._done_path(unit, step).unlink(missing_ok=True)
 
     def is_done(self, unit: str, step: str) -> bool:
         return self._done_path(unit, step).is_file()

@@ -35,12 +35,9 @@ def transports(text: str, source: str) -> dict[str, Any] | None:
 
 
 def _read(path: Path) -> str:
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    from orchestrator.files import MAX_INPUT_BYTES, read_user_file
+
+    return read_user_file(path, MAX_INPUT_BYTES, "saved output").decode("utf-8", "replace")
 
 
 def register(root: click.Group) -> None:
@@ -73,10 +70,12 @@ def register(root: click.Group) -> None:
         if kind is None or file is None:
             raise UsageError("parse needs KIND and FILE", hint="see `gpuvet parse --list`")
         spec = parsers.get(kind)
+        from orchestrator.errors import shown
+
         text = _read(file)
-        facts = spec.func(text, source=str(file))
+        facts = spec.func(text, source=shown(str(file)))
         data = parsers.to_jsonable(facts)
-        tr = transports(text, str(file)) if kind == "nccl-tests" else None
+        tr = transports(text, shown(str(file))) if kind == "nccl-tests" else None
         if as_json:
             emit_json({**data, "transports": tr} if tr is not None else data)
         else:

@@ -38,7 +38,8 @@ def test_import_three_rounds(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert {json.loads(ln)["round"] for ln in lines} == {1, 2, 3}
     # the logs are copied into the run, as evidence
     copies = sorted(p.name for p in (run_dir / "providers" / "lab" / "imported").iterdir())
-    assert copies == [f"round{i}_{p.name}" for i, p in enumerate(ROUNDS, 1)]
+    # and the import is marked done once every record is stored
+    assert copies == ["done.json"] + [f"round{i}_{p.name}" for i, p in enumerate(ROUNDS, 1)]
     findings = [json.loads(ln) for ln in (run_dir / "findings.jsonl").read_text().splitlines()]
     assert {f["code"] for f in findings} >= {"NCCL_BUSBW", "NCCL_REFERENCE"}
     assert all(f["scope"] == "provider" and f["provider"] == "lab" for f in findings)
