@@ -51,8 +51,11 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
             r["run_id"], r["started"], r["command"], r["suite_hash"], r["status"],
             r["providers"], r["nodes"], strict=True):
         inv = (docs.get(rid) or {}).get("inventory_sha256")
+        # a run that did not finish (interrupted, error, or still running) has no verdict:
+        # the findings it holds are a part, and a part with no FAIL is not a PASS
+        shown = verdicts.get(rid, "-") if status in ("passed", "failed") else "-"
         rows.append((rid, started, command, inv[:12] if inv else "-", ",".join(provs),
-                     len(nodes), suite_hash, status, verdicts.get(rid, "-")))
+                     len(nodes), suite_hash, status, shown))
     return Table(f"runs under {root}", ("run", "started", "step", "inventory", "providers",
                                         "nodes", "suite", "status", "verdict"), rows)
 
