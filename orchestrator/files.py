@@ -103,6 +103,27 @@ def read_jsonl(path: Path, model: type[R]) -> list[R]:
     return out
 
 
+def read_jsonl_salvage(path: Path, model: type[R]) -> tuple[list[R], list[str]]:
+    """Every record of a JSONL file that can be read, and one line per line that cannot
+    ("measurements.jsonl:17: not a valid Measurement record: ..."): what `index rebuild`
+    uses, so one damaged line costs that line, never the run."""
+    if not path.is_file():
+        return [], []
+    out: list[R] = []
+    skipped: list[str] = []
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(model.model_validate_json(line))
+        except ValidationError as exc:
+            why = ("incomplete (a write was cut off)" if i == len(lines)
+                   else f"not a valid {model.__name__} record: {exc.errors()[0]['msg']}")
+            skipped.append(f"{path.name}:{i}: {why}")
+    return out, skipped
+
+
 def append_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
     """Append whole lines; a torn tail left by a crash is cut off first. `sync=False`
     leaves the fsync to the caller (`fsync_file`), outside whatever lock serialises

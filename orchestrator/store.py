@@ -44,6 +44,7 @@ from orchestrator.files import (
     file_sha256,
     fsync_file,
     read_jsonl,
+    read_jsonl_salvage,
     store_error,
     warn,
     write_json,
@@ -64,8 +65,11 @@ def new_run_id() -> str:
 def rebuild_index(root: Path) -> tuple[int, list[str]]:
     """Build the index anew from every run's JSONL files; swap it in atomically.
 
-    Returns (runs indexed, problems): a run whose files cannot be read is left out
-    and named, never guessed at."""
+    Returns (runs indexed, problems), one problem a line. What can be read is indexed:
+    a damaged JSONL line is skipped and named (file and line), the rest of the run
+    kept; a damaged run.json is read as far as it goes and the rest taken from the
+    records (`_salvaged_meta`). A run with nothing readable, or written by another
+    record schema, is left out and named, never guessed at."""
     if not root.is_dir():
         raise UsageError(f"no results folder {root}")
     tmp = root / f".index.sqlite.{os.getpid()}.tmp"
@@ -77,15 +81,28 @@ def rebuild_index(root: Path) -> tuple[int, list[str]]:
         for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             if not (run_dir / "run.json").is_file():
                 continue
+            name = run_dir.name
+            findings, bad_f = read_jsonl_salvage(run_dir / "findings.jsonl", Finding)
+            ms, bad_m = read_jsonl_salvage(run_dir / "measurements.jsonl", Measurement)
             try:
-                run = Run.open(root, run_dir.name)
-                findings = run.findings()
-                ms = run.measurements()
+                meta = Run.open(root, name).meta
+            except DamagedRunFile as exc:
+                salvaged = _salvaged_meta(run_dir, findings, ms)
+                if salvaged is None:
+                    problems.append(f"{name}: skipped: {exc.what}")
+                    continue
+                meta = salvaged
+                problems.append(f"{name}: run.json is damaged ({exc.what}): indexed from what "
+                                f"could be read (command {meta.command!r}, status "
+                                f"{meta.status}, {len(findings)} finding(s), {len(ms)} "
+                                "measurement(s))")
             except GpuvetError as exc:
-                problems.append(f"{run_dir.name}: {exc.what}")
+                problems.append(f"{name}: skipped: {exc.what}")
                 continue
-            run.meta.index_stale = False
-            idx.upsert_run(run.meta)
+            problems += [f"{name}: {line}: skipped, the rest of the run indexed"
+                         for line in bad_f + bad_m]
+            meta.index_stale = False
+            idx.upsert_run(meta)
             idx.add_findings(findings)
             idx.add_measurements(ms)
             n += 1
@@ -97,6 +114,55 @@ def rebuild_index(root: Path) -> tuple[int, list[str]]:
     finally:
         tmp.unlink(missing_ok=True)
     return n, problems
+
+
+# run.json is written with indent=2 and sorted keys: a top-level scalar is one line
+_TOP_SCALAR = re.compile(r'^  "(?P<key>[a-z_]+)": '
+                         r'(?P<val>"(?:[^"\\]|\\.)*"|-?\d+|true|false|null),?$', re.M)
+_SALVAGED = ("started", "finished", "command", "suite_hash", "gpuvet_version", "status",
+             "inventory_sha256", "pid", "host")
+
+
+def _salvaged_meta(run_dir: Path, findings: list[Finding],
+                   ms: list[Measurement]) -> RunMeta | None:
+    """A damaged run.json read as far as it goes, the rest taken from the run's records:
+    providers and nodes from its findings and measurements, the suite hash from its
+    measurements, the start from its id. A status that cannot be read is "error" (never
+    a verdict). None when nothing can be read, or another record schema wrote it."""
+    if not RUN_ID_RE.fullmatch(run_dir.name):
+        return None
+    try:
+        text = (run_dir / "run.json").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    found: dict[str, Any] = {}
+    for m in _TOP_SCALAR.finditer(text):
+        with contextlib.suppress(ValueError):
+            found[m["key"]] = json.loads(m["val"])
+    if found.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        return None
+    if not findings and not ms and "command" not in found:
+        return None
+    rid = run_dir.name
+    fields = {k: found[k] for k in _SALVAGED if k in found}
+    fields.setdefault("started", f"{rid[:4]}-{rid[4:6]}-{rid[6:8]}T{rid[9:11]}:{rid[11:13]}:"
+                                 f"{rid[13:15]}Z")
+    fields.setdefault("command", "unknown")
+    fields.setdefault("suite_hash", ms[0].suite_hash if ms else "unknown")
+    fields.setdefault("gpuvet_version", "unknown")
+    if fields.get("status") not in ("running", "passed", "failed", "interrupted", "error"):
+        fields["status"] = "error"
+    providers = {f.provider for f in findings} | {m.provider for m in ms}
+    nodes = {f.node for f in findings if f.node} | {n for m in ms for n in m.nodes}
+    try:
+        return RunMeta(run_id=rid, suite={}, path=str(run_dir), providers=sorted(providers),
+                       nodes=sorted(nodes), **fields)
+    except ValidationError:
+        return None
+
+
+class DamagedRunFile(UsageError):
+    """run.json cannot be read as a run document (truncated, not JSON, invalid)."""
 
 
 def _inventory_copy(path: Path) -> str:
@@ -184,13 +250,14 @@ class Run:
         try:
             data = json.loads(meta_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{meta_path} is unreadable ({exc}): truncated or damaged",
+            raise DamagedRunFile(f"{meta_path} is unreadable ({exc}): truncated or damaged",
                              hint="the run's records are in its JSONL files; restore run.json "
                                   "from a backup to use the run again") from None
         if not isinstance(data, dict):
-            raise UsageError(f"{meta_path} is not a run document (a JSON {type(data).__name__}, "
-                             "not an object)", hint="restore run.json from a backup to use the "
-                             "run again; its records are in its JSONL files")
+            raise DamagedRunFile(f"{meta_path} is not a run document (a JSON "
+                                 f"{type(data).__name__}, not an object)",
+                                 hint="restore run.json from a backup to use the run again; "
+                                      "its records are in its JSONL files")
         version = data.get("schema_version", data.get("schema"))
         if version != SCHEMA_VERSION:
             raise UsageError(f"run {run_id} was written by a gpuvet with record schema "
@@ -200,7 +267,7 @@ class Run:
         try:
             run.meta = RunMeta.model_validate(data)
         except ValidationError as exc:
-            raise UsageError(f"{meta_path} is not a valid run document: "
+            raise DamagedRunFile(f"{meta_path} is not a valid run document: "
                              f"{exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
         return run
 
