@@ -203,7 +203,7 @@ def read_user_file(path: Path, max_bytes: int, what: str = "file") -> bytes:
                          hint=f"give the {what} itself, saved to a file")
     if st.st_size > max_bytes:
         raise UsageError(f"{name} is {st.st_size:,} bytes, more than the {max_bytes >> 20} MiB "
-                         f"a {what} may have", hint="split it, or keep the part with the "
+                         f"limit for one {what}", hint="split it, or keep the part with the "
                          "results; see docs/reliability.md (limits)")
     try:
         with path.open("rb") as f:
@@ -211,5 +211,5 @@ def read_user_file(path: Path, max_bytes: int, what: str = "file") -> bytes:
     except OSError as exc:
         raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # it grew while we looked
-        raise UsageError(f"{name} is more than the {max_bytes >> 20} MiB a {what} may have")
+        raise UsageError(f"{name} is more than the {max_bytes >> 20} MiB limit for one {what}")
     return data

@@ -52,7 +52,8 @@ def register(root: click.Group) -> None:
 
         Pasted text is read as far as it is the tool's: prompts, command lines,
         launcher and ssh noise are read past and listed (`ignored_lines`), marks of
-        editing (`...`, a lost `#`) are listed as `edits`.
+        editing (`...`, a lost `#`) are listed as `edits`. A file may have up to 64 MiB
+        (an nccl-tests log up to 10,000 table rows).
         """
         from orchestrator import parsers
         from orchestrator.verdicts import Table
@@ -104,7 +105,10 @@ def register(root: click.Group) -> None:
         """Import nccl-tests text logs as one series of rounds; judge them like a live run.
 
         The suite hash comes from the parameters the logs print (sizes, GPUs, iterations,
-        check, datatype, op), so imports of different experiments never share one.
+        check, datatype, op), so imports of different experiments never share one. A log
+        may hold up to 10,000 table rows and 64 MiB. Logs already imported are recognised
+        by content; an import of them that was cut short (a full disk, Ctrl-C) is done
+        again, into the same run.
         """
         from orchestrator.steps.nccl.importer import AlreadyImported, import_logs
 
