@@ -34,7 +34,7 @@ def one_line_error(output: str) -> str:
 # --------------------------------------------------------------------------- path traversal
 
 @pytest.mark.parametrize("name", ["../../../../tmp/X", "../x", "/tmp/x", "a/b", "..", ".hidden",
-                                  "x\n", "a\x1b[31m"])
+                                  "x\n", "a\x1b[31m", os.fsdecode(b"lab\xff")])
 def test_import_nccl_tests_refuses_a_provider_that_is_a_path(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
     results = tmp_path / "deep" / "er" / "results"
@@ -43,6 +43,8 @@ def test_import_nccl_tests_refuses_a_provider_that_is_a_path(
     line = one_line_error(proc.output)
     assert "is not a name gpuvet can file results under" in line
     assert "\x1b" not in proc.output  # a control character is shown as \x1b, never sent raw
+    if name.startswith("lab"):
+        assert "provider 'lab\\xff' is not a name" in line  # bytes shown, never a traceback
     assert not list(tmp_path.rglob("*"))  # refused before anything is written
 
 
@@ -99,6 +101,18 @@ def test_import_nccl_tests_of_a_fifo_or_a_device_is_not_a_regular_file(
         proc = gpuvet(capsys, "parse", "nccl-tests", path)
         assert proc.returncode == 2 and "is not a regular file" in proc.output
     assert not run_dirs(tmp_path / "r")
+
+
+def test_preflight_from_a_fifo_is_not_a_regular_file(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "doc.json"
+    os.mkfifo(fifo)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("providers:\n  p:\n    executor: local\n    nodes: [{name: a}]\n")
+    proc = gpuvet(capsys, "preflight", "--from", fifo, "-i", inv, "--node", "a", "--results",
+                  tmp_path / "r")
+    assert proc.returncode == 2, proc.output
+    assert "is not a regular file (a FIFO" in one_line_error(proc.output)
 
 
 def test_import_poc_lists_a_fifo_and_does_not_hang(tmp_path: Path,
