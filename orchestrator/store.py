@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import io
 import json
 import os
@@ -55,6 +56,7 @@ from orchestrator.records import Finding, Measurement, unit_folder
 from payload.scrub import redact_value, scrub_text
 
 DEFAULT_ROOT = Path("results")
+_CHUNK = 2_000  # records serialised and written at a time
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 
 
@@ -357,13 +359,19 @@ class Run:
         self._index_write(lambda: self.index.add_findings(findings))
 
     def add_measurements(self, ms: list[Measurement]) -> None:
+        """Append and index the records a chunk at a time: an import of 10,000 rows makes
+        60,000, and their JSON is never held all at once (twice: the file's, the index's)."""
         if not ms:
             return
-        rows, path = [m.model_dump_json() for m in ms], self.dir / "measurements.jsonl"
-        with self._lock:
-            append_lines(path, rows, sync=False)
+        path = self.dir / "measurements.jsonl"
+        for i in range(0, len(ms), _CHUNK):
+            chunk = ms[i:i + _CHUNK]
+            rows = [m.model_dump_json() for m in chunk]
+            with self._lock:
+                append_lines(path, rows, sync=False)
+            del rows
+            self._index_write(functools.partial(self.index.add_measurements, chunk))
         fsync_file(path)
-        self._index_write(lambda: self.index.add_measurements(ms))
 
     def retract(self, keep_units: set[str], step: str) -> None:
         """Before resuming a step: drop its records except those of finished units.
