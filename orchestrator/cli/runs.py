@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli._common import emit_json, json_option, out, render, results_option, verbose_option
+from orchestrator.cli._common import (
+    emit_json,
+    json_option,
+    out,
+    output_written,
+    render,
+    results_option,
+    verbose_option,
+)
 from orchestrator.errors import UsageError
 from orchestrator.verdicts import Table
 
@@ -216,7 +224,7 @@ def register(root: click.Group) -> None:
                 raise UsageError("--format parquet needs pyarrow",
                                  hint="pip install 'gpuvet[report]'") from None
         tables = export_tables(results, list(dict.fromkeys(run_ids)))
-        files = write_export(tables, fmt, output)
+        files = output_written(lambda: write_export(tables, fmt, output), output)
         for f in files:
             out.print(str(f))
         return 0

@@ -86,6 +86,22 @@ def test_the_store_refuses_a_folder_name_that_is_a_path(tmp_path: Path) -> None:
     assert not (tmp_path.parent / "escape").exists()
 
 
+def test_an_output_that_cannot_be_written_is_bad_input(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """-o names a place the user chose: one that cannot be written is exit 2, one line,
+    never the results disk's exit 3 or an internal error."""
+    results = tmp_path / "r"
+    assert gpuvet(capsys, "import", "nccl-tests", ROUNDS[0], "-p", "lab", "--results",
+                  results).returncode == 0
+    (run,) = run_dirs(results)
+    for args in (("export", run.name, "--format", "json", "-o", "/proc/gpuvet-x.json"),
+                 ("export", run.name, "-o", "/proc/gpuvet-x"),
+                 ("report", "--no-cost", "-o", "/proc/gpuvet-x.html")):
+        proc = gpuvet(capsys, *args, "--results", results)
+        assert proc.returncode == 2, proc.output
+        assert one_line_error(proc.output).startswith(f"error: -o {args[-1]}: cannot write ")
+
+
 # --------------------------------------------------------------------------- FIFOs and devices
 
 def test_import_nccl_tests_of_a_fifo_or_a_device_is_not_a_regular_file(
