@@ -111,7 +111,9 @@ def run(rows: list[int]) -> str:
             "20): 1e5 rows took 25 s and 1.9 GB to import, 1e6 rows were still importing after "
             "150 s at 12.4 GB, and `parse` of 1e6 rows reached 2.9 GB in 30 s. `parse --json` "
             "now writes its document straight to stdout (rich took 15 s to lay out 10,000 "
-            "rows' JSON). Wall times are of a shared 2-core machine.", "", END]
+            "rows' JSON). Wall times are of a shared 2-core machine under load (load average "
+            "about 13), so they vary by 2-3x between runs; the peak RSS figures do not.", "",
+            END]
     return "\n".join(out) + "\n"
 
 
