@@ -67,17 +67,20 @@ UNIT = "imported"  # the step folder of an import's copies, and its done marker
 def _already_imported(root: Path, digests: list[str]) -> tuple[str, bool] | None:
     """The run that imported any of these logs, and whether it finished.
 
-    An import is complete only when its done marker is on disk (written after every
-    record is durable) and the run has a final status: a run cut short by a full disk,
-    exit 3 or Ctrl-C is found here as incomplete and is imported again."""
+    A run is finished (passed or failed) only after `import_logs` returned, that is
+    after every record was durable and the done marker written; a run cut short by a
+    full disk, exit 3 or Ctrl-C is `running`, `error` or `interrupted` and is imported
+    again. The status is read from run.json (the index may be stale after a full disk)."""
     if not (root / "index.sqlite").is_file():
         return None
     for meta in Index(root).runs():
         src = meta.source or {}
         if set(src.get("sha256") or []) & set(digests):
-            prov = (meta.providers or ["?"])[0]
-            done = Run(root, meta.run_id).is_done(f"provider:{prov}", UNIT)
-            return meta.run_id, done and meta.status in ("passed", "failed")
+            try:
+                status = Run.open(root, meta.run_id).meta.status
+            except UsageError:
+                status = meta.status
+            return meta.run_id, status in ("passed", "failed")
     return None
 
 
