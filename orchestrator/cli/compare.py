@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 
 import click
 
-from orchestrator.cli._common import emit_json, err, json_option, out, render, results_option
+from orchestrator.cli._common import (
+    emit_json,
+    err,
+    json_option,
+    out,
+    output_written,
+    render,
+    results_option,
+)
 from orchestrator.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -99,7 +107,8 @@ def register(root: click.Group) -> None:
                       inventory=inventory, rates=_all_rates(inventory, rates))
         from orchestrator.report import write_report
 
-        html, md = write_report(c, output.with_suffix(".html"), output.with_suffix(".md"))
+        html, md = output_written(lambda: write_report(c, output.with_suffix(".html"),
+                                                       output.with_suffix(".md")), output)
         out.print(f"{html}\n{md}")
         for v in c.verdicts:
             err.print(f"{v.provider}: {v.verdict}")

@@ -35,12 +35,9 @@ def transports(text: str, source: str) -> dict[str, Any] | None:
 
 
 def _read(path: Path) -> str:
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    from orchestrator.files import MAX_INPUT_BYTES, read_user_file
+
+    return read_user_file(path, MAX_INPUT_BYTES, "saved output").decode("utf-8", "replace")
 
 
 def register(root: click.Group) -> None:
@@ -55,7 +52,8 @@ def register(root: click.Group) -> None:
 
         Pasted text is read as far as it is the tool's: prompts, command lines,
         launcher and ssh noise are read past and listed (`ignored_lines`), marks of
-        editing (`...`, a lost `#`) are listed as `edits`.
+        editing (`...`, a lost `#`) are listed as `edits`. A file may have up to 64 MiB
+        (an nccl-tests log up to 10,000 table rows).
         """
         from orchestrator import parsers
         from orchestrator.verdicts import Table
@@ -73,10 +71,12 @@ def register(root: click.Group) -> None:
         if kind is None or file is None:
             raise UsageError("parse needs KIND and FILE", hint="see `gpuvet parse --list`")
         spec = parsers.get(kind)
+        from orchestrator.errors import shown
+
         text = _read(file)
-        facts = spec.func(text, source=str(file))
+        facts = spec.func(text, source=shown(str(file)))
         data = parsers.to_jsonable(facts)
-        tr = transports(text, str(file)) if kind == "nccl-tests" else None
+        tr = transports(text, shown(str(file))) if kind == "nccl-tests" else None
         if as_json:
             emit_json({**data, "transports": tr} if tr is not None else data)
         else:
@@ -105,7 +105,10 @@ def register(root: click.Group) -> None:
         """Import nccl-tests text logs as one series of rounds; judge them like a live run.
 
         The suite hash comes from the parameters the logs print (sizes, GPUs, iterations,
-        check, datatype, op), so imports of different experiments never share one.
+        check, datatype, op), so imports of different experiments never share one. A log
+        may hold up to 10,000 table rows and 64 MiB. Logs already imported are recognised
+        by content; an import of them that was cut short (a full disk, Ctrl-C) is done
+        again, into the same run.
         """
         from orchestrator.steps.nccl.importer import AlreadyImported, import_logs
 

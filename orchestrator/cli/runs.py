@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli._common import emit_json, json_option, out, render, results_option, verbose_option
+from orchestrator.cli._common import (
+    emit_json,
+    json_option,
+    out,
+    output_written,
+    render,
+    results_option,
+    verbose_option,
+)
 from orchestrator.errors import UsageError
 from orchestrator.verdicts import Table
 
@@ -51,8 +59,11 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
             r["run_id"], r["started"], r["command"], r["suite_hash"], r["status"],
             r["providers"], r["nodes"], strict=True):
         inv = (docs.get(rid) or {}).get("inventory_sha256")
+        # a run that did not finish (interrupted, error, or still running) has no verdict:
+        # the findings it holds are a part, and a part with no FAIL is not a PASS
+        shown = verdicts.get(rid, "-") if status in ("passed", "failed") else "-"
         rows.append((rid, started, command, inv[:12] if inv else "-", ",".join(provs),
-                     len(nodes), suite_hash, status, verdicts.get(rid, "-")))
+                     len(nodes), suite_hash, status, shown))
     return Table(f"runs under {root}", ("run", "started", "step", "inventory", "providers",
                                         "nodes", "suite", "status", "verdict"), rows)
 
@@ -213,7 +224,7 @@ def register(root: click.Group) -> None:
                 raise UsageError("--format parquet needs pyarrow",
                                  hint="pip install 'gpuvet[report]'") from None
         tables = export_tables(results, list(dict.fromkeys(run_ids)))
-        files = write_export(tables, fmt, output)
+        files = output_written(lambda: write_export(tables, fmt, output), output)
         for f in files:
             out.print(str(f))
         return 0
