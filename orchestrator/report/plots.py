@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.compare import busbw_values, size_label
-from orchestrator.errors import ParseError
+from orchestrator.errors import ParseError, UsageError
 from orchestrator.parsers.dmon import parse_dmon
 from payload.train import protocol
 
@@ -27,10 +27,15 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
 def _plt() -> Any:
-    import matplotlib  # optional (gpuvet[report]); only a report draws
+    try:
+        import matplotlib  # imported late: only a report draws
+    except ImportError:
+        raise UsageError("the report's plots need matplotlib, a dependency of gpuvet missing "
+                         "from this Python environment",
+                         hint="pip install 'matplotlib>=3.8,<4'") from None
 
     matplotlib.use("Agg")  # before pyplot: no display, no GUI backend
-    import matplotlib.pyplot as plt  # the report's extra, as above
+    import matplotlib.pyplot as plt  # as above
 
     plt.rcParams.update({"svg.fonttype": "path", "font.size": 9, "axes.grid": True,
                          "grid.alpha": 0.3, "figure.dpi": 100})
