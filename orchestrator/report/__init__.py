@@ -102,6 +102,8 @@ def context(c: Any, html_path: Path) -> dict[str, Any]:
     return {
         "providers": c.providers, "verdicts": c.verdicts, "reasons": reasons,
         "figures": [(t, svg) for t, svg in figures if svg], "runs": c.selection.chosen,
+        "left_out": [(t, plots.WHY_LEFT_OUT.get(t, "nothing to plot"))
+                     for t, svg in figures if not svg],
         "tables": [t for t in c.tables if t.title not in skip and t.rows],
         "env": by_title.get("environment"), "currencies_apart": c.currencies_apart,
         "empty_sections": [t for t in c.empty_sections if t not in skip],
