@@ -89,6 +89,7 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
         last = ax
         if ratio:
             rx = axes[1][col]
+            rx.set_gid(f"ratio-panel-{scope}")  # the SVG group's id: found by the browser test
             for i, p in enumerate(providers[1:], start=1):
                 pts = [(s, *ratio_ci(vals[base][s], vals[p][s])) for s in sizes_all
                        if s in vals[base] and s in vals[p]]
