@@ -109,8 +109,10 @@ def _columns(df: pd.DataFrame, column: str) -> pd.DataFrame:
         return df
     wide = pd.DataFrame([_flat(column, d) for d in df[column]], index=df.index)
     for c in wide.columns:
-        kinds = {type(v) for v in wide[c] if v is not None and not (isinstance(v, float)
-                                                                    and v != v)}
+        vals = [v for v in wide[c] if v is not None and not (isinstance(v, float) and v != v)]
+        kinds = {type(v) for v in vals}
+        if kinds <= {list, tuple} and all(isinstance(x, str) for v in vals for x in v):
+            continue  # a list of names stays a list (Parquet list<string>)
         if len(kinds - {int, float}) > 0 and len(kinds) > 1 or kinds & {list, tuple}:
             wide[c] = wide[c].map(lambda v: None if v is None else
                                   json.dumps(v, default=str) if isinstance(v, (list, tuple))
@@ -145,11 +147,11 @@ def typed(tables: dict[str, pd.DataFrame], fmt: str) -> dict[str, pd.DataFrame]:
     out = {}
     for name, df in tables.items():
         df = _columns(_columns(df, "tags"), "details")
-        if fmt == "csv":
-            for c in ("evidence", "providers", "nodes"):
-                if c in df.columns and df[c].map(lambda v: isinstance(v, list)).any():
+        if fmt == "csv":  # a CSV cell holds text: lists joined with ';'
+            for c in df.columns:
+                if df[c].map(lambda v: isinstance(v, (list, tuple))).any():
                     df[c] = df[c].map(lambda v: ";".join(map(str, v))
-                                      if isinstance(v, list) else v)
+                                      if isinstance(v, (list, tuple)) else v)
         out[name] = df.dropna(axis=1, how="all") if not df.empty else df
     return out
 
