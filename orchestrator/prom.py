@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+
 from orchestrator.errors import UsageError
 from orchestrator.store import atomic_write
 
@@ -85,8 +88,6 @@ class _Families:
         self.families = families
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import GaugeMetricFamily  # the writer; light to import
-
         for fam in self.families:
             keys = sorted({k for labels, _ in fam.samples for k in labels})
             g = GaugeMetricFamily(fam.name, fam.help, labels=keys)
@@ -97,8 +98,6 @@ class _Families:
 
 def render(families: Iterable[Family]) -> str:
     """The text exposition format (version 0.0.4), written by prometheus_client."""
-    from prometheus_client import CollectorRegistry, generate_latest  # the writer, as above
-
     fams = list(families)
     _check(fams)
     registry = CollectorRegistry(auto_describe=False)
