@@ -109,7 +109,7 @@ class NodeUnreachable(ConnectionFailed):
 
 
 class StepError(GpuvetError):
-    """A step (preflight, nccl, train) could not do its work on a node."""
+    """A step (preflight, health, nccl, train) could not do its work on a node."""
 
 
 class CommandTimeout(StepError):

@@ -106,7 +106,7 @@ def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, use
     service = "\n".join([
         f"# /etc/systemd/system/{name}.service (or ~/.config/systemd/user/ without User=)",
         "[Unit]",
-        f"Description=gpuvet pipeline on {inventory.name}: preflight, nccl, train, regress",
+        f"Description=gpuvet pipeline on {inventory.name}: preflight, health, nccl, train, regress",
         "Wants=network-online.target",
         "After=network-online.target",
         "",

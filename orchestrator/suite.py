@@ -158,9 +158,29 @@ class TrainParams(_M):
         return {k: dump[k] for k in keys}
 
 
+class HealthParams(_M):
+    """The health step: the level (quick, standard, burn) and its windows.
+
+    `sustain_s` and `memtest_s` override the level's sustained window and memory
+    test time; `timeout_s` bounds one node's whole run (default by level)."""
+
+    level: Literal["quick", "standard", "burn"] = "standard"
+    sustain_s: float | None = Field(default=None, ge=0)
+    memtest_s: float | None = Field(default=None, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    keep_remote: bool = False  # leave the node's output folder on the node
+
+    def timeout(self) -> float:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        extra = 3 * ((self.sustain_s or 0) + (self.memtest_s or 0))
+        return {"quick": 300.0, "standard": 900.0, "burn": 3600.0}[self.level] + extra
+
+
 class Suite(_M):
     name: str = "default"
     preflight: PreflightParams = PreflightParams()
+    health: HealthParams = HealthParams()
     nccl: NcclParams = NcclParams()
     train: TrainParams = TrainParams()
 

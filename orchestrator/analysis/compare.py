@@ -11,6 +11,8 @@ were measured in:
   (resampling each side's rounds x nodes, ratio of medians, fixed seed);
 - stability: coefficient of variation per size, round drops, timeouts, #wrong;
 - transports NCCL used, torch.distributed vs nccl-tests agreement;
+- from the health step where it ran: memory bandwidth, products, host and peer
+  bandwidth (the median of every GPU), the variant the GPUs measure like, FAILs;
 - from the training step where it ran: step time, tokens/s/GPU, MFU, peak memory,
   restore, restart time, checkpoint persistence.
 """
@@ -32,7 +34,7 @@ from orchestrator.errors import UsageError
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
 
-STEPS = ("preflight", "nccl", "train")
+STEPS = ("preflight", "health", "nccl", "train")
 COMPLETE = ("passed", "failed")  # finished runs; running/interrupted/error ones are attempts
 BOOTSTRAP = 2000
 SEED = 20250101
@@ -310,6 +312,46 @@ def train_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequen
     return Table("training", ("what", *providers), rows)
 
 
+# --- health --------------------------------------------------------------------------------
+
+HEALTH_METRICS = (("health.membw.copy_gbps", "memory copy (read + written)", "GB/s"),
+                  ("health.membw.read_gbps", "memory read", "GB/s"),
+                  ("health.matmul.bf16_tflops", "bf16 products, burst", "TFLOP/s"),
+                  ("health.sustained.tflops", "bf16 products, sustained", "TFLOP/s"),
+                  ("health.matmul.fp64_tflops", "fp64 products", "TFLOP/s"),
+                  ("health.matmul.fp8_tflops", "fp8 products", "TFLOP/s"),
+                  ("health.pcie.h2d_gbps", "host to device (pinned)", "GB/s"),
+                  ("health.pcie.d2h_gbps", "device to host (pinned)", "GB/s"),
+                  ("health.peer.min_gbps", "slowest peer pair, one way", "GB/s"))
+
+
+def health_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequence[str]
+                 ) -> Table:
+    """The health step side by side: the median over every GPU measured, what the GPUs
+    measure like, and the GPUs that failed; empty (no rows) where the step did not run."""
+    rows: list[tuple[Any, ...]] = []
+    if ms.empty or not (ms["scope"] == "health").any():
+        return Table("GPU health", ("what", *providers), rows)
+    sel = ms[ms["scope"] == "health"]
+    for metric, label, unit in HEALTH_METRICS:
+        vals = []
+        for p in providers:
+            v = sel[(sel["provider"] == p) & (sel["metric"] == metric)]["value"]
+            vals.append(None if v.empty else round(float(v.median()), 1))
+        if any(v is not None for v in vals):
+            rows.append((f"{label} ({unit}, median of the GPUs)", *vals))
+    like, bad = [], []
+    for p in providers:
+        mine = [f for f in findings if f.provider == p and f.step == "health"]
+        names = sorted({str(f.details.get("variant")) for f in mine
+                        if f.code == "HEALTH_VARIANT" and f.details.get("variant")})
+        like.append(", ".join(names) or "not measured")
+        fails = sorted({f.code for f in mine if f.severity == "FAIL"})
+        bad.append(", ".join(fails) or "none")
+    rows += [("measures like", *like), ("FAIL findings", *bad)]
+    return Table("GPU health", ("what", *providers), rows)
+
+
 # --- the whole comparison ------------------------------------------------------------------
 
 @dataclass
@@ -376,7 +418,8 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
     tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs),
               environment.diff_table(env, sel.providers), busbw_table(ms, sel.providers),
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
-              agreement_table(fs, sel.providers), train_table(ms, fs, sel.providers)]
+              agreement_table(fs, sel.providers), health_table(ms, fs, sel.providers),
+              train_table(ms, fs, sel.providers)]
     if with_cost:
         tables += [cost.cost_table(pocs, rates or {}), cost.sources_table(pocs),
                    cost.unit_table(units)]

@@ -29,6 +29,7 @@ GROUPS = (
     "orchestrator.cli.inventory",
     "orchestrator.cli.nodes",
     "orchestrator.cli.preflight",
+    "orchestrator.cli.health",
     "orchestrator.cli.nccl",
     "orchestrator.cli.parse",
     "orchestrator.cli.index",

@@ -139,7 +139,11 @@ def register(root: click.Group) -> None:
         its sed/grep cuts, -q -x, --query-gpu with or without its header), topo -m/-p2p,
         nvlink, uname, nvcc, the recipe's PyTorch check or gpuvet's torch probe, ibstat,
         ibv_devinfo, nccl-tests logs, dmon, /proc/mounts, the build log, pip, the nccl-tests
-        commit and the date. Each file is judged, recorded, or reported (not recognised,
+        commit and the date; and the health outputs of other tools: dcgmi diag, kernel logs
+        with Xid lines or the PCI core's "limited by" lines, nvlink -e, lspci -vvv, the
+        processes on the GPUs (--query-compute-apps), ib_write_bw and the other perftest
+        programs, nvbandwidth, p2pBandwidthLatencyTest. Each file is judged, recorded, or
+        reported (not recognised,
         unreadable, from another node); a file of several hosts' outputs is split by rank;
         a source checkout beside the logs is skipped. Exit 2 only when nothing could be
         judged.

@@ -35,16 +35,19 @@ def register(root: click.Group) -> None:
                        "where nccl-tests cannot be built, it measures the fabric alone.")
     @click.option("--train/--no-train", "train", default=None,
                   help="Run the training step [default: when the suite has a train section].")
+    @click.option("--health/--no-health", "health", default=True, show_default=True,
+                  help="Run the health step (at the suite's level, standard by default) "
+                       "between preflight and nccl.")
     @regress_options
     @prom_option
     @verbose_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
-                 train: bool | None, test_: str, alpha: float, min_effect: float,
+                 train: bool | None, health: bool, test_: str, alpha: float, min_effect: float,
                  min_size: int, last: int, prom_file: Path | None, verbose: bool,
                  as_json: bool) -> int:
-        """Preflight, nccl and train, then regress: one run, one verdict, for timers.
+        """Preflight, health, nccl and train, then regress: one run, one verdict, for timers.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
         says who holds it and exits 2 (a lock left by a process that died is taken
@@ -68,7 +71,8 @@ def register(root: click.Group) -> None:
                 open_run(results, "pipeline", the_suite, inventory, f.nodes) as run:
             outcome = pl.run_pipeline(f.inv, f.nodes, run, the_suite, pool=f.pool,
                                       progress=f.progress, settings=settings, torch=torch_,
-                                      train=train, last=last, min_size=min_size)
+                                      train=train, health=health, last=last,
+                                      min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
             run.finish(status)

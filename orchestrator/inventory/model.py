@@ -179,6 +179,7 @@ class Expectations(_Model):
     mig_allowed: bool = False
     fabric: Fabric = Fabric()
     pcie: PcieExpectation = PcieExpectation()
+    needs_fp8: bool = False  # the health step fails a GPU without FP8 (compute capability < 8.9)
     # overrides the shipped reference bands: one band or a list, each for one message size
     nccl_busbw: Band | list[Band] | None = None
 

@@ -38,6 +38,7 @@ from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts, QGpu
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.steps.nccl.importer import experiment, experiment_hash
 from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.poc import health as poc_health
 from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read_all
 from orchestrator.steps.poc.origin import folder_uuids, folder_window, inventory_node
 from orchestrator.steps.preflight import checks
@@ -184,6 +185,7 @@ class Assembled:
     doc: dict[str, Any]
     extras: dict[str, tuple[BaseModel, PocFile]] = field(default_factory=dict)
     nccl: list[PocFile] = field(default_factory=list)
+    health: list[PocFile] = field(default_factory=list)
     recorded: dict[str, PocFile] = field(default_factory=dict)
 
 
@@ -200,6 +202,10 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
         kind = f.kind or ""
         if kind == "nccl-tests":
             a.nccl.append(f)
+            f.status = "judged"
+            continue
+        if kind in poc_health.KIND_NAMES:
+            a.health.append(f)
             f.status = "judged"
             continue
         if kind in RECORDED:
@@ -471,6 +477,7 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
         atomic_write(out_dir / "collect.json", json.dumps(a.doc, indent=1))
         result.findings += _file_findings(files, copies, node, run.run_id)
         result.findings += judge_preflight(a, node, inv, run, out_dir, Suite())
+        result.findings += poc_health.judge(a.health, copies, node, run.run_id)
         fs, ms = judge_nccl(groups, copies, node, inv, run, commit)
         result.findings += fs
         result.measurements = ms

@@ -24,6 +24,7 @@ from orchestrator.parsers.recipe import (
     parse_commit,
     parse_pip,
 )
+from orchestrator.steps.poc.health import SIGNATURES as HEALTH_SIGNATURES
 
 # Keys and titles only `nvidia-smi -q` prints (an excerpt holds at least two of them).
 _Q_KEYS = frozenset({
@@ -210,4 +211,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("checked-at", _one_line(parse_checked_at, 80), parse_checked_at),
     Kind("command-not-found", _has(r": (?:command )?not found\s*$", 90),
          _registered("command-not-found")),
+    # the health outputs people collect with other tools (steps/poc/health.py judges them)
+    *(Kind(kind, _has(pattern, score, whole=whole), _registered(kind))
+      for kind, pattern, score, whole in HEALTH_SIGNATURES),
 )
