@@ -125,7 +125,9 @@ def register(root: click.Group) -> None:
     @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
     @click.option("-p", "--provider", required=True, help="Provider name to file it under.")
     @click.option("-n", "--node", "node", metavar="NAME",
-                  help="Node name [default: the hostname the outputs print, else 'poc'].")
+                  help="Node name [default: with -i, the provider's node (its only one, or the "
+                       "one the folder's hostname names); else the hostname the outputs "
+                       "print, else 'poc'].")
     @click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
                   help="Judge against this provider's order (`expect`); without it nothing "
                        "is compared with an order (GPUVET_INVENTORY is not read here).")
@@ -154,6 +156,11 @@ def register(root: click.Group) -> None:
         res = import_poc(folder, provider, node, inventory, results)
         if not as_json:
             render(files_table(res.files, folder))
+            src = res.run.meta.source or {}
+            uuids = src.get("gpu_uuids") or []
+            out.print(f"filed under node {res.node} of provider {provider}; the folder's "
+                      f"hostname: {src.get('hostname') or '(none printed)'}; GPU UUIDs: "
+                      f"{', '.join(uuids) if uuids else '(none printed)'}")
         return show_outcome(res.run, res.findings, [res.node], verbose=verbose,
                             as_json=as_json, n_measurements=len(res.measurements),
                             title="PoC findings")

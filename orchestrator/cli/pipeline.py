@@ -123,14 +123,16 @@ def register(root: click.Group) -> None:
     @click.option("--name", default="gpuvet-pipeline", show_default=True,
                   help="Name of the systemd units.")
     @click.option("--log-file", type=click.Path(path_type=Path, dir_okay=False),
-                  default=Path("/var/log/gpuvet-pipeline.log"), show_default=True,
-                  help="Where the crontab line appends its output (systemd: the journal).")
+                  default=None,
+                  help="Where the crontab line appends its output (systemd: the journal) "
+                       "[default: $XDG_STATE_HOME/gpuvet/pipeline.log, else "
+                       "~/.local/state/gpuvet/pipeline.log: writable without root].")
     @click.option("--user", "user", default=None,
                   help="User= of the system service [default: you].")
     @json_option
     def schedule_print(every: str, inventory: Path, results: Path, suite: Path | None,
-                       prom_file: Path | None, name: str, log_file: Path, user: str | None,
-                       as_json: bool) -> int:
+                       prom_file: Path | None, name: str, log_file: Path | None,
+                       user: str | None, as_json: bool) -> int:
         """Print a systemd service and timer pair, and the equivalent crontab line.
 
         Both run `gpuvet pipeline` with absolute paths; systemd logs to the journal
@@ -142,6 +144,7 @@ def register(root: click.Group) -> None:
         from orchestrator import schedule as sc
 
         when = sc.Every.parse(every)
+        log_file = log_file or sc.default_log_file()
         if prom_file is not None:
             prom.check_path(prom_file, here=False)
         if not inventory.is_file():

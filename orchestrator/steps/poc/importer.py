@@ -41,6 +41,7 @@ from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.steps.poc import health as poc_health
 from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read_all
 from orchestrator.steps.poc.kinds import HEALTH_KIND_NAMES
+from orchestrator.steps.poc.origin import folder_uuids, folder_window, inventory_node
 from orchestrator.steps.preflight import checks
 from orchestrator.steps.preflight import step as pf
 from orchestrator.store import Run, atomic_write, write_json
@@ -438,8 +439,8 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
     files = scan(folder)
     split_nodes(files)
     found = hostname(files)
-    name = node_name or (found if found and re.match(inventory_mod.NAME_PATTERN, found)
-                         else "poc")
+    name = node_name or inventory_node(inventory, provider, found) or (
+        found if found and re.match(inventory_mod.NAME_PATTERN, found) else "poc")
     inv, node = target(inventory, provider, name)
     a = assemble(files, name)
     if not [f for f in files if f.status == "judged"]:
@@ -455,7 +456,9 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
                      suite={"imported": [e for e, _ in groups]}, inventory_path=inventory,
                      providers=[provider], nodes=[name],
                      source={"kind": "poc", "dir": shown(str(folder.resolve())), "node": name,
-                             "hostname": found, "checked_at": checked_at,
+                             "hostname": found, "gpu_uuids": folder_uuids(files),
+                             "checked_at": checked_at,
+                             "window": folder_window(files, checked_at),
                              "nccl_tests_commit": commit,
                              "files": {f.name: f.summary() for f in files}})
     result = PocResult(run, name, files)
