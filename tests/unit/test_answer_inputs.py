@@ -240,3 +240,23 @@ def test_boot_time_from_proc_stat() -> None:
 
     assert boot_time("cpu  1 2 3\nbtime 1796011200\nprocesses 9\n") == "2026-11-30T04:00:00Z"
     assert boot_time("cpu 1 2 3\n") is None and boot_time("") is None
+
+
+def test_a_store_written_with_a_relative_results_path_is_read_from_anywhere(
+        tmp_path, capsys, monkeypatch) -> None:
+    """`--results results` from one directory, compare from another with the absolute
+    path: the environment facts of the runs are still found (the index stored the run
+    folders relative to where the import ran)."""
+    folder = _poc_folder(tmp_path / "a")
+    monkeypatch.chdir(tmp_path)
+    assert cli(["import", "poc", str(folder), "-p", "lab", "--results", "results"]) in (0, 1)
+    assert cli(["import", "poc", str(_poc_folder(tmp_path / "b")), "-p", "other",
+                "--results", "results"]) in (0, 1)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = gpuvet(capsys, "compare", "--results", tmp_path / "results", "-p", "lab", "-p",
+               "other", "--json")
+    assert r.returncode in (0, 1), r.output
+    env = {row["what"]: row for row in _tables(json.loads(r.stdout), "environment")}
+    assert env["GPUs per node"]["lab"] == "2", env
