@@ -13,14 +13,17 @@ if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help 
     from pydantic import BaseModel
 
 # C0 controls but tab and newline (ESC starts ANSI CSI and OSC sequences, BEL ends an
-# OSC title), DEL, the C1 controls (0x9b is a one-byte CSI), and the Unicode bidi
-# controls that reorder what a line appears to say
+# OSC title), DEL, the C1 controls (0x9b is a one-byte CSI), the Unicode bidi
+# controls that reorder what a line appears to say; and lone surrogates (a file name's
+# bytes that are not UTF-8, as Python reads them), which no terminal can be sent
 _CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e"
-                         "\u2066-\u2069]")
+                         "\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape(m: re.Match[str]) -> str:
     c = ord(m.group(0))
+    if 0xDC80 <= c <= 0xDCFF:  # surrogateescape: the byte it stands for
+        return f"\\x{c - 0xDC00:02x}"
     return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
 

@@ -140,6 +140,9 @@ def sample_frame(root: Path, provider: str, *, min_size: int = MIN_SIZE,
                          node=pd.Series(dtype=object))
     busbw = df["metric"] == "busbw"
     keep = ~busbw | ((df["inplace"] == False) & (df["size"].fillna(-1) >= min_size))  # noqa: E712
+    # the fleet step's pairs and groups are judged against each other, not as a series of
+    # the provider: a pair's busbw is not its provider's multi-node all_reduce
+    keep &= df["step"] != "fleet"
     df = df[keep & df["value"].notna()].copy()
     df["size_key"] = df["size"].fillna(-1).astype(int)
     many = df["nodes"].fillna("").str.contains(",")

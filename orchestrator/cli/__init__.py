@@ -32,6 +32,7 @@ GROUPS = (
     "orchestrator.cli.preflight",
     "orchestrator.cli.health",
     "orchestrator.cli.nccl",
+    "orchestrator.cli.fleet",
     "orchestrator.cli.parse",
     "orchestrator.cli.index",
     "orchestrator.cli.runs",

@@ -193,6 +193,13 @@ class Pricing(_Model):
     node_month: float | None = Field(default=None, ge=0)
     storage_gb_month: float | None = Field(default=None, ge=0)
     egress_gb: float | None = Field(default=None, ge=0)
+    # when the rental's billing started (the instance created), ISO 8601 with a zone:
+    # overrides the start of the billed window (else the nodes' boot time, else the runs')
+    billed_since: str | None = Field(
+        default=None, pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?(Z|[+-]\d{2}:\d{2})$")
+    retention_days: float | None = Field(default=None, ge=0)  # how long checkpoints are kept
+    dataset_gb: float | None = Field(default=None, ge=0)  # the dataset kept and downloaded
+    download_gb: float | None = Field(default=None, ge=0)  # models and other downloads
 
 
 class RayOptions(_Model):

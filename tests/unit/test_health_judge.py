@@ -261,3 +261,44 @@ def test_broken_parts_are_absent_not_guessed(tmp_path: Path) -> None:
     sink = _judge(folder)
     assert "HEALTH_COUNTERS_UNREADABLE" in _codes(sink, "WARN")
     assert all("passwd" not in e for f in sink.findings for e in f.evidence)
+
+
+STEP_CAPTURE = Path(__file__).parent.parent / "fixtures" / "h200x1-health" / "step-standard"
+
+
+def test_the_captured_h200_standard_run_is_healthy_and_power_capped_is_info() -> None:
+    """`gpuvet health --level standard` on a healthy one-GPU H200 (2026-12-02): every
+    figure at its expectation, the 700 W cap with the SM clock at 1508 of 1980 MHz under
+    the health load is the card's rated power (INFO), the variant is named."""
+    sink = _judge(STEP_CAPTURE)
+    _not_bad(sink)
+    throttled = _one(sink, "HEALTH_THROTTLED", "INFO")
+    assert "700 W" in throttled.message and "not a fault" in throttled.message
+    assert _one(sink, "HEALTH_VARIANT", "INFO").details["variant"] == "H200 SXM"
+    fp64 = next(m for m in sink.measurements if m.metric == "health.matmul.fp64_tflops")
+    assert 55 < fp64.value < 62
+
+
+def test_the_power_cap_with_the_clock_held_far_down_still_warns(tmp_path: Path) -> None:
+    """The captured run with its SM clock samples halved (990 of 1980 MHz at the cap):
+    the clock alone is then below what a power stress explains."""
+    import shutil
+
+    folder = tmp_path / "n"
+    shutil.copytree(STEP_CAPTURE, folder)
+    dmon = folder / "dmon.txt"
+    lines = dmon.read_text().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("#") and "pclk" in line)
+    cols = lines[head].lstrip("#").split()
+    k = cols.index("pclk")
+    out = []
+    for line in lines:
+        parts = line.split()
+        if line.startswith("#") or len(parts) != len(cols) or not parts[k].isdigit():
+            out.append(line)
+            continue
+        parts[k] = str(int(parts[k]) // 2)
+        out.append("  ".join(parts))
+    dmon.write_text("\n".join(out) + "\n")
+    sink = _judge(folder)
+    assert _one(sink, "HEALTH_THROTTLED", "WARN")

@@ -64,3 +64,8 @@ def test_warnings_are_escaped(capsys: pytest.CaptureFixture[str], tmp_path: Path
     err = capsys.readouterr().err
     _inert(err)
     assert "x\\x1b[2J\\x1b[31m.jsonl" in err
+
+
+def test_a_name_that_is_not_utf8_is_shown_by_its_bytes() -> None:
+    name = b"log-\xff\x1b.txt".decode("utf-8", "surrogateescape")
+    assert terminal_text(name) == "log-\\xff\\x1b.txt"

@@ -23,9 +23,13 @@ from orchestrator.steps.health import judge_checks, judge_counters, judge_links,
 from orchestrator.steps.health.datasheet import pcie_gbps, shipped
 from orchestrator.steps.health.output import NodeOutput
 
+# The health load is a power stress (8192^3 products back to back, FP64 among them): on a
+# healthy H200 at its 700 W limit the SM clock sat at 1500-1508 of 1980 MHz (0.76) in both
+# measured runs (docs/benchmarks.md), where training holds 0.8 and more. What the cap costs
+# is judged by the sustained rate (judge_perf), so the clock alone warns only below 0.65.
 RULES = telemetry.TelemetryRules(idle_util_pct=0.0, power_violation_pct=5.0, prefix="HEALTH",
                                  during="under the health load", span="the GPU phases",
-                                 more="run a longer level")
+                                 more="run a longer level", capped_clock_share=0.65)
 
 
 def gpu_window(out: NodeOutput) -> tuple[float, float] | None:
