@@ -125,7 +125,13 @@ done
     echo "mutation: mutmut is not installed in $PY (make setup installs the dev extra)" >&2; exit 2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpuvet-mutation.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+# MUTATION_KEEP=1 leaves the clone (and mutmut's mutants/ of the last module) in place,
+# to re-run its survivors after tests were added: `cd CLONE && mutmut run NAME...`
+if [ -n "${MUTATION_KEEP:-}" ]; then
+    trap 'echo "mutation: the clone stays in $TMP/src"' EXIT
+else
+    trap 'rm -rf "$TMP"' EXIT
+fi
 git clone -q --no-hardlinks "$ROOT" "$TMP/src"
 mkdir -p "$OUT"
 echo "mutation: HEAD $(git -C "$TMP/src" rev-parse --short HEAD), results in $OUT"
