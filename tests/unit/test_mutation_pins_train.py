@@ -1,11 +1,199 @@
 """The training step's judge (orchestrator/steps/train/*.py) on exact inputs, written for
-the mutants `make mutation` found surviving test_train_judge.py."""
+the mutants `make mutation` found surviving test_train_judge.py: the captured CPU run's
+every finding and measurement whole, its numbers worked out from the fixture's own files,
+then one thing changed at a time."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
 from orchestrator.steps.train.throughput import p90
+from tests.unit.test_train_judge import FIX, SUITE, codes, edit, fx, judge
+
+__all__ = ["fx"]  # the fixture, imported for pytest
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+
+
+def _sup(phase: str, node: str) -> dict[str, Any]:
+    return dict(json.loads((FIX / phase / node / "supervise.json").read_text()))
 
 
 def test_p90_of_ten_is_the_ninth() -> None:
     assert p90([float(v) for v in range(10, 0, -1)]) == 9.0
     assert p90([3.0]) == 3.0
+
+
+def test_the_captured_run_whole(fx: Path) -> None:
+    j = judge(fx)
+    saved = next(e for e in _events(FIX / "kill/a/rank0.jsonl")
+                 if e["event"] == "saved" and e["step"] == 5)
+    loaded = next(e for e in _events(FIX / "restore/b/rank0.jsonl") if e["event"] == "loaded")
+    warm = next(e for e in _events(FIX / "restore/b/rank0.jsonl") if e["event"] == "warmup")
+    step6 = next(e for e in _events(FIX / "restore/b/rank0.jsonl")
+                 if e["event"] == "step" and e["step"] == 6)
+    deaths = [_sup("kill", n)["end_time"] - _sup("kill", n)["kill_time"] for n in ("a", "b")]
+    relaunch = step6["t"] - _sup("restore", "b")["start_time"]
+    done = max(e["step"] for e in _events(FIX / "kill/a/rank0.jsonl") if e["event"] == "step")
+    m = {mm.metric: mm for mm in j.measurements}
+    assert m["ckpt_size_bytes"].value == saved["bytes"] and m["ckpt_size_bytes"].tags == {
+        "files": saved["files"]}
+    assert m["ckpt_save_s"].value == saved["save_s"] and m["ckpt_save_s"].unit == "s"
+    assert m["ckpt_write_gbs"].value == saved["bytes"] / saved["write_s"] / 1e9
+    assert m["ckpt_write_gbs"].tags == {"write_s": saved["write_s"]}
+    assert m["ckpt_load_s"].value == loaded["load_s"]
+    assert m["ckpt_load_s"].tags == {"verify_s": loaded["verify_s"]}
+    assert m["restart_s"].value == pytest.approx(max(deaths) + relaunch, abs=1e-9)
+    assert m["restart_s"].tags == pytest.approx({
+        "dying_s": max(deaths), "relaunch_to_first_step_s": relaunch,
+        "warmup_s": warm["seconds"], "verify_s": loaded["verify_s"], "load_s": loaded["load_s"]})
+    assert m["steps_lost"].value == done - 5 == 2 and m["steps_lost"].unit == "steps"
+    rss = {(mm.tags["rank"], mm.tags["node"]): mm.value for mm in j.measurements
+           if mm.metric == "peak_rss_bytes"}
+    last = {r: [e for e in _events(FIX / f"reference/{n}/rank{r}.jsonl")
+                if e["event"] in ("end", "step")][-1]["rss_peak"] for r, n in ((0, "a"), (1, "b"))}
+    assert rss == {(0, "a"): last[0], (1, "b"): last[1]}
+    c = codes(j)
+    kill = c["TRAIN_KILLED"]
+    size = saved["bytes"]
+    assert kill.message == (
+        f"[multi] kill: checkpoint of step 5 saved ({size / 1e6:.1f} MB in "
+        f"{saved['save_s']:.3g} s, written at {size / saved['write_s'] / 1e9:.2f} GB/s); "
+        "SIGKILLed on a, b at commit of step 7")
+    assert kill.evidence == ["kill/a/rank0.jsonl", "kill/a/supervise.json"]
+    assert kill.severity == "INFO" and kill.details == {}
+    ok = c["TRAIN_RESTORE_OK"]
+    assert ok.message == (
+        "[multi] restore verified (saved on a+b, restored on b+a): step 5 restored, "
+        "model/optimizer/RNG state hashes equal on every rank, LR equal, losses of steps "
+        f"6..12 equal the reference bit for bit; restart {m['restart_s'].value:.1f} s, 2 "
+        "step(s) of work lost")
+    assert ok.evidence == ["restore/b/rank0.jsonl"]
+    assert ok.details == {"exact": True, "inexact": [], "saved_on": ["a", "b"],
+                          "restored_on": ["b", "a"]}
+    skip = c["TRAIN_CKPT_SKIPPED"]
+    assert skip.message == ("[multi] restore: checkpoint of step 7 skipped: no manifest: the "
+                            "save did not finish")
+    assert skip.evidence == ["restore/b/rank0.jsonl"] and skip.severity == "INFO"
+
+
+def test_restored_on_the_node_that_saved_says_so(fx: Path) -> None:
+    from orchestrator.steps.train.judge import Judge, Subject
+    from tests.unit.test_train_judge import phase
+
+    j = Judge("run-1", SUITE, Subject("cpu", None, ["a", "b"], "multi"),
+              rel=lambda p: str(p.relative_to(fx)))
+    assert j.reference(phase(fx, "reference")) and j.kill(phase(fx, "kill"))
+    j.restore(phase(fx, "restore"), saved_on=["a", "b"], restored_on=["a", "b"])
+    assert "(saved on a+b, restored on a+b (the same node)): step 5" in codes(j)[
+        "TRAIN_RESTORE_OK"].message
+
+
+def test_a_save_with_problems_is_a_failed_save_naming_three(fx: Path) -> None:
+    def spoil(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "saved" and ev["step"] == 5:
+            ev["problems"] = ["p1", "p2", "p3", "p4"]
+        return ev
+
+    edit(fx / "kill" / "a" / "rank0.jsonl", spoil)
+    f = codes(judge(fx))["TRAIN_CKPT_SAVE_FAILED"]
+    assert f.severity == "FAIL" and f.message == (
+        "[multi] kill: no complete checkpoint of step 5 before the kill: ['p1', 'p2', 'p3']")
+    assert f.evidence == ["kill/a/rank0.jsonl"]
+    assert "TRAIN_RESTORE_OK" not in codes(judge(fx))
+
+
+def test_no_save_of_the_checkpoint_step_is_a_failed_save(fx: Path) -> None:
+    edit(fx / "kill" / "a" / "rank0.jsonl", lambda ev: None if ev["event"] == "saved" else ev)
+    f = codes(judge(fx))["TRAIN_CKPT_SAVE_FAILED"]
+    assert f.message == "[multi] kill: no complete checkpoint of step 5 before the kill"
+
+
+def test_a_save_of_rank_1_only_is_not_rank_0s(fx: Path) -> None:
+    """Only rank 0's record of the save counts (rank 1's is on another node's disk)."""
+    edit(fx / "kill" / "a" / "rank0.jsonl", lambda ev: None if ev["event"] == "saved" else ev)
+    with (fx / "kill" / "a" / "rank0.jsonl").open("a") as f:
+        saved = next(e for e in _events(FIX / "kill/b/rank1.jsonl") if e["event"] == "saved")
+        f.write(json.dumps(saved) + "\n")  # rank 1's record, under rank 0's file
+    assert "TRAIN_CKPT_SAVE_FAILED" in codes(judge(fx))
+
+
+def test_a_killed_run_that_differs_from_the_reference_is_not_deterministic(fx: Path) -> None:
+    def bump(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step" and ev["step"] in (3, 4):
+            v = float(ev["loss"]) + 1e-3
+            ev.update(loss=repr(v), loss_hex=v.hex())
+        return ev
+
+    edit(fx / "kill" / "a" / "rank0.jsonl", bump)
+    ref3 = next(e for e in _events(FIX / "reference/a/rank0.jsonl")
+                if e["event"] == "step" and e["step"] == 3)
+    got3 = next(e for e in _events(fx / "kill/a/rank0.jsonl")
+                if e["event"] == "step" and e["step"] == 3)
+    j = judge(fx)
+    f = codes(j)["TRAIN_RESTORE_OK"]
+    assert f.details["inexact"] == [  # noted, though the restore itself matched
+        f"two uninterrupted runs from the same seed differ at step 3 ({ref3['loss']} vs "
+        f"{got3['loss']})"]
+
+
+def test_an_lr_at_the_checkpoint_step_that_is_not_the_references_fails(fx: Path) -> None:
+    ref5 = next(e for e in _events(FIX / "reference/a/rank0.jsonl")
+                if e["event"] == "step" and e["step"] == 5)
+
+    def lr(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "loaded":
+            ev["lr_last"] = 0.5
+        return ev
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", lr)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f.message == (f"[multi] restore (saved on a+b, restored on b+a): LR at step 5: "
+                         f"restored 0.5, reference {ref5['lr']!r}")
+    assert f.evidence == ["restore/b/rank0.jsonl", "reference/a/rank0.jsonl"]
+    assert f.details["problems"] == [f"LR at step 5: restored 0.5, reference {ref5['lr']!r}"]
+
+
+def test_a_loaded_state_names_the_rank_and_both_hashes(fx: Path) -> None:
+    def spoil(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "loaded":
+            ev["hashes_loaded"]["optimizer"] = "abcdef0123456789" * 4
+        return ev
+
+    edit(fx / "restore" / "a" / "rank1.jsonl", spoil)
+    want = next(e for e in _events(FIX / "restore/a/rank1.jsonl")
+                if e["event"] == "loaded")["hashes_saved"]["optimizer"]
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert (f"rank 1: optimizer state after load abcdef012345 differs from the saved "
+            f"{want[:12]}") in f.message
+
+
+def test_a_restore_that_loaded_nothing_fails_with_the_logs(fx: Path) -> None:
+    for r, n in ((0, "b"), (1, "a")):
+        edit(fx / "restore" / n / f"rank{r}.jsonl",
+             lambda ev: None if ev["event"] == "loaded" else ev)
+    f = [f for f in judge(fx).findings if f.code == "TRAIN_RESTORE_FAILED"]
+    assert f and f[0].message == ("[multi] restore: no checkpoint was loaded (saved on a+b, "
+                                  "restored on b+a)")
+    assert f[0].evidence == ["restore/b/rank0.jsonl", "restore/b/torchrun.stderr",
+                             "restore/a/torchrun.stderr"]
+
+
+def test_a_kill_after_the_step_has_nothing_to_skip(fx: Path) -> None:
+    after = SUITE.model_copy(update={"train": SUITE.train.model_copy(
+        update={"kill": "after-step"})})
+    for r, n in ((0, "b"), (1, "a")):
+        edit(fx / "restore" / n / f"rank{r}.jsonl",
+             lambda ev: None if ev["event"] == "skip_ckpt" else ev)
+    assert "TRAIN_CKPT_SKIPPED" not in codes(judge(fx, after))
+    f = codes(judge(fx))["TRAIN_CKPT_SKIPPED"]
+    k = SUITE.train.kill_step
+    assert f.message == (f"[multi] restore: nothing to skip: the kill landed before the save "
+                         f"of step {k} wrote its directory")
+    assert f.details == {"late": False} and f.evidence == ["restore/b/rank0.jsonl"]
