@@ -20,14 +20,19 @@ def test_bh_adjusts_in_the_given_order() -> None:
     assert bh([]) == []
 
 
-@pytest.mark.parametrize("bad, match", [({"alpha": 0.0}, "alpha"), ({"alpha": 1.0}, "alpha"),
-                                        ({"min_effect": -0.01}, "minimum effect"),
-                                        ({"min_effect": 1.0}, "minimum effect"),
-                                        ({"power": 1.0}, "power"), ({"power": 0.0}, "power"),
-                                        ({"min_samples": 1}, "at least 2 samples")])
-def test_settings_out_of_range_are_refused(bad: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
+@pytest.mark.parametrize("bad, message", [
+    ({"alpha": 0.0}, "alpha must be between 0 and 1, got 0.0"),
+    ({"alpha": 1.0}, "alpha must be between 0 and 1, got 1.0"),
+    ({"min_effect": -0.01}, "the minimum effect must be between 0 and 1, got -0.01"),
+    ({"min_effect": 1.0}, "the minimum effect must be between 0 and 1, got 1.0"),
+    ({"power": 1.0}, "power must be between 0 and 1, got 1.0"),
+    ({"power": 0.0}, "power must be between 0 and 1, got 0.0"),
+    ({"min_samples": 1}, "a test needs at least 2 samples on each side")])
+def test_settings_out_of_range_are_refused(bad: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError) as exc:
         Settings(**bad)
+    assert str(exc.value) == message
+    Settings(min_effect=0.0, min_samples=2)  # the lowest allowed
 
 
 # --- each test's numbers, against scipy and the formulas the module's docstring states ------
@@ -169,3 +174,44 @@ def test_mann_whitney_smallest_p() -> None:
     from orchestrator.analysis.significance import _mwu_min_p
 
     assert _mwu_min_p(3, 3) == 0.1 and _mwu_min_p(1, 1) == 1.0 and _mwu_min_p(4, 6) == 2 / 210
+
+
+def test_welch_with_two_on_each_side_and_a_standard_error_of_exactly_one() -> None:
+    s = Settings(test="welch")
+    (c,) = compare_all([([99.0, 101.0], [90.0, 93.0], 1)], s)
+    p, se, df = _welch_by_hand([99.0, 101.0], [90.0, 93.0])
+    assert c.p == pytest.approx(p, rel=1e-9)
+    t = stats.t.ppf(0.975, df)
+    assert c.ci_high - c.ci_low == pytest.approx(2 * t * se / 100, rel=1e-9)
+    # base variance 2 over 2 samples, none in the run: se is exactly 1, df 1
+    (one,) = compare_all([([9.0, 11.0], [10.0, 10.0], 1)], s)
+    assert one.p == pytest.approx(1.0) and one.verdict == "UNCHANGED"
+    assert one.mde_stat == pytest.approx((stats.t.ppf(0.975, 1) + stats.t.ppf(0.8, 1)) / 10)
+    (off,) = compare_all([([9.0, 11.0], [14.0, 14.0], 1)], s)
+    assert off.p == pytest.approx(2 * stats.t.sf(4.0, 1)) and off.change == pytest.approx(0.4)
+
+
+def test_mann_whitney_with_a_range_of_exactly_one_is_tested() -> None:
+    """Only samples that are all equal skip the test (p = 1)."""
+    (c,) = compare_all([([10.0] * 6, [11.0] * 4, 1)])
+    p = float(stats.mannwhitneyu([11.0] * 4, [10.0] * 6, alternative="two-sided").pvalue)
+    assert c.p == p < 0.05 and c.verdict == "IMPROVED"
+
+
+def test_the_mann_whitney_limit_at_and_around_the_threshold() -> None:
+    """Three against three: the smallest p (0.1) equal to alpha is still detectable; two
+    in the run against six (2 / 28) is not at alpha 0.05."""
+    (at,) = compare_all([([1.0, 1.1, 1.2], [0.5, 0.6, 0.7], 1)], Settings(alpha=0.1))
+    assert at.mde is not None and not math.isinf(at.mde)
+    (two,) = compare_all([(BASE, [95.0, 96.0], 1)])
+    assert two.mde is not None and math.isinf(two.mde)
+
+
+def test_the_prediction_intervals_detectable_change() -> None:
+    base = [0.420, 0.424, 0.418, 0.421, 0.423]
+    (c,) = compare_all([(base, [0.43], -1)])
+    sd = float(np.std(base, ddof=1)) * math.sqrt(1 + 1 / 5)
+    mde = (stats.t.ppf(1 - 0.05 / 2, 4) + stats.t.ppf(0.8, 4)) * sd / float(np.mean(base))
+    assert c.mde_stat == pytest.approx(mde, rel=1e-9)
+    assert c.change == pytest.approx(0.43 / float(np.mean(base)) - 1)
+    assert c.cur_mean == 0.43 and c.base_mean == pytest.approx(float(np.mean(base)))
