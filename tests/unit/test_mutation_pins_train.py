@@ -197,3 +197,164 @@ def test_a_kill_after_the_step_has_nothing_to_skip(fx: Path) -> None:
     assert f.message == (f"[multi] restore: nothing to skip: the kill landed before the save "
                          f"of step {k} wrote its directory")
     assert f.details == {"late": False} and f.evidence == ["restore/b/rank0.jsonl"]
+
+
+# --------------------------------------------------------------------------- throughput
+
+
+def test_peak_table_lookups_and_their_sources() -> None:
+    from orchestrator.steps.train.throughput import peak_tflops
+    from orchestrator.suite import TrainParams
+
+    plain = TrainParams()
+    assert peak_tflops("NVIDIA H200", "lab", plain) == (989.0, "gpu_peaks.yaml 'H200'")
+    assert peak_tflops("nvidia h100 80gb hbm3", "lab", plain)[1] == "gpu_peaks.yaml 'H100'"
+    assert peak_tflops("NVIDIA A10G", "lab", plain) == (
+        None, "gpu_peaks.yaml lists 'A10G' without a figure")
+    assert peak_tflops("Tesla K80", "lab", plain) == (None, "'Tesla K80' is not in gpu_peaks.yaml")
+    assert peak_tflops(None, "lab", plain) == (None, "no GPU")
+    assert peak_tflops("", "lab", plain) == (None, "no GPU")
+    own = TrainParams(peak_tflops={"lab": 500})
+    assert peak_tflops(None, "lab", own) == (500.0, "suite train.peak_tflops.lab")
+    assert peak_tflops("NVIDIA H200", "other", own)[0] == 989.0
+
+
+def test_p90_is_nearest_rank_at_each_count() -> None:
+    assert p90([1.0, 2.0]) == 2.0
+    assert p90([float(v) for v in range(1, 21)]) == 18.0
+    assert p90([float(v) for v in range(1, 12)]) == 10.0
+
+
+def test_the_reference_speed_measurements_whole(fx: Path) -> None:
+    from tests.unit.test_train_judge import as_gpu, idle_dmon
+
+    as_gpu(fx, idle_dmon(2))
+    j = judge(fx, through="reference")
+    start = _events(fx / "reference/a/rank0.jsonl")[0]
+    m = {mm.metric: mm for mm in j.measurements}
+    skip = SUITE.train.stats_skip_steps
+    steps = SUITE.train.steps
+    assert m["step_time_s"].value == 1.0 and m["step_time_p90_s"].value == 1.0
+    want = {"world": 2, "gpu": "NVIDIA H200", "parallel": start["parallel"],
+            "compiled": start["compiled"], "model": SUITE.train.model,
+            "params": start["params"], "torch": start["versions"]["torch"],
+            "peak_tflops": 989.0, "peak_source": "gpu_peaks.yaml 'H200'",
+            "timed_in": "reference", "deterministic": True, "steps_timed": steps - skip}
+    assert m["step_time_s"].tags == {**want, "stat": "median"}
+    assert m["step_time_p90_s"].tags == {**want, "stat": "p90"}
+    assert m["tokens_per_s_per_gpu"].tags == want and m["tokens_per_s_per_gpu"].unit == "tokens/s"
+    achieved = start["flops_per_token"] * 16384 / 1e12
+    assert m["mfu"].value == achieved / 989 and m["mfu"].unit == "ratio"
+    assert m["mfu"].tags == {**want, "achieved_tflops": achieved}
+    ref = codes(j)["TRAIN_REFERENCE"]
+    assert ref.message.endswith(
+        f"; step 1 s median (p90 1 s), 16,384 tokens/s per gpu, MFU {achieved / 989:.1%} "
+        f"({achieved:.0f} of 989 TFLOP/s)")
+
+
+def test_the_fastest_kernels_are_the_headline_beside_the_verified_steps(fx: Path) -> None:
+    from tests.unit.test_train_judge import as_gpu, idle_dmon
+
+    as_gpu(fx, idle_dmon(2))
+    with (fx / "reference/a/rank0.jsonl").open("a") as f:
+        for k in range(4):
+            f.write(json.dumps({"event": "throughput_step", "rank": 0, "t": 2000 + k, "step": 13 + k,
+                                "step_time_s": 0.5, "tokens": 16384}) + "\n")
+    j = judge(fx, through="reference")
+    m = {mm.metric: mm for mm in j.measurements}
+    assert m["step_time_s"].value == 0.5 and m["step_time_s"].tags["timed_in"] == "throughput"
+    assert m["step_time_s"].tags["deterministic"] is False
+    assert m["step_time_s"].tags["steps_timed"] == 4
+    assert m["deterministic_step_time_s"].value == 1.0
+    assert m["deterministic_step_time_s"].tags["timed_in"] == "reference"
+    assert m["deterministic_step_time_s"].tags["deterministic"] is True
+    assert "deterministic_mfu" in m and m["tokens_per_s_per_gpu"].value == 16384 / 0.5
+    assert " on the fastest kernels (4 steps after the verified ones); the verified, " \
+        "deterministic steps: step 1 s median" in codes(j)["TRAIN_REFERENCE"].message
+
+
+def test_an_unknown_gpu_has_no_mfu_and_says_how_to_give_one(fx: Path) -> None:
+    from tests.unit.test_train_judge import as_gpu, idle_dmon
+
+    as_gpu(fx, idle_dmon(2))
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: {
+        **ev, "versions": {**ev["versions"], "gpu_name": "Tesla K80"}} if ev["event"] == "start"
+        else ev)
+    f = codes(judge(fx, through="reference"))["TRAIN_NO_MFU"]
+    assert f.message == ("[multi] no MFU: 'Tesla K80' is not in gpu_peaks.yaml; set "
+                         "train.peak_tflops.cpu in the suite")
+    assert f.severity == "INFO" and f.details == {"gpu": "Tesla K80"}
+    assert f.evidence == ["reference/a/rank0.jsonl"]
+
+
+def test_the_input_pipeline_share_at_the_limit_is_not_input_bound(fx: Path) -> None:
+    share = SUITE.train.thresholds.input_bound_share
+
+    def wait(ev: dict[str, Any], s: float) -> dict[str, Any]:
+        if ev["event"] == "step":
+            ev.update(step_time_s=0.5, data_wait_s=0.5 * s)
+        return ev
+
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: wait(ev, share))
+    assert "TRAIN_INPUT_BOUND" not in codes(judge(fx, through="reference"))
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: wait(ev, share * 1.01))
+    f = codes(judge(fx, through="reference"))["TRAIN_INPUT_BOUND"]
+    assert f.details["share"] == pytest.approx(share * 1.01) and f.severity == "WARN"
+    assert f.message == (f"[multi] input pipeline: waiting for data takes "
+                         f"{share * 1.01:.0%} of a step (median)")
+
+
+def test_the_first_steps_are_left_out_of_the_timing(fx: Path) -> None:
+    skip = SUITE.train.stats_skip_steps
+
+    def slow_start(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step":
+            ev["step_time_s"] = 100.0 if ev["step"] <= skip else 0.25
+            ev["data_wait_s"] = 50.0 if ev["step"] <= skip else 0.0
+        return ev
+
+    edit(fx / "reference/a/rank0.jsonl", slow_start)
+    j = judge(fx, through="reference")
+    m = {mm.metric: mm.value for mm in j.measurements}
+    assert m["step_time_s"] == 0.25 and m["step_time_p90_s"] == 0.25
+    assert "TRAIN_INPUT_BOUND" not in codes(j)
+
+
+def test_deterministic_mode_off_is_a_reason_once(fx: Path) -> None:
+    for r, n in ((0, "b"), (1, "a")):
+        edit(fx / "restore" / n / f"rank{r}.jsonl", lambda ev: {
+            **ev, "deterministic": {}} if ev["event"] == "start" else ev)
+    ok = codes(judge(fx))["TRAIN_RESTORE_OK"]
+    assert ok.details["inexact"] == [
+        "deterministic mode is off (suite train.deterministic: false)"]
+
+
+def test_each_kernel_without_a_deterministic_form_is_named_once(fx: Path) -> None:
+    for _ in range(2):
+        with (fx / "restore" / "b" / "rank0.jsonl").open("a") as f:
+            f.write(json.dumps({"event": "nondeterministic", "rank": 0, "t": 0,
+                                "message": "scatter_add_"}) + "\n")
+    ok = codes(judge(fx))["TRAIN_RESTORE_OK"]
+    assert ok.details["inexact"] == [
+        "an operation without a deterministic kernel: scatter_add_"]
+
+
+def test_memory_is_each_ranks_last_record(fx: Path) -> None:
+    def peaks(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step":
+            ev.update(mem_alloc_peak=ev["step"] * 1e9, mem_reserved_peak=None)
+        if ev["event"] == "end":
+            ev.update(mem_alloc_peak=42e9)  # the last record, though not the largest
+        return ev
+
+    edit(fx / "reference/b/rank1.jsonl", peaks)
+    j = judge(fx, through="reference")
+    got = {(mm.metric, mm.tags["rank"], mm.tags["node"]): (mm.value, mm.unit)
+           for mm in j.measurements if mm.metric.startswith("peak_")}
+    last1 = [e for e in _events(fx / "reference/b/rank1.jsonl")
+             if e["event"] in ("end", "step")][-1]
+    assert got[("peak_mem_allocated_bytes", 1, "b")] == (42e9, "bytes") == (
+        float(last1["mem_alloc_peak"]), "bytes")
+    assert ("peak_mem_reserved_bytes", 1, "b") not in got
+    assert ("peak_mem_allocated_bytes", 0, "a") not in got
+    assert got[("peak_rss_bytes", 1, "b")][0] == float(last1["rss_peak"])
