@@ -117,6 +117,7 @@ def test_one_sample_against_the_baseline_is_a_prediction_interval() -> None:
     assert flat.p == 1.0 and flat.verdict == "UNCHANGED"
     (off,) = compare_all([([2.0, 2.0, 2.0], [1.0], 1)])
     assert off.p == 0.0 and off.verdict == "REGRESSED"
+    assert (off.ci_low, off.ci_high, off.mde_stat) == (-0.5, -0.5, 0.0)  # no spread: no width
 
 
 @pytest.mark.parametrize("nb, nc, min_samples, enough", [
