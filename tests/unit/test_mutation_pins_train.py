@@ -358,3 +358,88 @@ def test_memory_is_each_ranks_last_record(fx: Path) -> None:
     assert ("peak_mem_reserved_bytes", 1, "b") not in got
     assert ("peak_mem_allocated_bytes", 0, "a") not in got
     assert got[("peak_rss_bytes", 1, "b")][0] == float(last1["rss_peak"])
+
+
+# --------------------------------------------------------------------------- losses after a restore
+
+
+def _set_loss(root: Path, phase: str, file: str, values: dict[int, float]) -> None:
+    def put(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step" and ev["step"] in values:
+            v = values[ev["step"]]
+            ev.update(loss=repr(v), loss_hex=v.hex())
+        return ev
+
+    edit(root / phase / file, put)
+
+
+def _inexact(root: Path, tol: float) -> Any:
+    with (root / "reference" / "a" / "rank0.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "nondeterministic", "rank": 0, "t": 0,
+                            "message": "index_add_"}) + "\n")
+    return SUITE.model_copy(update={"train": SUITE.train.model_copy(
+        update={"loss_tolerance": tol})})
+
+
+def test_the_first_step_after_the_checkpoint_is_compared(fx: Path) -> None:
+    _set_loss(fx, "restore", "b/rank0.jsonl", {6: 9.0})
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    ref6 = next(e for e in _events(FIX / "reference/a/rank0.jsonl")
+                if e["event"] == "step" and e["step"] == 6)
+    # deterministic: the message says nothing about determinism
+    assert f.message == (f"[multi] restore (saved on a+b, restored on b+a): first differing "
+                         f"step 6: reference loss {ref6['loss']} ({ref6['loss_hex']}), "
+                         f"restored 9.0 ({(9.0).hex()})")
+
+
+def test_a_loss_exactly_at_the_tolerance_is_within_it(fx: Path) -> None:
+    """4.0 against 4.0 + 4 x 2^-10 with a relative tolerance of 2^-10: exact in binary."""
+    suite = _inexact(fx, 2 ** -10)
+    _set_loss(fx, "reference", "a/rank0.jsonl", {6: 4.0})
+    _set_loss(fx, "kill", "a/rank0.jsonl", {6: 4.0})  # the killed run repeats the reference
+    _set_loss(fx, "restore", "b/rank0.jsonl", {6: 4.0 + 4 * 2 ** -10})
+    ok = codes(judge(fx, suite))["TRAIN_RESTORE_OK"]
+    assert ok.severity == "WARN" and ok.details["exact"] is False
+    _set_loss(fx, "restore", "b/rank0.jsonl", {6: 4.0 + 5 * 2 ** -10})
+    f = codes(judge(fx, suite))["TRAIN_RESTORE_MISMATCH"]
+    assert "first differing step 6" in f.message
+    assert f.message.endswith("; not deterministic here: an operation without a "
+                              "deterministic kernel: index_add_")
+
+
+def test_the_tolerance_of_a_loss_below_one_is_relative_to_it(fx: Path) -> None:
+    suite = _inexact(fx, 2 ** -10)
+    _set_loss(fx, "reference", "a/rank0.jsonl", {6: 0.5})
+    _set_loss(fx, "kill", "a/rank0.jsonl", {6: 0.5})  # the killed run repeats the reference
+    _set_loss(fx, "restore", "b/rank0.jsonl", {6: 0.5 + 0.75 * 2 ** -10})  # 1.5 x tolerance
+    assert "TRAIN_RESTORE_MISMATCH" in codes(judge(fx, suite))
+
+
+def test_a_step_within_the_tolerance_does_not_end_the_comparison(fx: Path) -> None:
+    suite = _inexact(fx, 1e-4)
+    _set_loss(fx, "restore", "b/rank0.jsonl", {6: float(next(
+        e for e in _events(FIX / "reference/a/rank0.jsonl")
+        if e["event"] == "step" and e["step"] == 6)["loss"]) * (1 + 1e-7), 9: 9.0})
+    f = codes(judge(fx, suite))["TRAIN_RESTORE_MISMATCH"]
+    assert "first differing step 9" in f.message
+
+
+def test_restart_parts_leave_out_what_was_not_timed(fx: Path) -> None:
+    def stamp(ev: dict[str, Any]) -> dict[str, Any] | None:
+        if ev["event"] == "start":
+            ev.update(launch_s="soon", init_s={})
+        if ev["event"] == "warmup":
+            ev.pop("seconds")
+        return ev
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", stamp)
+    [r] = [m for m in judge(fx).measurements if m.metric == "restart_s"]
+    assert not {"launch_s", "init_s", "warmup_s"} & set(r.tags)
+    assert {"verify_s", "load_s"} <= set(r.tags)
+
+
+def test_restart_init_is_summed_to_four_places(fx: Path) -> None:
+    edit(fx / "restore" / "b" / "rank0.jsonl", lambda ev: {
+        **ev, "init_s": {"a": 1.00004, "b": 1.00002}} if ev["event"] == "start" else ev)
+    [r] = [m for m in judge(fx).measurements if m.metric == "restart_s"]
+    assert r.tags["init_s"] == 2.0001
