@@ -375,8 +375,9 @@ def _set_loss(root: Path, phase: str, file: str, values: dict[int, float]) -> No
 
 def _inexact(root: Path, tol: float) -> Any:
     with (root / "reference" / "a" / "rank0.jsonl").open("a") as f:
-        f.write(json.dumps({"event": "nondeterministic", "rank": 0, "t": 0,
-                            "message": "index_add_"}) + "\n")
+        for op in ("index_add_", "scatter_add_"):
+            f.write(json.dumps({"event": "nondeterministic", "rank": 0, "t": 0,
+                                "message": op}) + "\n")
     return SUITE.model_copy(update={"train": SUITE.train.model_copy(
         update={"loss_tolerance": tol})})
 
@@ -404,7 +405,8 @@ def test_a_loss_exactly_at_the_tolerance_is_within_it(fx: Path) -> None:
     f = codes(judge(fx, suite))["TRAIN_RESTORE_MISMATCH"]
     assert "first differing step 6" in f.message
     assert f.message.endswith("; not deterministic here: an operation without a "
-                              "deterministic kernel: index_add_")
+                              "deterministic kernel: index_add_; an operation without a "
+                              "deterministic kernel: scatter_add_")
 
 
 def test_the_tolerance_of_a_loss_below_one_is_relative_to_it(fx: Path) -> None:
