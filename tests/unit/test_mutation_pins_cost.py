@@ -125,3 +125,26 @@ def test_pricing_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     (tmp_path / "inventory.yaml").write_text("providers: {a: {pricing: {gpu_hour: -1}}}\n")
     with pytest.raises(UsageError, match=str(tmp_path / "inventory.yaml")):
         cost.run_pricing(tmp_path, "a")
+
+
+def test_defaults_add_no_storage_transfer_or_window() -> None:
+    p = Pricing(gpu_hour=1.0, storage_gb_month=1.0, egress_gb=1.0)
+    c = cost.poc_cost("x", p, 1, 1.0)
+    assert (c.storage, c.transfer, c.reruns) == (0.0, 0.0, 0.0)
+    half = cost.poc_cost("x", p, 1, 0.5, storage_gb=73)
+    assert half.storage == pytest.approx(73 * 0.5 / 730)  # the runs' own half hour
+
+
+def test_hours_in_the_table_keep_four_places() -> None:
+    p = Pricing(gpu_hour=1.0, billing_granularity="second")
+    c = cost.poc_cost("x", p, 1, 1.23456, failed_hours=2.34567)
+    row = cost.cost_table([c]).rows[0]
+    assert row[3:6] == (1.2346, 2.3457, round(cost.billed_hours(1.23456 + 2.34567, "second"), 4))
+    assert row[5] == 3.5803
+
+
+def test_per_unit_row_whole_with_a_slow_model() -> None:
+    u = cost.unit_cost("x", Pricing(gpu_hour=3.6, currency="EUR"), 2, None, 0.5)
+    assert u.per_1m_tokens == pytest.approx(2e6 / 1e3)  # 3.6/3600 per s, 2e6 s per 1M tokens
+    assert cost.unit_table([u]).rows == [("x", "2,000.00 EUR", "7.20 EUR", "-",
+                                          "no monthly price")]
