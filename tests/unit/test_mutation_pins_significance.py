@@ -122,7 +122,8 @@ def test_one_sample_against_the_baseline_is_a_prediction_interval() -> None:
 
 @pytest.mark.parametrize("nb, nc, min_samples, enough", [
     (2, 2, 2, True), (1, 2, 2, False), (2, 1, 2, False), (3, 1, 2, True), (4, 4, 4, True),
-    (3, 4, 4, False), (4, 3, 4, False), (3, 1, 4, False), (4, 1, 4, True), (2, 0, 2, False), (0, 2, 2, False)])
+    (3, 4, 4, False), (4, 3, 4, False), (3, 1, 4, False), (4, 1, 4, True), (2, 0, 2, False),
+    (0, 2, 2, False)])
 def test_how_many_samples_a_test_needs(nb: int, nc: int, min_samples: int, enough: bool
                                        ) -> None:
     base = [100.0 + k for k in range(nb)]

@@ -445,3 +445,16 @@ def test_restart_init_is_summed_to_four_places(fx: Path) -> None:
         **ev, "init_s": {"a": 1.00004, "b": 1.00002}} if ev["event"] == "start" else ev)
     [r] = [m for m in judge(fx).measurements if m.metric == "restart_s"]
     assert r.tags["init_s"] == 2.0001
+
+
+def test_a_rank_without_a_step_record_is_passed_over(fx: Path) -> None:
+    from orchestrator.judging.sink import Sink
+    from orchestrator.steps.train.memory import memory
+    from tests.unit.test_train_judge import phase
+
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: ev if ev["event"] == "start" else None)
+    sink = Sink("r", "train", "h", "cpu", None, ["a", "b"], "", lambda p: p.name, "train",
+                "train")
+    memory(sink, phase(fx, "reference"))  # rank 0 (read first) has no step: rank 1 still counts
+    assert [(m.metric, m.tags) for m in sink.measurements] == [
+        ("peak_rss_bytes", {"rank": 1, "node": "b"})]
