@@ -74,6 +74,7 @@ bench: setup
 	$(BIN)/python -m tests.bench.fleet_bench --out docs/benchmarks.md
 	$(BIN)/python -m tests.bench.compare_bench --out docs/benchmarks.md
 	$(BIN)/python -m tests.bench.regress_bench --out docs/benchmarks.md
+	$(BIN)/python -m tests.bench.import_bench --out docs/benchmarks.md
 
 # Mutation testing of the judging modules (mutmut, in a temporary clone of HEAD;
 # minutes per module, not part of `make test`); scores go to docs/reliability.md.

@@ -98,6 +98,8 @@ class CollectDocument(_Open):
     schema_: int | None = Field(default=None, alias="schema")
     node: str | None = None
     hostname: str | None = None
+    boot_time: str | None = None  # /proc/stat btime, UTC: where a rental's billing begins
+    finished_at: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     python: PythonInfo = Field(default_factory=PythonInfo)
     paths: dict[str, PathInfo | None] = Field(default_factory=dict)

@@ -109,7 +109,7 @@ class NodeUnreachable(ConnectionFailed):
 
 
 class StepError(GpuvetError):
-    """A step (preflight, nccl, train) could not do its work on a node."""
+    """A step (preflight, health, nccl, train) could not do its work on a node."""
 
 
 class CommandTimeout(StepError):
@@ -141,3 +141,17 @@ class StoreError(GpuvetError):
 
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread the way KeyboardInterrupt is raised for SIGINT."""
+
+
+
+def shown(text: str) -> str:
+    """A file or user name for a message: bytes that are not UTF-8 (a name read with
+    surrogateescape, as Python reads file names and argv) and control characters shown
+    as `\\xNN`, never an encoding error or a terminal escape when printed or stored."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate no file name decodes to
+        data = text.encode("utf-8", "backslashreplace")
+    raw = data.decode("utf-8", "backslashreplace")
+    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 or 127 <= ord(c) < 160 else c
+                   for c in raw)

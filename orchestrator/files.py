@@ -15,6 +15,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from orchestrator.errors import StoreError, UsageError
+from orchestrator.errors import StoreError, UsageError, shown
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -102,6 +103,27 @@ def read_jsonl(path: Path, model: type[R]) -> list[R]:
     return out
 
 
+def read_jsonl_salvage(path: Path, model: type[R]) -> tuple[list[R], list[str]]:
+    """Every record of a JSONL file that can be read, and one line per line that cannot
+    ("measurements.jsonl:17: not a valid Measurement record: ..."): what `index rebuild`
+    uses, so one damaged line costs that line, never the run."""
+    if not path.is_file():
+        return [], []
+    out: list[R] = []
+    skipped: list[str] = []
+    lines = path.read_bytes().split(b"\n")
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(model.model_validate_json(line))
+        except ValidationError as exc:
+            why = ("incomplete (a write was cut off)" if i == len(lines)
+                   else f"not a valid {model.__name__} record: {exc.errors()[0]['msg']}")
+            skipped.append(f"{path.name}:{i}: {why}")
+    return out, skipped
+
+
 def append_lines(path: Path, lines: list[str], *, sync: bool = True) -> None:
     """Append whole lines; a torn tail left by a crash is cut off first. `sync=False`
     leaves the fsync to the caller (`fsync_file`), outside whatever lock serialises
@@ -143,3 +165,51 @@ def fsync_file(path: Path) -> None:
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --- files a user names: logs to parse or import -------------------------------------------
+
+# The largest output a parser or an import reads: an NCCL_DEBUG=INFO log of a large job
+# is a few MB; past this a file is something else. docs/reliability.md (limits).
+MAX_INPUT_BYTES = 64 << 20
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def not_regular(mode: int) -> str | None:
+    """What a file that is no regular file is ("a FIFO (named pipe)"), or None."""
+    if stat.S_ISREG(mode):
+        return None
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
+def read_user_file(path: Path, max_bytes: int, what: str = "file") -> bytes:
+    """The bytes of a file the user named, checked before it is opened: a missing file, a
+    FIFO or a device (which would block or never end), or one over `max_bytes` is a
+    UsageError with one line saying which."""
+
+    name = shown(str(path))
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise UsageError(f"no such file: {name}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    kind = not_regular(st.st_mode)
+    if kind is not None:
+        raise UsageError(f"{name} is not a regular file ({kind})",
+                         hint=f"give the {what} itself, saved to a file")
+    if st.st_size > max_bytes:
+        raise UsageError(f"{name} is {st.st_size:,} bytes, more than the {max_bytes >> 20} MiB "
+                         f"limit for one {what}", hint="split it, or keep the part with the "
+                         "results; see docs/reliability.md (limits)")
+    try:
+        with path.open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:  # it grew while we looked
+        raise UsageError(f"{name} is more than the {max_bytes >> 20} MiB limit for one {what}")
+    return data

@@ -137,6 +137,7 @@ class Index:
         self._lock = threading.Lock()
         try:
             root.mkdir(parents=True, exist_ok=True)
+            _refuse_emptied(self.path, root)
             with self._connect() as db:
                 db.executescript(_SCHEMA)
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
@@ -242,6 +243,18 @@ class Index:
             nm = db.execute("SELECT count(*) FROM measurements WHERE run_id=?",
                             (run_id,)).fetchone()
         return int(nf[0]), int(nm[0])
+
+
+def _refuse_emptied(path: Path, root: Path) -> None:
+    """A zero-byte index beside runs was emptied (a full disk, a copy cut short): SQLite
+    would read it as an empty store and every command would say "no runs". It is not
+    rebuilt behind the user's back: the error says how to."""
+    if not path.is_file() or path.stat().st_size != 0 or path.name != "index.sqlite":
+        return
+    if any((d / "run.json").is_file() for d in root.iterdir() if d.is_dir()):
+        raise UsageError(f"{path} is empty (0 bytes) while runs are under {root}: the index "
+                         "was lost", hint=f"run `gpuvet index rebuild --results {root}` "
+                                          "(the runs' JSONL files are the record)")
 
 
 def add_baselines(root: Path, records: list[BaselineRecord]) -> None:

@@ -1,4 +1,4 @@
-"""The scheduled pipeline: preflight, nccl, train, then regress, as one run.
+"""The scheduled pipeline: preflight, health, nccl, fleet and train where asked, then regress.
 
 A timer runs this every few hours against the nodes a team rents. Two timers
 (or a timer and a person) must never work on the same results at once: the
@@ -32,6 +32,8 @@ from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.records import Finding, Severity, finding
 from orchestrator.steps.driver import UnitResult, drive, provider_unit
+from orchestrator.steps.fleet import step as fleet_step
+from orchestrator.steps.health import step as health_step
 from orchestrator.steps.nccl import step as nccl_step
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.steps.preflight import step as preflight_step
@@ -149,10 +151,18 @@ def wants_train(suite: Suite, flag: bool | None) -> bool:
     return getattr(suite, "train", None) is not None and "train" in suite.model_fields_set
 
 
+def wants_fleet(suite: Suite, flag: bool | None) -> bool:
+    """--fleet/--no-fleet decide; otherwise a suite with a `fleet:` section asks for it."""
+    if flag is not None:
+        return flag
+    return suite.fleet is not None
+
+
 def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                  pool: ExecutorPool, progress: ProgressHook | None, settings: Settings,
-                 torch: bool = False, train: bool | None = None, last: int = 10,
-                 min_size: int = 16 << 20) -> Outcome:
+                 torch: bool = False, train: bool | None = None, health: bool = True,
+                 fleet: bool | None = None,
+                 last: int = 10, min_size: int = 16 << 20) -> Outcome:
     """The steps through their library functions, one after the other, then the verdict."""
     def shown(step: str) -> ProgressHook | None:  # one display: each line says its step
         if progress is None:
@@ -163,10 +173,17 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     out = Outcome()
     preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
+    if health:
+        health_step.run_health(inv, nodes, run, suite, pool=pool, progress=shown("health"))
+        out.steps.append("health")
     nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=shown("nccl"))
     out.steps.append("nccl")
     if torch:
         torch_without_builds(inv, nodes, run, suite, pool, shown("nccl"))
+    if wants_fleet(suite, fleet):
+        # a provider with one selected node is skipped by the step itself (INFO)
+        fleet_step.run_fleet(inv, nodes, run, suite, pool=pool, progress=shown("fleet"))
+        out.steps.append("fleet")
     if wants_train(suite, train):
         train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"))
         out.steps.append("train")

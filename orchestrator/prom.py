@@ -7,22 +7,28 @@ new service. The collector may read at any moment: the file is written to a
 temporary name in the same directory and renamed over the old one, so a scrape
 sees the old file or the new one, never half of either.
 
-Every name starts with `gpuvet_`; every family has HELP and TYPE lines (all
-gauges: each value describes the latest run, none counts up forever). The run id
-is a label of `gpuvet_run_info` only: on every other series it would start a new
-series at every run.
+The text is written by prometheus_client's exposition. Every name starts with
+`gpuvet_` and ends in its base unit (`_bytes_per_second`, `_seconds`, `_ratio`;
+busbw's GB/s become bytes per second), so no series carries a unit label; a
+series names its provider and node once each (`node` empty for the provider as
+a whole). Every family has HELP and TYPE lines (all gauges: each value
+describes the latest run, none counts up forever). The run id is a label of
+`gpuvet_run_info` only: on every other series it would start a new series at
+every run.
 """
 
 from __future__ import annotations
 
 import calendar
-import math
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
 
 from orchestrator.errors import UsageError
 from orchestrator.store import atomic_write
@@ -61,25 +67,7 @@ def check_path(path: Path, *, here: bool = True) -> Path:
     return path
 
 
-def _escape_label(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _escape_help(v: str) -> str:
-    return v.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def _value(v: float) -> str:
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "+Inf" if v > 0 else "-Inf"
-    return repr(float(v))
-
-
-def render(families: Iterable[Family]) -> str:
-    """The text exposition format (version 0.0.4), one family after the other."""
-    out: list[str] = []
+def _check(families: Sequence[Family]) -> None:
     seen: set[str] = set()
     for fam in families:
         if not NAME_RE.match(fam.name) or not fam.name.startswith("gpuvet_"):
@@ -87,16 +75,34 @@ def render(families: Iterable[Family]) -> str:
         if fam.name in seen:
             raise ValueError(f"metric family {fam.name} given twice")
         seen.add(fam.name)
-        out.append(f"# HELP {fam.name} {_escape_help(fam.help)}")
-        out.append(f"# TYPE {fam.name} {fam.type}")
-        for labels, value in fam.samples:
+        for labels, _ in fam.samples:
             for k in labels:
                 if not LABEL_RE.match(k) or k.startswith("__"):
                     raise ValueError(f"not a label name: {k!r}")
-            body = ",".join(f'{k}="{_escape_label(v)}"' for k, v in sorted(labels.items()))
-            out.append(f"{fam.name}{{{body}}} {_value(value)}" if body
-                       else f"{fam.name} {_value(value)}")
-    return "\n".join(out) + "\n"
+
+
+class _Families:
+    """The families as a prometheus_client collector: its exposition writes the text."""
+
+    def __init__(self, families: Sequence[Family]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterator[Any]:
+        for fam in self.families:
+            keys = sorted({k for labels, _ in fam.samples for k in labels})
+            g = GaugeMetricFamily(fam.name, fam.help, labels=keys)
+            for labels, value in fam.samples:
+                g.add_metric([labels.get(k, "") for k in keys], value)
+            yield g
+
+
+def render(families: Iterable[Family]) -> str:
+    """The text exposition format (version 0.0.4), written by prometheus_client."""
+    fams = list(families)
+    _check(fams)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(fams))
+    return generate_latest(registry).decode("utf-8")
 
 
 def write(path: Path, families: Iterable[Family]) -> None:
@@ -159,40 +165,64 @@ def regress_families(ev: Evaluation) -> list[Family]:
         for n in p.verdict.nodes:
             node.add(1, provider=p.provider, node=n)
         base_runs.add(len(p.source.runs) if p.source else 0, provider=p.provider)
-    cur = Family("gpuvet_series_mean", "This run's mean of a series (unit in the unit label).")
-    base = Family("gpuvet_series_baseline_mean", "The baseline's mean of a series.")
     change = Family("gpuvet_series_change_ratio", "This run against the baseline: mean / "
                     "baseline mean - 1.")
     mde = Family("gpuvet_series_min_detectable_ratio",
                  "Smallest relative change these samples could have called (power 0.8).")
     series_verdict = Family("gpuvet_series_regressed", "1 when this series regressed, else 0.")
-    units = _units(ev)
+    means: dict[str, tuple[Family, Family]] = {}
     for rep in ev.reports:
         for r in rep.rows:
             labels: Mapping[str, object] = {
-                "provider": r.key.provider, "subject": r.subject, "metric": r.key.metric,
+                "provider": r.key.provider, "node": r.node, "metric": r.key.metric,
                 "scope": r.key.scope, "engine": r.key.engine, "span": r.key.span,
                 "size_bytes": r.key.size if r.key.size >= 0 else None}
+            suffix, factor = base_unit(r.key.metric)
+            if suffix not in means:
+                means[suffix] = (
+                    Family(f"gpuvet_series_mean_{suffix}",
+                           f"This run's mean of a series, in {suffix.replace('_', ' ')}."),
+                    Family(f"gpuvet_series_baseline_mean_{suffix}",
+                           f"The baseline's mean of a series, in {suffix.replace('_', ' ')}."))
+            cur, base = means[suffix]
             c = r.result
             if c.cur_mean is not None:
-                cur.add(c.cur_mean, unit=units.get(r.key.metric), **labels)
+                cur.add(c.cur_mean * factor, **labels)
             if c.base_mean is not None:
-                base.add(c.base_mean, unit=units.get(r.key.metric), **labels)
+                base.add(c.base_mean * factor, **labels)
             if c.change is not None:
                 change.add(c.change, **labels)
             if c.mde is not None:
                 mde.add(c.mde, **labels)
             series_verdict.add(1 if c.verdict == "REGRESSED" else 0, **labels)
-    return [verdict, regressed, node, base_runs, cur, base, change, mde, series_verdict]
+    return [verdict, regressed, node, base_runs,
+            *(f for pair in sorted(means.items()) for f in pair[1]), change, mde,
+            series_verdict]
 
 
-def _units(ev: Evaluation) -> dict[str, str]:
-    known = {"busbw": "GB/s", "step_time_s": "s", "step_time_p90_s": "s", "mfu": "ratio",
-             "tokens_per_s_per_gpu": "tokens/s", "tokens_per_s_per_rank": "tokens/s",
-             "ckpt_save_s": "s", "ckpt_load_s": "s", "ckpt_write_gbs": "GB/s", "restart_s": "s",
-             "deterministic_step_time_s": "s", "deterministic_tokens_per_s_per_gpu": "tokens/s",
-             "deterministic_mfu": "ratio"}
-    return {r.key.metric: known.get(r.key.metric, "") for r in ev.rows}
+# a measurement's unit -> the metric name's base-unit suffix and the factor into it
+# (Prometheus names carry their unit; values are in base units: bytes, seconds)
+UNITS = {"GB/s": ("bytes_per_second", 1e9), "s": ("seconds", 1.0), "ratio": ("ratio", 1.0),
+         "tokens/s": ("tokens_per_second", 1.0), "bytes": ("bytes", 1.0),
+         "steps": ("steps", 1.0)}
+METRIC_UNITS = {"busbw": "GB/s", "algbw": "GB/s", "time_us": "us", "step_time_s": "s",
+                "step_time_p90_s": "s", "mfu": "ratio", "tokens_per_s_per_gpu": "tokens/s",
+                "tokens_per_s_per_rank": "tokens/s", "ckpt_save_s": "s", "ckpt_load_s": "s",
+                "ckpt_write_gbs": "GB/s", "restart_s": "s", "deterministic_step_time_s": "s",
+                "deterministic_tokens_per_s_per_gpu": "tokens/s", "deterministic_mfu": "ratio",
+                "steps_lost": "steps"}
+
+
+def base_unit(metric: str) -> tuple[str, float]:
+    """The base-unit suffix of a metric's family and the factor its values take."""
+    unit = METRIC_UNITS.get(metric)
+    if unit == "us":
+        return "seconds", 1e-6
+    if unit in UNITS:
+        return UNITS[unit]
+    if metric.endswith("_bytes"):
+        return "bytes", 1.0
+    return "value", 1.0
 
 
 def written_family() -> Family:

@@ -20,7 +20,7 @@ SEVERITY_ORDER = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
 FindingScope = Literal["node", "provider"]
 # where a measurement was taken: one node's GPUs, across a provider's nodes, or the
 # training step (single- or multi-node, told apart by `nodes`)
-MeasureScope = Literal["single", "multi", "train"]
+MeasureScope = Literal["single", "multi", "train", "health"]
 Stage = Literal["prepare", "execute", "judge"]
 
 

@@ -7,6 +7,7 @@ the shell's words and cron's '%'). Nothing is installed without the user's hand.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -74,6 +75,20 @@ def gpuvet_argv() -> list[str]:
     return [sys.executable, "-m", "orchestrator"]
 
 
+ENVIRONMENT = (("COLUMNS", "160"),)  # the service's Environment=, the crontab line's too
+
+
+def timeout_min(every: Every) -> int:
+    """The time one pipeline run may take: the interval less five minutes (at least 5)."""
+    return max(every.minutes - 5, 5)
+
+
+def default_log_file() -> Path:
+    """Where the crontab line logs: the user's own state folder, writable without root."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "gpuvet" / "pipeline.log"
+
+
 @dataclass(frozen=True)
 class Schedule:
     service: str
@@ -91,7 +106,7 @@ def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, use
     service = "\n".join([
         f"# /etc/systemd/system/{name}.service (or ~/.config/systemd/user/ without User=)",
         "[Unit]",
-        f"Description=gpuvet pipeline on {inventory.name}: preflight, nccl, train, regress",
+        f"Description=gpuvet pipeline on {inventory.name}: preflight, health, nccl, train, regress",
         "Wants=network-online.target",
         "After=network-online.target",
         "",
@@ -99,7 +114,7 @@ def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, use
         "Type=oneshot",
         *([f"User={user}"] if user else []),
         f"WorkingDirectory={workdir}",
-        "Environment=COLUMNS=160",
+        *(f"Environment={k}={v}" for k, v in ENVIRONMENT),
         f"ExecStart={exec_start}",
         "# exit 1: a check FAILed or a provider regressed (the unit shows as failed: alert on",
         "# it with OnFailure= or `systemctl --failed`); exit 2: bad input, or another pipeline",
@@ -107,7 +122,7 @@ def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, use
         "StandardOutput=journal",
         "StandardError=journal",
         f"SyslogIdentifier={name}",
-        f"TimeoutStartSec={max(every.minutes - 5, 5)}min",
+        f"TimeoutStartSec={timeout_min(every)}min",
         "",
     ])
     timer = "\n".join([
@@ -126,8 +141,12 @@ def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, use
         "WantedBy=timers.target",
         "",
     ])
-    # cron runs the line with /bin/sh; '%' ends the command there unless escaped
-    line = f"cd {shlex.quote(str(workdir))} && {shlex.join(argv)} >> " \
-           f"{shlex.quote(str(log_file))} 2>&1"
+    # cron runs the line with /bin/sh; '%' ends the command there unless escaped. The same
+    # environment and time limit as the service (TimeoutStartSec: TERM, then KILL), and the
+    # log's folder made first: a user's crontab writes where that user can
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in ENVIRONMENT)
+    line = (f"mkdir -p {shlex.quote(str(log_file.parent))} && cd {shlex.quote(str(workdir))} "
+            f"&& {env} timeout --kill-after=90s {timeout_min(every)}m {shlex.join(argv)} >> "
+            f"{shlex.quote(str(log_file))} 2>&1")
     cron = f"{every.cron} {line.replace('%', chr(92) + '%')}"
     return Schedule(service, timer, cron, name)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import io
 import json
 import os
@@ -37,22 +38,25 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from orchestrator import __version__
-from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError
+from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError, shown
 from orchestrator.files import (
     append_lines,
     atomic_write,
     file_sha256,
     fsync_file,
     read_jsonl,
+    read_jsonl_salvage,
     store_error,
     warn,
     write_json,
 )
 from orchestrator.index import SCHEMA_VERSION, Index, RunMeta, Status, baseline_sets
+from orchestrator.inventory import checked_name
 from orchestrator.records import Finding, Measurement, unit_folder
 from payload.scrub import redact_value, scrub_text
 
 DEFAULT_ROOT = Path("results")
+_CHUNK = 2_000  # records serialised and written at a time
 RUN_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{4}$")
 
 
@@ -63,8 +67,11 @@ def new_run_id() -> str:
 def rebuild_index(root: Path) -> tuple[int, list[str]]:
     """Build the index anew from every run's JSONL files; swap it in atomically.
 
-    Returns (runs indexed, problems): a run whose files cannot be read is left out
-    and named, never guessed at."""
+    Returns (runs indexed, problems), one problem a line. What can be read is indexed:
+    a damaged JSONL line is skipped and named (file and line), the rest of the run
+    kept; a damaged run.json is read as far as it goes and the rest taken from the
+    records (`_salvaged_meta`). A run with nothing readable, or written by another
+    record schema, is left out and named, never guessed at."""
     if not root.is_dir():
         raise UsageError(f"no results folder {root}")
     tmp = root / f".index.sqlite.{os.getpid()}.tmp"
@@ -76,15 +83,28 @@ def rebuild_index(root: Path) -> tuple[int, list[str]]:
         for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
             if not (run_dir / "run.json").is_file():
                 continue
+            name = run_dir.name
+            findings, bad_f = read_jsonl_salvage(run_dir / "findings.jsonl", Finding)
+            ms, bad_m = read_jsonl_salvage(run_dir / "measurements.jsonl", Measurement)
             try:
-                run = Run.open(root, run_dir.name)
-                findings = run.findings()
-                ms = run.measurements()
+                meta = Run.open(root, name).meta
+            except DamagedRunFile as exc:
+                salvaged = _salvaged_meta(run_dir, findings, ms)
+                if salvaged is None:
+                    problems.append(f"{name}: skipped: {exc.what}")
+                    continue
+                meta = salvaged
+                problems.append(f"{name}: run.json is damaged ({exc.what}): indexed from what "
+                                f"could be read (command {meta.command!r}, status "
+                                f"{meta.status}, {len(findings)} finding(s), {len(ms)} "
+                                "measurement(s))")
             except GpuvetError as exc:
-                problems.append(f"{run_dir.name}: {exc.what}")
+                problems.append(f"{name}: skipped: {exc.what}")
                 continue
-            run.meta.index_stale = False
-            idx.upsert_run(run.meta)
+            problems += [f"{name}: {line}: skipped, the rest of the run indexed"
+                         for line in bad_f + bad_m]
+            meta.index_stale = False
+            idx.upsert_run(meta)
             idx.add_findings(findings)
             idx.add_measurements(ms)
             n += 1
@@ -96,6 +116,55 @@ def rebuild_index(root: Path) -> tuple[int, list[str]]:
     finally:
         tmp.unlink(missing_ok=True)
     return n, problems
+
+
+# run.json is written with indent=2 and sorted keys: a top-level scalar is one line
+_TOP_SCALAR = re.compile(r'^  "(?P<key>[a-z_]+)": '
+                         r'(?P<val>"(?:[^"\\]|\\.)*"|-?\d+|true|false|null),?$', re.M)
+_SALVAGED = ("started", "finished", "command", "suite_hash", "gpuvet_version", "status",
+             "inventory_sha256", "pid", "host")
+
+
+def _salvaged_meta(run_dir: Path, findings: list[Finding],
+                   ms: list[Measurement]) -> RunMeta | None:
+    """A damaged run.json read as far as it goes, the rest taken from the run's records:
+    providers and nodes from its findings and measurements, the suite hash from its
+    measurements, the start from its id. A status that cannot be read is "error" (never
+    a verdict). None when nothing can be read, or another record schema wrote it."""
+    if not RUN_ID_RE.fullmatch(run_dir.name):
+        return None
+    try:
+        text = (run_dir / "run.json").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    found: dict[str, Any] = {}
+    for m in _TOP_SCALAR.finditer(text):
+        with contextlib.suppress(ValueError):
+            found[m["key"]] = json.loads(m["val"])
+    if found.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
+        return None
+    if not findings and not ms and "command" not in found:
+        return None
+    rid = run_dir.name
+    fields = {k: found[k] for k in _SALVAGED if k in found}
+    fields.setdefault("started", f"{rid[:4]}-{rid[4:6]}-{rid[6:8]}T{rid[9:11]}:{rid[11:13]}:"
+                                 f"{rid[13:15]}Z")
+    fields.setdefault("command", "unknown")
+    fields.setdefault("suite_hash", ms[0].suite_hash if ms else "unknown")
+    fields.setdefault("gpuvet_version", "unknown")
+    if fields.get("status") not in ("running", "passed", "failed", "interrupted", "error"):
+        fields["status"] = "error"
+    providers = {f.provider for f in findings} | {m.provider for m in ms}
+    nodes = {f.node for f in findings if f.node} | {n for m in ms for n in m.nodes}
+    try:
+        return RunMeta(run_id=rid, suite={}, path=str(run_dir), providers=sorted(providers),
+                       nodes=sorted(nodes), **fields)
+    except ValidationError:
+        return None
+
+
+class DamagedRunFile(UsageError):
+    """run.json cannot be read as a run document (truncated, not JSON, invalid)."""
 
 
 def _inventory_copy(path: Path) -> str:
@@ -172,8 +241,8 @@ class Run:
 
     @classmethod
     def open(cls, root: Path, run_id: str) -> Run:
-        if not RUN_ID_RE.match(run_id):
-            raise UsageError(f"{run_id!r} is not a run id (they look like 20261130-201500-ab12)",
+        if not RUN_ID_RE.fullmatch(run_id):
+            raise UsageError(f"'{shown(run_id)}' is not a run id (they look like 20261130-201500-ab12)",
                              hint=f"see `gpuvet runs --results {root}`")
         run = cls(root, run_id)
         meta_path = run.dir / "run.json"
@@ -183,13 +252,14 @@ class Run:
         try:
             data = json.loads(meta_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{meta_path} is unreadable ({exc}): truncated or damaged",
+            raise DamagedRunFile(f"{meta_path} is unreadable ({exc}): truncated or damaged",
                              hint="the run's records are in its JSONL files; restore run.json "
                                   "from a backup to use the run again") from None
         if not isinstance(data, dict):
-            raise UsageError(f"{meta_path} is not a run document (a JSON {type(data).__name__}, "
-                             "not an object)", hint="restore run.json from a backup to use the "
-                             "run again; its records are in its JSONL files")
+            raise DamagedRunFile(f"{meta_path} is not a run document (a JSON "
+                                 f"{type(data).__name__}, not an object)",
+                                 hint="restore run.json from a backup to use the run again; "
+                                      "its records are in its JSONL files")
         version = data.get("schema_version", data.get("schema"))
         if version != SCHEMA_VERSION:
             raise UsageError(f"run {run_id} was written by a gpuvet with record schema "
@@ -199,7 +269,7 @@ class Run:
         try:
             run.meta = RunMeta.model_validate(data)
         except ValidationError as exc:
-            raise UsageError(f"{meta_path} is not a valid run document: "
+            raise DamagedRunFile(f"{meta_path} is not a valid run document: "
                              f"{exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}") from None
         return run
 
@@ -267,12 +337,12 @@ class Run:
             f.close()
 
     def node_dir(self, node: str, step: str) -> Path:
-        d = self.dir / "nodes" / node / step
+        d = self.dir / "nodes" / checked_name(node, "node") / step
         d.mkdir(parents=True, exist_ok=True)
         return d
 
     def provider_dir(self, provider: str, step: str) -> Path:
-        d = self.dir / "providers" / provider / step
+        d = self.dir / "providers" / checked_name(provider, "provider") / step
         d.mkdir(parents=True, exist_ok=True)
         return d
 
@@ -289,13 +359,19 @@ class Run:
         self._index_write(lambda: self.index.add_findings(findings))
 
     def add_measurements(self, ms: list[Measurement]) -> None:
+        """Append and index the records a chunk at a time: an import of 10,000 rows makes
+        60,000, and their JSON is never held all at once (twice: the file's, the index's)."""
         if not ms:
             return
-        rows, path = [m.model_dump_json() for m in ms], self.dir / "measurements.jsonl"
-        with self._lock:
-            append_lines(path, rows, sync=False)
+        path = self.dir / "measurements.jsonl"
+        for i in range(0, len(ms), _CHUNK):
+            chunk = ms[i:i + _CHUNK]
+            rows = [m.model_dump_json() for m in chunk]
+            with self._lock:
+                append_lines(path, rows, sync=False)
+            del rows
+            self._index_write(functools.partial(self.index.add_measurements, chunk))
         fsync_file(path)
-        self._index_write(lambda: self.index.add_measurements(ms))
 
     def retract(self, keep_units: set[str], step: str) -> None:
         """Before resuming a step: drop its records except those of finished units.
@@ -313,12 +389,22 @@ class Run:
                          "".join(m.model_dump_json() + "\n" for m in ms))
         self._index_write(lambda: self.index.replace_records(self.run_id, fs, ms))
 
+    def clear_records(self) -> None:
+        """Drop every record of the run (an import cut short is stored again, whole)."""
+        with self._lock:
+            for name in ("findings.jsonl", "measurements.jsonl"):
+                atomic_write(self.dir / name, "")
+        self._index_write(lambda: self.index.replace_records(self.run_id, [], []))
+
     def _done_path(self, unit: str, step: str) -> Path:
         kind, name = unit_folder(unit)
         return self.dir / kind / name / step / "done.json"
 
     def mark_done(self, unit: str, step: str, summary: dict[str, Any]) -> None:
         write_json(self._done_path(unit, step), summary)
+
+    def clear_done(self, unit: str, step: str) -> None:
+        self._done_path(unit, step).unlink(missing_ok=True)
 
     def is_done(self, unit: str, step: str) -> bool:
         return self._done_path(unit, step).is_file()

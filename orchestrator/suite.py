@@ -158,15 +158,92 @@ class TrainParams(_M):
         return {k: dump[k] for k in keys}
 
 
+class FleetParams(_M):
+    """The fleet step (`gpuvet fleet`, the pipeline's `fleet` step): which node, which link.
+
+    Every pair (group, the whole fleet) runs one all_reduce from `min_bytes` to
+    `max_bytes`; a pair more than `tolerance` below the fleet's median pair, at
+    most of the sizes from `min_judged_bytes` up, is slow.
+    """
+
+    engine: Literal["nccl-tests", "torch"] = "nccl-tests"
+    plan: Literal["pairs", "groups", "ring"] = "pairs"
+    partners: int = Field(default=2, ge=1, le=16)  # partners each node meets in pairs
+    repair_partners: int = Field(default=2, ge=1, le=16)  # passed nodes each suspect meets
+    seed: int = Field(default=0, ge=0)
+    min_bytes: str = "16M"
+    max_bytes: str = "1G"
+    step_factor: int = Field(default=4, ge=2)
+    iters: int = Field(default=20, ge=1)
+    warmup_iters: int = Field(default=5, ge=0)
+    check: int = Field(default=1, ge=0)  # check the all_reduce's result (0: time only)
+    min_judged_bytes: str = "16M"
+    tolerance: float = Field(default=0.2, gt=0, lt=1)
+    timeout_s: float = Field(default=600.0, gt=0)  # per job
+    # torch engine: a rank gives up on a peer that stops answering after this long
+    collective_timeout_s: float = Field(default=300.0, gt=0)
+    master_port: int = Field(default=29600, ge=1024, le=60000)  # torch engine: base port
+    straggler_iters: int = Field(default=20, ge=1)
+    rdma: bool = True  # ib_write_bw per HCA between partners where perftest is installed
+    rdma_seconds: int = Field(default=5, ge=1, le=600)
+
+    @field_validator("min_bytes", "max_bytes", "min_judged_bytes")
+    @classmethod
+    def _size(cls, v: str) -> str:
+        parse_size(v)
+        return v
+
+
+class HealthParams(_M):
+    """The health step: the level (quick, standard, burn) and its windows.
+
+    `sustain_s` and `memtest_s` override the level's sustained window and memory
+    test time; `timeout_s` bounds one node's whole run (default by level)."""
+
+    level: Literal["quick", "standard", "burn"] = "standard"
+    sustain_s: float | None = Field(default=None, ge=0)
+    memtest_s: float | None = Field(default=None, ge=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    keep_remote: bool = False  # leave the node's output folder on the node
+
+    def timeout(self) -> float:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        extra = 3 * ((self.sustain_s or 0) + (self.memtest_s or 0))
+        return {"quick": 300.0, "standard": 900.0, "burn": 3600.0}[self.level] + extra
+
+
+# sections added to the suite after runs were stored: at their defaults they stay out of
+# the suite hash (Suite.hash)
+LATER_SECTIONS = ("health", "fleet")
+
+
 class Suite(_M):
     name: str = "default"
     preflight: PreflightParams = PreflightParams()
+    health: HealthParams = HealthParams()
     nccl: NcclParams = NcclParams()
     train: TrainParams = TrainParams()
+    # None: the suite says nothing about the fleet step (the pipeline leaves it out and
+    # `gpuvet fleet` uses the defaults); left out of the hash then, so suites written
+    # before the step existed keep their hash
+    fleet: FleetParams | None = None
+
+    @property
+    def fleet_params(self) -> FleetParams:
+        return self.fleet or FleetParams()
 
     @property
     def hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """The suite's identity for baselines and regress. A section added after runs were
+        stored (LATER_SECTIONS) enters it only when it differs from its defaults, so a
+        suite that leaves it alone keeps the hash, and the baseline, it had before."""
+        dump = self.model_dump(mode="json")
+        for name in LATER_SECTIONS:
+            if name in dump and getattr(self, name) == type(self).model_fields[name].get_default(
+                    call_default_factory=True):
+                del dump[name]
+        blob = json.dumps(dump, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

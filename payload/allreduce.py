@@ -20,6 +20,7 @@ torch is imported inside main(): the payload package stays importable
 without it. Python 3.8 compatible.
 """
 
+import datetime
 import json
 import os
 import re
@@ -57,6 +58,9 @@ def add_arguments(p: Any) -> None:
     p.add_argument("-c", "--check", type=int, default=1)
     p.add_argument("--backend", default="auto", help="nccl, gloo or auto (nccl with CUDA)")
     p.add_argument("--dtype", default="float", choices=["float", "half", "bfloat16", "double"])
+    p.add_argument("--pg-timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="give up on a peer that does not answer (rendezvous and every "
+                        "collective) after this long; 0: torch's default")
     p.add_argument("--rank-times", metavar="PATH",
                    help="also time each rank's arrival at a barrier; rank 0 writes JSON here")
     p.add_argument("--straggler-iters", type=int, default=20,
@@ -124,7 +128,12 @@ def main(args: Any) -> int:
     device = torch.device("cuda", local) if backend == "nccl" else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend=backend)
+    if args.pg_timeout > 0:
+        # a rank whose peer died (a node lost mid-run) fails after this, not after 30 min
+        dist.init_process_group(backend=backend,
+                                timeout=datetime.timedelta(seconds=args.pg_timeout))
+    else:
+        dist.init_process_group(backend=backend)
     dtype = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16,
              "double": torch.float64}[args.dtype]
     elem = torch.tensor([], dtype=dtype).element_size()

@@ -32,6 +32,7 @@ from payload.commands import (
 from payload.probes import (  # noqa: F401  (re-exported)
     TOOL_NAMES,
     _read_text,
+    boot_time,
     find_mount,
     find_mpi,
     find_nccl,
@@ -182,6 +183,7 @@ def collect(
         "payload_version": PAYLOAD_VERSION,
         "node": node,
         "hostname": socket.gethostname(),
+        "boot_time": boot_time(),
         "started_at": started_at,
         "finished_at": _utc_now(),
         "duration_s": round(time.monotonic() - t0, 3),

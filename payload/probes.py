@@ -6,6 +6,7 @@ Standard library only, Python 3.8 compatible.
 """
 
 import contextlib
+import datetime
 import os
 import platform
 import re
@@ -127,6 +128,18 @@ def _read_text(path: str) -> Optional[str]:
             return f.read().decode("utf-8", errors="replace")
     except OSError:
         return None
+
+
+def boot_time(stat_text: Optional[str] = None) -> Optional[str]:
+    """When the node booted, UTC ISO 8601, from /proc/stat's `btime` (seconds since the
+    epoch); None where there is no /proc/stat. A rental bills from about then."""
+    text = _read_text("/proc/stat") if stat_text is None else stat_text
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "btime" and parts[1].isdigit():
+            when = datetime.datetime.fromtimestamp(int(parts[1]), datetime.timezone.utc)
+            return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None
 
 
 def _probe_writable(path: str) -> bool:

@@ -26,62 +26,8 @@ if [ "$DEVICE" = cuda ]; then
 fi
 
 t0=$(date +%s.%N)
-DEVICE=$DEVICE "$PY" - "$OUT/ref.json" <<'EOF' 2> >(stamp > "$OUT/ref.stderr")
-"""Plain torch, no gpuvet code: what a user would measure by hand."""
-import json, os, sys, time
-import torch
-
-cuda = os.environ["DEVICE"] == "cuda"
-dev = torch.device("cuda", 0) if cuda else torch.device("cpu")
-nbytes, n, window = (2 << 30, 8192, 15.0) if cuda else (8 << 20, 128, 1.0)
-out = {"device": torch.cuda.get_device_name(dev) if cuda else "cpu", "torch": torch.__version__}
-
-
-def sync():
-    if cuda:
-        torch.cuda.synchronize(dev)
-
-
-def median_s(fn, reps, warm):
-    for _ in range(warm):
-        fn()
-    sync()
-    times = []
-    for _ in range(reps):
-        if cuda:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record(); fn(); e.record(); e.synchronize()
-            times.append(s.elapsed_time(e) / 1e3)
-        else:
-            t = time.perf_counter(); fn(); times.append(time.perf_counter() - t)
-    times.sort()
-    return times[len(times) // 2]
-
-
-a = torch.empty(nbytes, dtype=torch.uint8, device=dev).random_(0, 255)
-b = torch.empty_like(a)
-out["copy_gbps"] = 2 * nbytes / median_s(lambda: b.copy_(a), 20, 3) / 1e9
-af = a.view(torch.float32)
-out["read_gbps"] = nbytes / median_s(lambda: af.sum(), 20, 3) / 1e9
-del a, b, af
-x = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-y = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
-out["bf16_tflops"] = 2 * n ** 3 / median_s(lambda: x @ y, 10, 2) / 1e12
-sync(); t = time.time(); k = 0
-while time.time() - t < window:
-    for _ in range(20):
-        x @ y
-    sync(); k += 20
-out["bf16_sustained_tflops"] = 2 * n ** 3 * k / (time.time() - t) / 1e12
-del x, y
-if cuda:
-    h = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
-    d = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
-    out["h2d_gbps"] = (1 << 30) / median_s(lambda: d.copy_(h, non_blocking=True), 10, 2) / 1e9
-    out["d2h_gbps"] = (1 << 30) / median_s(lambda: h.copy_(d, non_blocking=True), 10, 2) / 1e9
-json.dump(out, open(sys.argv[1], "w"), indent=1)
-print(json.dumps(out))
-EOF
+DEVICE=$DEVICE "$PY" "$(dirname "$0")/gpu-health-ref.py" "$OUT/ref.json" \
+  2> >(stamp > "$OUT/ref.stderr")
 echo "reference rc=$? wall=$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t0}") s" | tee -a "$OUT/steps.txt"
 
 for level in $LEVELS; do

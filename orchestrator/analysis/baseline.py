@@ -63,6 +63,19 @@ METRICS: dict[str, int] = {
     "ckpt_load_s": -1,
     "ckpt_write_gbs": +1,
     "restart_s": -1,
+    # the health step, per GPU (tags.gpu): each GPU of a node is a sample of the series
+    "health.membw.copy_gbps": +1,
+    "health.membw.read_gbps": +1,
+    "health.matmul.bf16_tflops": +1,
+    "health.matmul.fp16_tflops": +1,
+    "health.matmul.tf32_tflops": +1,
+    "health.matmul.fp32_tflops": +1,
+    "health.matmul.fp64_tflops": +1,
+    "health.matmul.fp8_tflops": +1,
+    "health.sustained.tflops": +1,
+    "health.pcie.h2d_gbps": +1,
+    "health.pcie.d2h_gbps": +1,
+    "health.peer.min_gbps": +1,
 }
 
 
@@ -127,6 +140,9 @@ def sample_frame(root: Path, provider: str, *, min_size: int = MIN_SIZE,
                          node=pd.Series(dtype=object))
     busbw = df["metric"] == "busbw"
     keep = ~busbw | ((df["inplace"] == False) & (df["size"].fillna(-1) >= min_size))  # noqa: E712
+    # the fleet step's pairs and groups are judged against each other, not as a series of
+    # the provider: a pair's busbw is not its provider's multi-node all_reduce
+    keep &= df["step"] != "fleet"
     df = df[keep & df["value"].notna()].copy()
     df["size_key"] = df["size"].fillna(-1).astype(int)
     many = df["nodes"].fillna("").str.contains(",")

@@ -11,12 +11,15 @@ were measured in:
   (resampling each side's rounds x nodes, ratio of medians, fixed seed);
 - stability: coefficient of variation per size, round drops, timeouts, #wrong;
 - transports NCCL used, torch.distributed vs nccl-tests agreement;
+- from the health step where it ran: memory bandwidth, products, host and peer
+  bandwidth (the median of every GPU), the variant the GPUs measure like, FAILs;
 - from the training step where it ran: step time, tokens/s/GPU, MFU, peak memory,
   restore, restart time, checkpoint persistence.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +28,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import cost, environment, frames, verdict
-from orchestrator.analysis.environment import gpu_total, provider_values
+from orchestrator.analysis import billing, cost, environment, frames, verdict
+from orchestrator.analysis.billing import train_value
 from orchestrator.errors import UsageError
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
 
-STEPS = ("preflight", "nccl", "train")
+STEPS = ("preflight", "health", "nccl", "train")
 COMPLETE = ("passed", "failed")  # finished runs; running/interrupted/error ones are attempts
 BOOTSTRAP = 2000
 SEED = 20250101
@@ -78,6 +81,10 @@ def select(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = (
         pool = everything[everything["run_id"].isin(list(run_ids))]
     else:
         pool = everything[everything["status"].isin(COMPLETE)]
+    twice = sorted({p for p in providers if list(providers).count(p) > 1})
+    if twice:
+        raise UsageError(f"provider {', '.join(twice)} is named twice: a provider is not "
+                         "compared with itself", hint="name two different providers with -p")
     if not providers:
         providers = sorted({p for ps in pool["providers"] for p in ps})
     known = sorted({p for ps in everything["providers"] for p in ps})
@@ -116,8 +123,15 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): d}
 
 
-def suite_gate(sel: Selection, docs: dict[str, dict[str, Any]]) -> None:
-    """Refuse runs of different suites, naming every parameter that differs."""
+def _shown(v: Any, width: int = 40) -> str:
+    """A parameter's value for a table cell: JSON (never a Python repr), cut to width."""
+    text = "(not set)" if v is None else v if isinstance(v, str) else \
+        json.dumps(v, sort_keys=True, default=str)
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def suite_gate(sel: Selection, docs: dict[str, dict[str, Any]], max_rows: int = 12) -> None:
+    """Refuse runs of different suites with a table of the parameters that differ."""
     hashes = dict(zip(sel.runs["run_id"], sel.runs["suite_hash"], strict=True))
     if len(set(hashes.values())) <= 1:
         return
@@ -126,13 +140,23 @@ def suite_gate(sel: Selection, docs: dict[str, dict[str, Any]]) -> None:
         by_hash.setdefault(hashes[rid], rid)
     flat = {h: _flatten((docs.get(rid) or {}).get("suite") or {}) for h, rid in by_hash.items()}
     keys = sorted(set().union(*flat.values()))
-    differ = [k for k in keys if len({repr(f.get(k)) for f in flat.values()}) > 1]
-    owners = {h: ", ".join(f"{rid} ({', '.join(p for p in sel.providers if rid in sel.run_ids(p))})"
-                           for rid in sel.runs["run_id"] if hashes[rid] == h) for h in flat}
-    lines = [f"suite {h}: runs {owners[h]}" for h in flat]
-    lines += [f"{k}: " + " vs ".join(f"{flat[h].get(k)!r} ({h})" for h in flat) for k in differ]
+    differ = [k for k in keys if len({json.dumps(f.get(k), sort_keys=True, default=str)
+                                      for f in flat.values()}) > 1]
+    heads = list(flat)
+    owner = {h: ", ".join(dict.fromkeys(p for p in sel.providers for rid in sel.run_ids(p)
+                                        if hashes.get(rid) == h)) or h for h in heads}
+    cols = ["parameter", *(f"{owner[h]} (suite {h[:12]})" for h in heads)]
+    rows = [[k, *(_shown(flat[h].get(k)) for h in heads)] for k in differ[:max_rows]]
+    if len(differ) > max_rows:
+        rows.append([f"... and {len(differ) - max_rows} more", *("" for _ in heads)])
+    if not differ:
+        rows.append(["(the suites hash differently but no parameter reads differently)",
+                     *("" for _ in heads)])
+    widths = [max(len(str(r[i])) for r in [cols, *rows]) for i in range(len(cols))]
+    table = "\n".join("  " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True))
+                      .rstrip() for r in [cols, *rows])
     raise SuiteMismatch("the runs were measured with different suites, so they are not "
-                        "compared:\n  " + "\n  ".join(lines),
+                        f"compared; the parameters that differ:\n{table}",
                         hint="run every provider with the same --suite, or pick runs of one "
                              "suite with --runs")
 
@@ -268,15 +292,6 @@ RESTORE_CODES = ("TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH", "TRAIN_RESTORE_FA
 PERSIST_CODES = ("CKPT_NOT_PERSISTENT", "CKPT_SHARED", "CKPT_DIR", "CKPT_DIR_EPHEMERAL")
 
 
-def train_value(ms: pd.DataFrame, provider: str, metric: str, how: str = "median"
-                ) -> float | None:
-    sel = ms[(ms["provider"] == provider) & (ms["scope"] == "train") & (ms["metric"] == metric)]
-    if sel.empty:
-        return None
-    v = float(sel["value"].max() if how == "max" else sel["value"].median())
-    return v / 1e9 if metric.endswith("_bytes") else v
-
-
 def train_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequence[str]
                 ) -> Table:
     """Training results side by side; empty (no rows) where no provider trained."""
@@ -295,6 +310,46 @@ def train_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequen
             cells.append("; ".join(f"{f.severity} {f.code}" for f in fs) or "not measured")
         rows.append((label, *cells))
     return Table("training", ("what", *providers), rows)
+
+
+# --- health --------------------------------------------------------------------------------
+
+HEALTH_METRICS = (("health.membw.copy_gbps", "memory copy (read + written)", "GB/s"),
+                  ("health.membw.read_gbps", "memory read", "GB/s"),
+                  ("health.matmul.bf16_tflops", "bf16 products, burst", "TFLOP/s"),
+                  ("health.sustained.tflops", "bf16 products, sustained", "TFLOP/s"),
+                  ("health.matmul.fp64_tflops", "fp64 products", "TFLOP/s"),
+                  ("health.matmul.fp8_tflops", "fp8 products", "TFLOP/s"),
+                  ("health.pcie.h2d_gbps", "host to device (pinned)", "GB/s"),
+                  ("health.pcie.d2h_gbps", "device to host (pinned)", "GB/s"),
+                  ("health.peer.min_gbps", "slowest peer pair, one way", "GB/s"))
+
+
+def health_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequence[str]
+                 ) -> Table:
+    """The health step side by side: the median over every GPU measured, what the GPUs
+    measure like, and the GPUs that failed; empty (no rows) where the step did not run."""
+    rows: list[tuple[Any, ...]] = []
+    if ms.empty or not (ms["scope"] == "health").any():
+        return Table("GPU health", ("what", *providers), rows)
+    sel = ms[ms["scope"] == "health"]
+    for metric, label, unit in HEALTH_METRICS:
+        vals = []
+        for p in providers:
+            v = sel[(sel["provider"] == p) & (sel["metric"] == metric)]["value"]
+            vals.append(None if v.empty else round(float(v.median()), 1))
+        if any(v is not None for v in vals):
+            rows.append((f"{label} ({unit}, median of the GPUs)", *vals))
+    like, bad = [], []
+    for p in providers:
+        mine = [f for f in findings if f.provider == p and f.step == "health"]
+        names = sorted({str(f.details.get("variant")) for f in mine
+                        if f.code == "HEALTH_VARIANT" and f.details.get("variant")})
+        like.append(", ".join(names) or "not measured")
+        fails = sorted({f.code for f in mine if f.severity == "FAIL"})
+        bad.append(", ".join(fails) or "none")
+    rows += [("measures like", *like), ("FAIL findings", *bad)]
+    return Table("GPU health", ("what", *providers), rows)
 
 
 # --- the whole comparison ------------------------------------------------------------------
@@ -316,81 +371,29 @@ class Comparison:
     def providers(self) -> list[str]:
         return self.selection.providers
 
+    @property
+    def empty_sections(self) -> list[str]:
+        """The tables with nothing to show (a store of PoC folders has no busbw, ...)."""
+        return [t.title for t in self.tables if not t.rows]
+
     def as_json(self) -> dict[str, Any]:
         return {"providers": self.providers, "runs": self.selection.chosen,
                 "verdicts": [{"provider": v.provider, "verdict": v.verdict,
                               "reasons": [r.__dict__ for r in v.reasons]} for v in self.verdicts],
                 "currencies_apart": self.currencies_apart,
+                "empty_sections": self.empty_sections,
                 "tables": [t.as_json() for t in self.tables]}
-
-
-def _pricing(sel: Selection, provider: str, inventory_text: str | None,
-             inventory_name: str) -> Any:
-    if inventory_text is not None:
-        pr = cost.pricing_of(inventory_text, provider, inventory_name)
-        where = inventory_name
-    else:
-        newest = sel.runs[sel.runs["run_id"].isin(sel.run_ids(provider))].iloc[-1]
-        pr = cost.run_pricing(Path(str(newest["path"])), provider)
-        where = f"the inventory copy of run {newest['run_id']}"
-    if pr is None:
-        raise cost.NoPrice(f"provider {provider} has no price ({where} has no "
-                           f"providers.{provider}.pricing), so its cost cannot be computed",
-                           hint="add pricing: {gpu_hour: ..., currency: ..., "
-                                "billing_granularity: ...} to the inventory and pass it with "
-                                "-i, or leave the cost out with --no-cost")
-    return pr
-
-
-def _dir_gb(path: Path) -> float:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e9
-
-
-def costs_of(sel: Selection, ms: pd.DataFrame, env: pd.DataFrame,
-             inventory_text: str | None = None, inventory_name: str = "-i",
-             ) -> tuple[list[Any], list[Any]]:
-    """PoC and per-unit cost of every selected provider (NoPrice when one has no price)."""
-    prices = {p: _pricing(sel, p, inventory_text, inventory_name) for p in sel.providers}
-    pocs, units = [], []
-    for p in sel.providers:
-        ids = sel.run_ids(p)
-        mine = sel.runs[sel.runs["run_id"].isin(ids)]
-        useful = sum(cost.hours_between(str(s), f if isinstance(f, str) else None)
-                     for s, f in zip(mine["started"], mine["finished"], strict=True))
-        start = str(mine["started"].min())
-        end = max(str(f) for f in mine["finished"] if isinstance(f, str)) if \
-            mine["finished"].notna().any() else start
-        others = sel.all_runs[(~sel.all_runs["run_id"].isin(ids))
-                              & (sel.all_runs["started"] >= start)
-                              & (sel.all_runs["started"] <= end)
-                              & sel.all_runs["providers"].map(lambda ps, p=p: p in ps)]
-        failed = sum(cost.hours_between(str(s), f if isinstance(f, str) else None)
-                     for s, f in zip(others["started"], others["finished"], strict=True))
-        gpus = gpu_total(env, p)
-        if gpus is None:
-            raise UsageError(f"provider {p}: no node reported its GPU count (no preflight "
-                             "facts in the selected runs), so GPU-hours cannot be counted",
-                             hint="run `gpuvet preflight` on the provider, or leave the cost "
-                                  "out with --no-cost")
-        per_node = provider_values(env, p, "gpu_count")
-        ckpt = train_value(ms, p, "ckpt_size_bytes", "max") or 0.0
-        transfer = sum(_dir_gb(Path(str(x))) for x in
-                       pd.concat([mine, others])["path"] if Path(str(x)).is_dir())
-        window = cost.hours_between(start, end)
-        pocs.append(cost.poc_cost(p, prices[p], gpus, useful, failed, ckpt, window, transfer))
-        units.append(cost.unit_cost(p, prices[p], gpus,
-                                    int(per_node[0]) if len(per_node) == 1 else None,
-                                    train_value(ms, p, "tokens_per_s_per_gpu")))
-    return pocs, units
 
 
 def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = (), *,
           with_cost: bool = True, inventory: Path | None = None,
-          rates: dict[str, float] | None = None) -> Comparison:
+          rates: dict[str, float] | None = None,
+          override: billing.Override | None = None) -> Comparison:
     """Select, gate, load, and make every table the terminal, JSON and report show."""
     sel = select(root, providers, run_ids)
     ids = list(sel.runs["run_id"])
-    suite_gate(sel, frames.run_documents(root, ids))
+    docs = frames.run_documents(root, ids)
+    suite_gate(sel, docs)
     inv_text = None
     if inventory is not None:
         try:
@@ -401,18 +404,23 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
     allowed = {(p, r) for p in sel.providers for r in sel.run_ids(p)}
     fs = [f for f in frames.finding_records(root, ids) if (f.provider, f.run_id) in allowed]
     ms = frames.measurements(root, ids)
-    ms = ms[[(p, r) in allowed for p, r in zip(ms["provider"], ms["run_id"], strict=True)]]
+    # a boolean Series, not a list: an empty list would select no columns of an empty frame
+    ms = ms[pd.Series([(p, r) in allowed for p, r in zip(ms["provider"], ms["run_id"],
+                                                          strict=True)], index=ms.index,
+                      dtype=bool)]
     env = environment.latest(environment.environment(sel.runs), sel.runs)
     pocs: list[Any] = []
     units: list[Any] = []
     if with_cost:
-        pocs, units = costs_of(sel, ms, env, inv_text, str(inventory))
+        pocs, units = billing.costs_of(sel, ms, env, docs, inv_text, str(inventory), override)
     vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths) for p in sel.providers]
     apart = cost.currencies_apart(pocs, rates or {})
     tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs),
               environment.diff_table(env, sel.providers), busbw_table(ms, sel.providers),
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
-              agreement_table(fs, sel.providers), train_table(ms, fs, sel.providers)]
+              agreement_table(fs, sel.providers), health_table(ms, fs, sel.providers),
+              train_table(ms, fs, sel.providers)]
     if with_cost:
-        tables += [cost.cost_table(pocs, rates or {}), cost.unit_table(units)]
+        tables += [cost.cost_table(pocs, rates or {}), cost.sources_table(pocs),
+                   cost.unit_table(units)]
     return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables)

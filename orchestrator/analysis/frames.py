@@ -65,6 +65,9 @@ def runs(root: Path, *, run_ids: Sequence[str] | None = None,
         df = pd.read_sql_query(q, db, params=args)
     df["providers"] = df["providers"].fillna("").map(lambda s: [p for p in s.split(",") if p])
     df["nodes"] = df["nodes"].fillna("").map(lambda s: [p for p in s.split(",") if p])
+    # a run's folder is <root>/<run_id> wherever the store was written from: the stored path
+    # is relative to the directory of whoever wrote it when --results was relative
+    df["path"] = [str(root / str(r)) for r in df["run_id"]]
     if providers:
         want = set(providers)
         df = df[df["providers"].map(lambda ps: bool(want & set(ps)))]

@@ -1,4 +1,4 @@
-"""What the step commands (preflight, nccl, train, pipeline) share: open or resume a run,
+"""What the step commands (preflight, health, nccl, train, pipeline) share: open or resume a run,
 finish it, show its verdicts."""
 
 from __future__ import annotations

@@ -9,7 +9,15 @@ from typing import Any, TypeVar
 
 import click
 
-from orchestrator.cli._common import emit_json, err, json_option, out, render, results_option
+from orchestrator.cli._common import (
+    emit_json,
+    err,
+    json_option,
+    out,
+    output_written,
+    render,
+    results_option,
+)
 from orchestrator.errors import UsageError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -39,13 +47,27 @@ def _all_rates(inventory: Path | None, values: tuple[str, ...]) -> dict[str, flo
     return rates
 
 
+def _override(billed_since: str | None, hours: float | None, window: str | None) -> Any:
+    from orchestrator.analysis import billing
+
+    return billing.Override(hours, billed_since, billing.parse_window(window))
+
+
 def _options(f: F) -> F:
     f = click.option("--rate", "rates", multiple=True, metavar="CUR=VALUE",
                      help="Exchange rate into the first provider's currency (repeatable; "
                           "overrides the inventory's settings.rates); "
                           "without one, other currencies are shown apart.")(f)
     f = click.option("--no-cost", is_flag=True,
-                     help="Leave the cost out (providers without a price).")(f)
+                     help="Leave the cost tables out (a provider without a price is compared "
+                          "anyway; its cost says \"not priced\").")(f)
+    f = click.option("--window", metavar="START/END",
+                     help="Bill this window (ISO 8601 times) instead of the runs' own.")(f)
+    f = click.option("--hours", type=float, metavar="H",
+                     help="Bill H hours per provider instead of the windows found.")(f)
+    f = click.option("--billed-since", metavar="TIME",
+                     help="When billing started (the instance created; ISO 8601): overrides "
+                          "pricing.billed_since and the nodes' boot time.")(f)
     f = click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
                      help="Take prices (and settings.rates) from this inventory instead of the "
                           "runs' own copies.")(f)
@@ -64,19 +86,26 @@ def register(root: click.Group) -> None:
     @json_option
     def compare(results: Path, providers: tuple[str, ...], run_ids: tuple[str, ...],
                 inventory: Path | None, no_cost: bool, rates: tuple[str, ...],
+                billed_since: str | None, hours: float | None, window: str | None,
                 as_json: bool) -> int:
         """Compare providers measured with identical parameters: numbers, environment,
-        cost and a verdict per provider. Exit 2 when the suites differ."""
+        cost and a verdict per provider. Exit 2 when the suites differ or a provider is
+        named twice; exit 1 when a provider is NO-GO. The cost is optional: a provider
+        without a price is compared, its cost "not priced"."""
         from orchestrator.analysis import compare as cmp
 
         c = cmp.build(results, providers, run_ids, with_cost=not no_cost, inventory=inventory,
-                      rates=_all_rates(inventory, rates))
+                      rates=_all_rates(inventory, rates),
+                      override=_override(billed_since, hours, window))
         if as_json:
             emit_json(c.as_json())
         else:
             for t in c.tables:
                 if t.rows:
                     render(t)
+            if c.empty_sections:
+                out.print("nothing to show (no such records in the runs compared): "
+                          + "; ".join(c.empty_sections))
             if c.currencies_apart:
                 out.print(f"currencies shown apart (no rate): {', '.join(c.currencies_apart)}")
         return 1 if any(v.verdict == "NO-GO" for v in c.verdicts) else 0
@@ -89,6 +118,7 @@ def register(root: click.Group) -> None:
                                       "beside it).")
     def report(results: Path, providers: tuple[str, ...], run_ids: tuple[str, ...],
                inventory: Path | None, no_cost: bool, rates: tuple[str, ...],
+               billed_since: str | None, hours: float | None, window: str | None,
                run_args: tuple[str, ...], output: Path) -> int:
         """Write the comparison as one self-contained HTML file and its Markdown twin."""
         from orchestrator.analysis import compare as cmp
@@ -96,10 +126,12 @@ def register(root: click.Group) -> None:
         if output.suffix not in (".html", ".md"):
             raise UsageError(f"-o {output}: the report is .html or .md")
         c = cmp.build(results, providers, tuple(run_ids) + run_args, with_cost=not no_cost,
-                      inventory=inventory, rates=_all_rates(inventory, rates))
+                      inventory=inventory, rates=_all_rates(inventory, rates),
+                      override=_override(billed_since, hours, window))
         from orchestrator.report import write_report
 
-        html, md = write_report(c, output.with_suffix(".html"), output.with_suffix(".md"))
+        html, md = output_written(lambda: write_report(c, output.with_suffix(".html"),
+                                                       output.with_suffix(".md")), output)
         out.print(f"{html}\n{md}")
         for v in c.verdicts:
             err.print(f"{v.provider}: {v.verdict}")

@@ -17,11 +17,19 @@ def register(root: click.Group) -> None:
     @index.command("rebuild")
     @results_option
     def rebuild(results: Path) -> int:
-        """Rebuild the index from every run's JSONL files (they are the record)."""
+        """Rebuild the index from every run's JSONL files (they are the record).
+
+        What can be read is indexed: a damaged line of findings.jsonl or
+        measurements.jsonl is skipped and listed (file and line), the rest of its run
+        kept; a damaged run.json is read as far as it goes and completed from the run's
+        records (its status, unless readable, becomes "error"). Each thing skipped is
+        listed on stderr, one line each. A zero-byte index beside runs is refused by
+        every other command with a hint to run this.
+        """
         from orchestrator.store import rebuild_index
 
         n, problems = rebuild_index(results)
         for p in problems:
-            err.print(f"skipped {p}")
+            err.print(p)
         out.print(f"indexed {n} run(s) under {results}")
         return 0

@@ -35,12 +35,9 @@ def transports(text: str, source: str) -> dict[str, Any] | None:
 
 
 def _read(path: Path) -> str:
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    from orchestrator.files import MAX_INPUT_BYTES, read_user_file
+
+    return read_user_file(path, MAX_INPUT_BYTES, "saved output").decode("utf-8", "replace")
 
 
 def register(root: click.Group) -> None:
@@ -55,7 +52,8 @@ def register(root: click.Group) -> None:
 
         Pasted text is read as far as it is the tool's: prompts, command lines,
         launcher and ssh noise are read past and listed (`ignored_lines`), marks of
-        editing (`...`, a lost `#`) are listed as `edits`.
+        editing (`...`, a lost `#`) are listed as `edits`. A file may have up to 64 MiB
+        (an nccl-tests log up to 10,000 table rows).
         """
         from orchestrator import parsers
         from orchestrator.verdicts import Table
@@ -73,10 +71,12 @@ def register(root: click.Group) -> None:
         if kind is None or file is None:
             raise UsageError("parse needs KIND and FILE", hint="see `gpuvet parse --list`")
         spec = parsers.get(kind)
+        from orchestrator.errors import shown
+
         text = _read(file)
-        facts = spec.func(text, source=str(file))
+        facts = spec.func(text, source=shown(str(file)))
         data = parsers.to_jsonable(facts)
-        tr = transports(text, str(file)) if kind == "nccl-tests" else None
+        tr = transports(text, shown(str(file))) if kind == "nccl-tests" else None
         if as_json:
             emit_json({**data, "transports": tr} if tr is not None else data)
         else:
@@ -105,7 +105,10 @@ def register(root: click.Group) -> None:
         """Import nccl-tests text logs as one series of rounds; judge them like a live run.
 
         The suite hash comes from the parameters the logs print (sizes, GPUs, iterations,
-        check, datatype, op), so imports of different experiments never share one.
+        check, datatype, op), so imports of different experiments never share one. A log
+        may hold up to 10,000 table rows and 64 MiB. Logs already imported are recognised
+        by content; an import of them that was cut short (a full disk, Ctrl-C) is done
+        again, into the same run.
         """
         from orchestrator.steps.nccl.importer import AlreadyImported, import_logs
 
@@ -122,7 +125,9 @@ def register(root: click.Group) -> None:
     @click.argument("folder", type=click.Path(path_type=Path, file_okay=False))
     @click.option("-p", "--provider", required=True, help="Provider name to file it under.")
     @click.option("-n", "--node", "node", metavar="NAME",
-                  help="Node name [default: the hostname the outputs print, else 'poc'].")
+                  help="Node name [default: with -i, the provider's node (its only one, or the "
+                       "one the folder's hostname names); else the hostname the outputs "
+                       "print, else 'poc'].")
     @click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
                   help="Judge against this provider's order (`expect`); without it nothing "
                        "is compared with an order (GPUVET_INVENTORY is not read here).")
@@ -137,7 +142,11 @@ def register(root: click.Group) -> None:
         its sed/grep cuts, -q -x, --query-gpu with or without its header), topo -m/-p2p,
         nvlink, uname, nvcc, the recipe's PyTorch check or gpuvet's torch probe, ibstat,
         ibv_devinfo, nccl-tests logs, dmon, /proc/mounts, the build log, pip, the nccl-tests
-        commit and the date. Each file is judged, recorded, or reported (not recognised,
+        commit and the date; and the health outputs of other tools: dcgmi diag, kernel logs
+        with Xid lines or the PCI core's "limited by" lines, nvlink -e, lspci -vvv, the
+        processes on the GPUs (--query-compute-apps), ib_write_bw and the other perftest
+        programs, nvbandwidth, p2pBandwidthLatencyTest. Each file is judged, recorded, or
+        reported (not recognised,
         unreadable, from another node); a file of several hosts' outputs is split by rank;
         a source checkout beside the logs is skipped. Exit 2 only when nothing could be
         judged.
@@ -147,6 +156,11 @@ def register(root: click.Group) -> None:
         res = import_poc(folder, provider, node, inventory, results)
         if not as_json:
             render(files_table(res.files, folder))
+            src = res.run.meta.source or {}
+            uuids = src.get("gpu_uuids") or []
+            out.print(f"filed under node {res.node} of provider {provider}; the folder's "
+                      f"hostname: {src.get('hostname') or '(none printed)'}; GPU UUIDs: "
+                      f"{', '.join(uuids) if uuids else '(none printed)'}")
         return show_outcome(res.run, res.findings, [res.node], verbose=verbose,
                             as_json=as_json, n_measurements=len(res.measurements),
                             title="PoC findings")

@@ -35,16 +35,23 @@ def register(root: click.Group) -> None:
                        "where nccl-tests cannot be built, it measures the fabric alone.")
     @click.option("--train/--no-train", "train", default=None,
                   help="Run the training step [default: when the suite has a train section].")
+    @click.option("--health/--no-health", "health", default=True, show_default=True,
+                  help="Run the health step (at the suite's level, standard by default) "
+                       "between preflight and nccl.")
+    @click.option("--fleet/--no-fleet", "fleet_step", default=None,
+                  help="Run the fleet step after nccl (pairs, re-pairs: which node, which "
+                       "link; providers with one node are skipped) [default: when the suite "
+                       "has a fleet section].")
     @regress_options
     @prom_option
     @verbose_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
-                 train: bool | None, test_: str, alpha: float, min_effect: float,
-                 min_size: int, last: int, prom_file: Path | None, verbose: bool,
-                 as_json: bool) -> int:
-        """Preflight, nccl and train, then regress: one run, one verdict, for timers.
+                 train: bool | None, health: bool, fleet_step: bool | None, test_: str,
+                 alpha: float, min_effect: float, min_size: int, last: int,
+                 prom_file: Path | None, verbose: bool, as_json: bool) -> int:
+        """Preflight, health, nccl, fleet and train where asked, then regress: one run.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
         says who holds it and exits 2 (a lock left by a process that died is taken
@@ -68,7 +75,9 @@ def register(root: click.Group) -> None:
                 open_run(results, "pipeline", the_suite, inventory, f.nodes) as run:
             outcome = pl.run_pipeline(f.inv, f.nodes, run, the_suite, pool=f.pool,
                                       progress=f.progress, settings=settings, torch=torch_,
-                                      train=train, last=last, min_size=min_size)
+                                      train=train, health=health, fleet=fleet_step,
+                                      last=last,
+                                      min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
             run.finish(status)
@@ -114,14 +123,16 @@ def register(root: click.Group) -> None:
     @click.option("--name", default="gpuvet-pipeline", show_default=True,
                   help="Name of the systemd units.")
     @click.option("--log-file", type=click.Path(path_type=Path, dir_okay=False),
-                  default=Path("/var/log/gpuvet-pipeline.log"), show_default=True,
-                  help="Where the crontab line appends its output (systemd: the journal).")
+                  default=None,
+                  help="Where the crontab line appends its output (systemd: the journal) "
+                       "[default: $XDG_STATE_HOME/gpuvet/pipeline.log, else "
+                       "~/.local/state/gpuvet/pipeline.log: writable without root].")
     @click.option("--user", "user", default=None,
                   help="User= of the system service [default: you].")
     @json_option
     def schedule_print(every: str, inventory: Path, results: Path, suite: Path | None,
-                       prom_file: Path | None, name: str, log_file: Path, user: str | None,
-                       as_json: bool) -> int:
+                       prom_file: Path | None, name: str, log_file: Path | None,
+                       user: str | None, as_json: bool) -> int:
         """Print a systemd service and timer pair, and the equivalent crontab line.
 
         Both run `gpuvet pipeline` with absolute paths; systemd logs to the journal
@@ -133,6 +144,7 @@ def register(root: click.Group) -> None:
         from orchestrator import schedule as sc
 
         when = sc.Every.parse(every)
+        log_file = log_file or sc.default_log_file()
         if prom_file is not None:
             prom.check_path(prom_file, here=False)
         if not inventory.is_file():

@@ -50,11 +50,15 @@ def register(root: click.Group) -> None:
                 raise UsageError("--from judges one node's document: give exactly one --node")
             if resume is not None:
                 raise UsageError("--resume and --from do not go together")
+            from orchestrator.errors import shown
+            from orchestrator.files import MAX_INPUT_BYTES, read_user_file
+
+            data = read_user_file(from_, MAX_INPUT_BYTES, "collect document")  # no FIFO
             try:
-                text = from_.read_text(encoding="utf-8")
+                text = data.decode("utf-8")
                 doc = json.loads(text)
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise UsageError(f"cannot read {from_}: {exc}") from None
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise UsageError(f"cannot read {shown(str(from_))}: {exc}") from None
             if not isinstance(doc, dict):
                 raise UsageError(f"{from_} is not a gpuvet collect document (not a JSON object)")
         with fleet(inventory, nodes, providers, "preflight", accept_new_host_keys) as f, \

@@ -18,7 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from orchestrator.cli._common import emit_json, json_option, out, render, results_option, verbose_option
+from orchestrator.cli._common import (
+    emit_json,
+    json_option,
+    out,
+    output_written,
+    render,
+    results_option,
+    verbose_option,
+)
 from orchestrator.errors import UsageError
 from orchestrator.verdicts import Table
 
@@ -51,8 +59,11 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
             r["run_id"], r["started"], r["command"], r["suite_hash"], r["status"],
             r["providers"], r["nodes"], strict=True):
         inv = (docs.get(rid) or {}).get("inventory_sha256")
+        # a run that did not finish (interrupted, error, or still running) has no verdict:
+        # the findings it holds are a part, and a part with no FAIL is not a PASS
+        shown = verdicts.get(rid, "-") if status in ("passed", "failed") else "-"
         rows.append((rid, started, command, inv[:12] if inv else "-", ",".join(provs),
-                     len(nodes), suite_hash, status, verdicts.get(rid, "-")))
+                     len(nodes), suite_hash, status, shown))
     return Table(f"runs under {root}", ("run", "started", "step", "inventory", "providers",
                                         "nodes", "suite", "status", "verdict"), rows)
 
@@ -91,24 +102,77 @@ def measurement_summary(ms: pd.DataFrame) -> Table:
                   "max", "unit"), rows)
 
 
+def _flat(prefix: str, d: Any) -> dict[str, Any]:
+    """A tags/details dict as columns `prefix.key` (nested keys joined with dots)."""
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flat(f"{prefix}.{k}", v) if isinstance(v, dict) else {f"{prefix}.{k}": v})
+    return out
+
+
+def _columns(df: pd.DataFrame, column: str) -> pd.DataFrame:
+    """A column of dicts spread into typed columns; a column whose values mix kinds (a
+    number here, a text there) is text, so every file format can hold it."""
+    import pandas as pd  # a second to import: `gpuvet --help` and the SSH commands never do
+
+    if column not in df.columns:
+        return df
+    wide = pd.DataFrame([_flat(column, d) for d in df[column]], index=df.index)
+    for c in wide.columns:
+        vals = [v for v in wide[c] if v is not None and not (isinstance(v, float) and v != v)]
+        kinds = {type(v) for v in vals}
+        if kinds <= {list, tuple} and all(isinstance(x, str) for v in vals for x in v):
+            continue  # a list of names stays a list (Parquet list<string>)
+        if len(kinds - {int, float}) > 0 and len(kinds) > 1 or kinds & {list, tuple}:
+            wide[c] = wide[c].map(lambda v: None if v is None else
+                                  json.dumps(v, default=str) if isinstance(v, (list, tuple))
+                                  else str(v))
+    return pd.concat([df.drop(columns=[column]), wide], axis=1)
+
+
 def export_tables(root: Path, run_ids: Sequence[str]) -> dict[str, pd.DataFrame]:
-    """Tidy tables of these runs: one row per observation."""
+    """Tidy tables of these runs: one row per observation. Times are timestamps (UTC),
+    lists are lists (evidence, providers, nodes), tags and details are dicts (spread
+    into columns by `typed`), all-null columns are left out."""
     import pandas as pd  # a second to import: `gpuvet --help` and the SSH commands never do
 
     from orchestrator.analysis import environment, frames
 
     runs = frames.runs(root, run_ids=run_ids)
     fs = frames.finding_records(root, run_ids)
-    findings = pd.DataFrame([{**f.model_dump(exclude={"details", "evidence"}),
-                              "evidence": ";".join(f.evidence),
-                              "details": json.dumps(f.details, sort_keys=True, default=str)}
-                             for f in fs])
+    findings = pd.DataFrame([f.model_dump(mode="json") for f in fs])
     ms = frames.measurements_tagged(root, run_ids)
-    ms["tags"] = ms["tags"].map(lambda t: json.dumps(t, sort_keys=True, default=str))
     env = environment.environment(runs)
-    runs = runs.assign(providers=runs["providers"].map(",".join),
-                       nodes=runs["nodes"].map(",".join))
-    return {"runs": runs, "findings": findings, "measurements": ms, "environment": env}
+    for col in ("started", "finished"):
+        runs[col] = pd.to_datetime(runs[col], utc=True, errors="coerce")
+    tables = {"runs": runs, "findings": findings, "measurements": ms, "environment": env}
+    return {k: v.dropna(axis=1, how="all") if not v.empty else v for k, v in tables.items()}
+
+
+def typed(tables: dict[str, pd.DataFrame], fmt: str) -> dict[str, pd.DataFrame]:
+    """The tables as a format holds them: JSON keeps dicts and lists as they are; Parquet
+    spreads tags/details into columns and keeps lists; CSV also joins lists with ';'."""
+    if fmt == "json":
+        return tables
+    out = {}
+    for name, df in tables.items():
+        df = _columns(_columns(df, "tags"), "details")
+        if fmt == "csv":  # a CSV cell holds text: lists joined with ';'
+            for c in df.columns:
+                if df[c].map(lambda v: isinstance(v, (list, tuple))).any():
+                    df[c] = df[c].map(lambda v: ";".join(map(str, v))
+                                      if isinstance(v, (list, tuple)) else v)
+        out[name] = df.dropna(axis=1, how="all") if not df.empty else df
+    return out
+
+
+def export_paths(tables: Sequence[str], fmt: str, dest: Path) -> dict[str, Path]:
+    """`-o x.parquet`: x.runs.parquet, x.measurements.parquet, ... beside it; `-o x` (no
+    file suffix): a new folder x of runs.parquet, measurements.parquet, ..."""
+    if dest.suffix == f".{fmt}":
+        return {t: dest.with_name(f"{dest.stem}.{t}.{fmt}") for t in tables}
+    return {t: dest / f"{t}.{fmt}" for t in tables}
 
 
 def write_export(tables: dict[str, pd.DataFrame], fmt: str, dest: Path) -> list[Path]:
@@ -116,27 +180,39 @@ def write_export(tables: dict[str, pd.DataFrame], fmt: str, dest: Path) -> list[
     if fmt == "json":
         from orchestrator.store import atomic_write
 
-        doc = {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()}
+        doc = {k: json.loads(v.to_json(orient="records", date_format="iso"))
+               for k, v in tables.items()}
         atomic_write(dest, json.dumps(doc, indent=1) + "\n")
         return [dest]
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise UsageError(f"{dest} exists and is not an empty folder; a {fmt} export writes "
-                         "one file per table into a new folder", hint="choose another -o")
+    tables = typed(tables, fmt)
+    paths = export_paths(list(tables), fmt, dest)
+    beside = dest.suffix == f".{fmt}"
+    taken = [p for p in paths.values() if p.exists()] if beside else \
+        ([dest] if dest.exists() and (not dest.is_dir() or any(dest.iterdir())) else [])
+    if taken:
+        raise UsageError(f"{taken[0]} exists; an export never overwrites",
+                         hint="choose another -o")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         for name, df in tables.items():
+            part = tmp / paths[name].name
             if fmt == "csv":
-                df.to_csv(tmp / f"{name}.csv", index=False)
+                df.to_csv(part, index=False)
             else:
-                df.to_parquet(tmp / f"{name}.parquet", index=False)
-        with contextlib.suppress(FileNotFoundError):
-            dest.rmdir()
-        os.replace(tmp, dest)
+                df.to_parquet(part, index=False)
+        if beside:
+            for name in tables:
+                os.replace(tmp / paths[name].name, paths[name])
+            tmp.rmdir()
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                dest.rmdir()
+            os.replace(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return sorted(dest.iterdir())
+    return sorted(paths.values())
 
 
 def register(root: click.Group) -> None:
@@ -151,7 +227,16 @@ def register(root: click.Group) -> None:
         """List the runs in the store, oldest first."""
         table = runs_table(results, providers, _since(since))
         if as_json:
-            emit_json(table.as_json()["rows"])
+            rows = table.as_json()["rows"]
+            if rows:
+                from orchestrator.analysis import frames
+
+                r = frames.runs(results, providers=providers or None, since=_since(since))
+                lists = {rid: (list(ps), list(ns)) for rid, ps, ns in
+                         zip(r["run_id"], r["providers"], r["nodes"], strict=True)}
+                for row in rows:
+                    row["providers"], row["nodes"] = lists.get(row["run"], ([], []))
+            emit_json(rows)
         else:
             out.print(lines(table))
         return 0
@@ -193,12 +278,17 @@ def register(root: click.Group) -> None:
     @results_option
     @click.argument("run_ids", metavar="RUN...", nargs=-1, required=True)
     @click.option("--format", "fmt", type=click.Choice(FORMATS), default="csv",
-                  show_default=True, help="csv and parquet: a folder of one file per table; "
-                                          "json: one file.")
+                  show_default=True, help="csv and parquet: one file per table (runs, "
+                                          "findings, measurements, environment); json: one "
+                                          "file of all four.")
     @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
-                  help="Where to write (a new folder for csv/parquet, a file for json).")
+                  help="json: the file. csv/parquet: `-o x.parquet` writes x.runs.parquet, "
+                       "x.findings.parquet, x.measurements.parquet and x.environment.parquet "
+                       "beside it (read one with pandas.read_parquet('x.measurements.parquet'));"
+                       " `-o x` (no suffix) a new folder x of runs.parquet, ...")
     def export(results: Path, run_ids: tuple[str, ...], fmt: str, output: Path) -> int:
-        """Export runs' findings, measurements and environment facts as tidy tables."""
+        """Export runs' findings, measurements and environment facts as tidy tables: times
+        as timestamps, lists as lists, tags and details as columns (dicts in JSON)."""
         from orchestrator.analysis import frames
 
         known = set(frames.runs(results, run_ids=list(run_ids))["run_id"])
@@ -208,12 +298,13 @@ def register(root: click.Group) -> None:
                              hint=f"see `gpuvet runs --results {results}`")
         if fmt == "parquet":
             try:
-                import pyarrow  # noqa: F401 - optional (gpuvet[report]), for Parquet only
+                import pyarrow  # noqa: F401 - imported late, for Parquet only
             except ImportError:
-                raise UsageError("--format parquet needs pyarrow",
-                                 hint="pip install 'gpuvet[report]'") from None
+                raise UsageError("--format parquet needs pyarrow, a dependency of gpuvet "
+                                 "missing from this Python environment",
+                                 hint="pip install 'pyarrow>=15,<27'") from None
         tables = export_tables(results, list(dict.fromkeys(run_ids)))
-        files = write_export(tables, fmt, output)
+        files = output_written(lambda: write_export(tables, fmt, output), output)
         for f in files:
             out.print(str(f))
         return 0

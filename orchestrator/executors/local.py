@@ -7,6 +7,7 @@ host stands in for several nodes in demos and single-machine validation.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -95,10 +96,18 @@ class LocalExecutor:
 
     def put(self, local: Path, remote: str) -> None:
         dest = Path(os.path.expanduser(remote_path(self.node, remote)))
-        dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f"{dest.name}.part-{os.getpid()}-{id(self):x}")
-        shutil.copyfile(local, tmp)
-        os.replace(tmp, dest)
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(local, tmp)
+            os.replace(tmp, dest)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # the node's disk, not the controller's: writing is what failed, on the node side
+            raise StepError(f"no space left on the node's filesystem at {dest.parent} "
+                            f"({exc.strerror})", node=self.node.name) from None
 
     def get(self, remote: str, local: Path) -> None:
         src = Path(os.path.expanduser(remote_path(self.node, remote)))

@@ -50,7 +50,7 @@ from orchestrator.inventory.model import (
     Settings,
     UserStr,
 )
-from orchestrator.inventory.nodes import Inventory, Node
+from orchestrator.inventory.nodes import Inventory, Node, checked_name
 from orchestrator.inventory.problems import semantic_problems, validation_problems
 from orchestrator.inventory.reader import (
     MAX_BYTES,
@@ -71,7 +71,7 @@ __all__ = [
     "EnvName", "ExecutorName", "Expectations", "Fabric", "HostStr", "Inventory", "InventoryFile",
     "JumpHost", "Loc", "Name", "Node", "NodeSpec", "PathStr", "PcieExpectation", "Pricing",
     "Problem", "Provider", "RayOptions", "Settings", "Source", "Span", "UserStr", "load",
-    "scrubbed_copy",
+    "checked_name", "scrubbed_copy",
 ]
 
 

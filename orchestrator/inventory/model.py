@@ -179,6 +179,7 @@ class Expectations(_Model):
     mig_allowed: bool = False
     fabric: Fabric = Fabric()
     pcie: PcieExpectation = PcieExpectation()
+    needs_fp8: bool = False  # the health step fails a GPU without FP8 (compute capability < 8.9)
     # overrides the shipped reference bands: one band or a list, each for one message size
     nccl_busbw: Band | list[Band] | None = None
 
@@ -192,6 +193,13 @@ class Pricing(_Model):
     node_month: float | None = Field(default=None, ge=0)
     storage_gb_month: float | None = Field(default=None, ge=0)
     egress_gb: float | None = Field(default=None, ge=0)
+    # when the rental's billing started (the instance created), ISO 8601 with a zone:
+    # overrides the start of the billed window (else the nodes' boot time, else the runs')
+    billed_since: str | None = Field(
+        default=None, pattern=r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?(Z|[+-]\d{2}:\d{2})$")
+    retention_days: float | None = Field(default=None, ge=0)  # how long checkpoints are kept
+    dataset_gb: float | None = Field(default=None, ge=0)  # the dataset kept and downloaded
+    download_gb: float | None = Field(default=None, ge=0)  # models and other downloads
 
 
 class RayOptions(_Model):

@@ -13,19 +13,34 @@ problem.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, shown
 from orchestrator.inventory.model import (
+    NAME_PATTERN,
     ExecutorName,
     InventoryFile,
     NodeSpec,
     Provider,
     Settings,
 )
+
+_NAME_RE = re.compile(NAME_PATTERN)
+
+
+def checked_name(value: str, what: str) -> str:
+    """A provider, node or run name that becomes one folder of the results: the inventory's
+    name rule, so `../x`, `/tmp/x`, `a/b` and names with control characters never reach a
+    path. Every place a user string becomes a path goes through here."""
+    if not _NAME_RE.fullmatch(value):
+        raise UsageError(f"{what} '{shown(value)}' is not a name gpuvet can file results under",
+                         hint="letters, digits, '_', '.', '-' (up to 63), starting with a "
+                              "letter or digit")
+    return value
 
 
 class Node(BaseModel):

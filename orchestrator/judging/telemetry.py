@@ -29,7 +29,8 @@ from orchestrator.records import Severity
 # nothing about idleness: below this many the idle verdict is withheld
 MIN_IDLE_SAMPLES = 5
 # a power-capped GPU whose SM clock stays at or above this share of its maximum runs at its
-# rated power: dense bf16 work holds an H200 at its 700 W limit at 1700-1900 of 1980 MHz
+# rated power: dense bf16 training holds an H200 at its 700 W limit at 1600-1900 of 1980 MHz;
+# a step whose load is a deliberate power stress sets its own share (TelemetryRules)
 POWER_CAPPED_CLOCK_SHARE = 0.8
 _POWER_ONLY = {"SwPowerCap"}
 
@@ -42,7 +43,9 @@ class TelemetryRules:
     verdict off); `power_violation_pct`: a sample with more power violation than this
     is throttled. `prefix` starts every code; `during` ends the messages' "... samples
     {during}", `span` names the window ("none of N samples fell inside {span}") and
-    `more` says how to get more samples."""
+    `more` says how to get more samples. `capped_clock_share`: a GPU held only by its
+    full, default power limit with a median SM clock at or above this share of its
+    maximum runs at its rated power (INFO, not a fault)."""
 
     idle_util_pct: float
     power_violation_pct: float
@@ -50,6 +53,7 @@ class TelemetryRules:
     during: str = "while training"
     span: str = "the training steps"
     more: str = "run more steps"
+    capped_clock_share: float = POWER_CAPPED_CLOCK_SHARE
 
     def code(self, what: str) -> str:
         return f"{self.prefix}_{what}"
@@ -112,7 +116,8 @@ def gpu_limits(tele: Mapping[str, Any]) -> dict[int, dict[str, Any]]:
             and isinstance(r.get("index"), int)}
 
 
-def throttle_verdict(throttled: list[dict[str, Any]], limits: Mapping[str, Any] | None
+def throttle_verdict(throttled: list[dict[str, Any]], limits: Mapping[str, Any] | None,
+                     capped_clock_share: float = POWER_CAPPED_CLOCK_SHARE
                      ) -> tuple[Severity, str, dict[str, Any]]:
     """WARN, or INFO for a GPU that only sat at its full power limit with its clock near the
     maximum (its rated power, not a fault); the message's tail and the details that say so.
@@ -133,7 +138,7 @@ def throttle_verdict(throttled: list[dict[str, Any]], limits: Mapping[str, Any] 
     if default and limit < 0.99 * default:
         return "WARN", (f"; its power limit is {limit:.0f} W, below its default "
                         f"{default:.0f} W"), known
-    if clock >= POWER_CAPPED_CLOCK_SHARE * top:
+    if clock >= capped_clock_share * top:
         return "INFO", (f"; at its full power limit ({limit:.0f} W) with the SM clock at "
                         f"{clock:.0f} of {top:.0f} MHz: its rated power, not a fault"), known
     return "WARN", (f"; held at its {limit:.0f} W power limit with the SM clock at "
@@ -231,7 +236,7 @@ def judge_gpu(sink: Sink, rules: TelemetryRules, node: str, gpu: int,
     if throttled:
         s = throttled[0]
         why = s.get("slowdown") or [k for k in ("pviol", "tviol") if (s.get(k) or 0) > 0]
-        severity, more, known = throttle_verdict(throttled, limits)
+        severity, more, known = throttle_verdict(throttled, limits, rules.capped_clock_share)
         sink.add(rules.code("THROTTLED"), severity, f"{node} GPU {gpu}: throttled in "
                  f"{len(throttled)} of {len(window)} samples {rules.during} "
                  f"({', '.join(map(str, why))}, line {s.get('line')}){more}", [path],

@@ -156,6 +156,7 @@ class NcclTestsRun(_Model):
     # Every line read past as launcher/shell noise or unknown text, and the marks of a
     # person's editing (elisions, lost `#`, a table pasted without its header).
     ignored_lines: list[IgnoredLine] = []
+    ignored_lines_dropped: int = 0  # read past beyond the first MAX_LISTED, counted only
     edits: list[Edit] = []
     nccl_lines: int = 0  # NCCL's own debug lines, read by the nccl-debug parser
     start_time: str | None = None

@@ -14,6 +14,7 @@ silently and an edited paste is never taken for a whole one.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
@@ -68,11 +69,30 @@ ELISION = re.compile(r"^\s*(?:\.{3,}|…|\(\s*(?:\.{3}|…)\s*\)"
                      r"|[\[<]\s*(?:\.{3}|…|snip(?:ped)?|cut|truncated|omitted)\s*[\]>])\s*$", re.I)
 
 
+# Lines listed one by one at most: past that they are counted (`dropped`), so a log of
+# a million lines of chatter costs a count, not a million records.
+MAX_LISTED = 10_000
+
+_LINE_END = re.compile("\r\n|[\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def iter_lines(text: str) -> Iterator[str]:
+    """`text.splitlines()` one line at a time, without a list of every line."""
+    pos = 0
+    for m in _LINE_END.finditer(text):
+        yield text[pos:m.start()]
+        pos = m.end()
+    if pos < len(text):
+        yield text[pos:]
+
+
 class NoiseReader:
-    """Classifies the lines a parser does not own, and remembers each one it let pass."""
+    """Classifies the lines a parser does not own, and remembers each one it let pass
+    (the first MAX_LISTED; the rest are counted in `dropped`)."""
 
     def __init__(self) -> None:
         self.ignored: list[IgnoredLine] = []
+        self.dropped = 0
         self.edits: list[Edit] = []
         self.in_banner = False
 
@@ -105,6 +125,9 @@ class NoiseReader:
         return True
 
     def ignore(self, line_no: int, kind: str, line: str) -> None:
+        if len(self.ignored) >= MAX_LISTED:
+            self.dropped += 1
+            return
         self.ignored.append(IgnoredLine(line_no=line_no, kind=kind, text=line.rstrip()[:300]))
 
     def edit(self, line_no: int | None, what: str) -> None:
@@ -139,6 +162,19 @@ def strip_launcher_prefix(lines: list[str]) -> tuple[list[str], str | None]:
         return lines, None
     name, pattern = found
     return [pattern.sub("", ln, count=1) for ln in lines], name
+
+
+def stream_without_prefix(text: str) -> tuple[Iterator[str], str | None]:
+    """strip_launcher_prefix on a text, line by line: two passes, no list of lines."""
+    for name, pattern in LAUNCHER_PREFIXES:
+        nonempty = hits = 0
+        for ln in iter_lines(text):
+            if ln.strip():
+                nonempty += 1
+                hits += pattern.match(ln) is not None
+        if nonempty and hits * 2 >= nonempty:
+            return (pattern.sub("", ln, count=1) for ln in iter_lines(text)), name
+    return iter_lines(text), None
 
 
 def split_by_rank(text: str) -> tuple[str, dict[str, str]] | None:

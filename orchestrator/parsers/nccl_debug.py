@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure
-from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader, strip_launcher_prefix
+from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader, stream_without_prefix
 
 KIND = "nccl-debug"
 
@@ -199,7 +199,7 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
     warnings: list[Failure] = []
     info = other = 0
     noise = NoiseReader()
-    lines, _prefix = strip_launcher_prefix(text.splitlines())
+    lines, _prefix = stream_without_prefix(text)
     for line_no, raw in enumerate(lines, start=1):
         m = NCCL_LINE.match(raw.rstrip("\r"))
         if not m:

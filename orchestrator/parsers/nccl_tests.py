@@ -34,11 +34,16 @@ from orchestrator.parsers._nccl_common import (
     recompute_avg,
 )
 from orchestrator.parsers._nccl_tests_json import parse_json_run
-from orchestrator.parsers._noise import NoiseReader, strip_launcher_prefix
+from orchestrator.parsers._noise import NoiseReader, stream_without_prefix
 
 __all__ = ["NcclRow", "NcclTestsRun", "check_avg", "parse_nccl_tests", "parse_nccl_tests_json"]
 
 KIND = "nccl-tests"
+# A log holds one table row per message size and round of sizes: a sweep from 8 B to
+# 16 GiB is 32 rows, a fine `-i` sweep a few thousand. Past MAX_ROWS a file is no
+# nccl-tests run this reads (each row becomes six measurements per round): refused,
+# with the line it stopped at, before the rest is read. docs/reliability.md (limits).
+MAX_ROWS = 10_000
 
 # Header lines, each with its `#` optional: GitHub Markdown turns a pasted
 # `# ...` line into a heading and the `#` is gone from what people copy back.
@@ -320,6 +325,10 @@ def _table_line(st: _State, line: str, line_no: int) -> None:
             return
         if st.partial is not None:
             _raise_partial(st)
+        if len(st.rows) >= MAX_ROWS:
+            raise st.fail(f"more than {MAX_ROWS:,} table rows: not one nccl-tests run this "
+                          "reads (a sweep of every size prints a few thousand at most); keep "
+                          "one run per file", line_no, line)
         try:
             row = _row(toks, st.layout, line_no)
         except ValueError as exc:
@@ -373,7 +382,7 @@ def _footer_line(st: _State, line: str, line_no: int) -> None:
 
 def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
     st = _State(source)
-    lines, prefix = strip_launcher_prefix(text.splitlines())
+    lines, prefix = stream_without_prefix(text)  # line by line: no list of every line
     for line_no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r")
         if st.footer:
@@ -425,7 +434,8 @@ def _finish(st: _State) -> NcclTestsRun:
         ranks=st.ranks, rows=st.rows, out_of_bounds=st.oob, avg_busbw_reported=st.avg,
         avg_busbw_check=st.avg_check, avg_busbw_recomputed=recompute_avg(st.rows),
         avg_busbw_agrees=None, failures=st.failures, truncated=not st.footer,
-        ignored_lines=st.noise.ignored, edits=st.noise.edits, nccl_lines=st.nccl_lines)
+        ignored_lines=st.noise.ignored, ignored_lines_dropped=st.noise.dropped,
+        edits=st.noise.edits, nccl_lines=st.nccl_lines)
     run.avg_busbw_agrees = check_avg(run)
     return run
 

@@ -10,7 +10,9 @@ report.
 
 from __future__ import annotations
 
+import html
 import os
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +20,15 @@ from orchestrator.errors import UsageError
 from orchestrator.report import plots
 from orchestrator.store import atomic_write
 
+INSTALL = "pip install 'jinja2>=3.1,<4' 'matplotlib>=3.8,<4'"
+
 
 def _env() -> Any:
     try:
-        import jinja2  # optional (gpuvet[report]): only `gpuvet report` renders templates
+        import jinja2  # imported late: only `gpuvet report` renders templates
     except ImportError:
-        raise UsageError("the report needs jinja2 and matplotlib",
-                         hint="pip install 'gpuvet[report]'") from None
+        raise UsageError("the report needs jinja2, a dependency of gpuvet missing from this "
+                         "Python environment", hint=INSTALL) from None
     return jinja2.Environment(
         loader=jinja2.PackageLoader("orchestrator.report", "templates"),
         autoescape=jinja2.select_autoescape(["html", "html.j2"]), undefined=jinja2.StrictUndefined,
@@ -39,8 +43,28 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
+# Markdown syntax a value could carry into the twin: links and images ([ ]), emphasis (*),
+# code spans, table cells, escapes; written as HTML character references, which Markdown
+# shows as the characters and never reads as syntax (<, >, & and quotes: html.escape)
+_MD_SYNTAX = {c: f"&#{ord(c)};" for c in "[]`|\\*"}
+
+
 def _md(v: Any) -> str:
-    return _cell(v).replace("|", "\\|").replace("\n", " ")
+    """A cell of the Markdown twin: every viewer renders Markdown as HTML, so the text is
+    HTML-escaped and its Markdown syntax neutralised (a provider or file name is data)."""
+    text = html.escape(_cell(v).replace("\r", " ").replace("\n", " "), quote=True)
+    return "".join(_MD_SYNTAX.get(c, c) for c in text)
+
+
+def safe_href(href: str) -> str | None:
+    """A link target the report may carry: http(s) or a relative path, percent-encoded;
+    None for any other scheme (javascript:, data:, file:, ...) or a network path."""
+    parts = urllib.parse.urlsplit(href.strip())
+    if parts.scheme and parts.scheme.lower() not in ("http", "https"):
+        return None
+    if not parts.scheme and (parts.netloc or href.strip().startswith(("//", "\\"))):
+        return None
+    return urllib.parse.quote(href.strip(), safe="/._-~%#?=&:+,@")
 
 
 def context(c: Any, html_path: Path) -> dict[str, Any]:
@@ -69,16 +93,20 @@ def context(c: Any, html_path: Path) -> dict[str, Any]:
     reasons = []
     for v in c.verdicts:
         for r in v.reasons:
-            links = [(e, os.path.relpath(c.root.resolve() / e, base)) for e in r.evidence]
+            links = [(e, safe_href(os.path.relpath(c.root.resolve() / e, base)))
+                     for e in r.evidence]
             reasons.append({"provider": v.provider, "check": r.check, "outcome": r.outcome,
                             "text": r.text, "links": links})
     by_title = {t.title: t for t in c.tables}
-    skip = {"verdict reasons"}
+    skip = {"verdict reasons", "verdict per provider"}  # the cards and reasons show them
     return {
         "providers": c.providers, "verdicts": c.verdicts, "reasons": reasons,
         "figures": [(t, svg) for t, svg in figures if svg], "runs": c.selection.chosen,
+        "left_out": [(t, plots.WHY_LEFT_OUT.get(t, "nothing to plot"))
+                     for t, svg in figures if not svg],
         "tables": [t for t in c.tables if t.title not in skip and t.rows],
         "env": by_title.get("environment"), "currencies_apart": c.currencies_apart,
+        "empty_sections": [t for t in c.empty_sections if t not in skip],
         "findings": [f for f in c.findings if f.severity in ("WARN", "FAIL")],
         "cell": _cell, "md": _md,
     }

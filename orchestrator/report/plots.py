@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.compare import busbw_values, size_label
-from orchestrator.errors import ParseError
+from orchestrator.analysis.compare import busbw_values, ratio_ci, size_label
+from orchestrator.errors import ParseError, UsageError
 from orchestrator.parsers.dmon import parse_dmon
 from payload.train import protocol
 
@@ -27,10 +27,15 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
 def _plt() -> Any:
-    import matplotlib  # optional (gpuvet[report]); only a report draws
+    try:
+        import matplotlib  # imported late: only a report draws
+    except ImportError:
+        raise UsageError("the report's plots need matplotlib, a dependency of gpuvet missing "
+                         "from this Python environment",
+                         hint="pip install 'matplotlib>=3.8,<4'") from None
 
     matplotlib.use("Agg")  # before pyplot: no display, no GUI backend
-    import matplotlib.pyplot as plt  # the report's extra, as above
+    import matplotlib.pyplot as plt  # as above
 
     plt.rcParams.update({"svg.fonttype": "path", "font.size": 9, "axes.grid": True,
                          "grid.alpha": 0.3, "figure.dpi": 100})
@@ -48,52 +53,96 @@ def _svg(fig: Any) -> str:
 
 
 def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
-    """busbw vs message size per provider: median line, min-max band, log x."""
+    """busbw vs message size per provider (median line, min-max band, log x with every size
+    labelled, y from 0), and under it each other provider's ratio to the first per size
+    with its 95% bootstrap interval: the question is "how much faster, where"."""
     scopes = [s for s in ("single", "multi")
               if any(busbw_values(ms, p, s) for p in providers)]
     if not scopes:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(scopes), figsize=(6.2 * len(scopes), 3.6), squeeze=False)
-    for ax, scope in zip(axes[0], scopes, strict=True):
+    from matplotlib.ticker import NullLocator  # after _plt(), which chose the backend
+
+    ratio = len(providers) > 1
+    fig, axes = plt.subplots(2 if ratio else 1, len(scopes),
+                             figsize=(6.4 * len(scopes), 6.4 if ratio else 3.8), squeeze=False,
+                             sharex="col", gridspec_kw={"height_ratios": [3, 2] if ratio else [1]})
+    base = providers[0]
+    for col, scope in enumerate(scopes):
+        ax = axes[0][col]
+        vals = {p: busbw_values(ms, p, scope) for p in providers}
+        sizes_all = sorted({s for v in vals.values() for s in v})
         for i, p in enumerate(providers):
-            vals = busbw_values(ms, p, scope)
-            if not vals:
+            if not vals[p]:
                 continue
-            sizes = sorted(vals)
-            med = [float(np.median(vals[s])) for s in sizes]
-            ax.fill_between(sizes, [vals[s].min() for s in sizes], [vals[s].max() for s in sizes],
-                            color=COLORS[i % len(COLORS)], alpha=0.25, linewidth=0)
+            sizes = sorted(vals[p])
+            med = [float(np.median(vals[p][s])) for s in sizes]
+            ax.fill_between(sizes, [vals[p][s].min() for s in sizes],
+                            [vals[p][s].max() for s in sizes], color=COLORS[i % len(COLORS)],
+                            alpha=0.25, linewidth=0)
             ax.plot(sizes, med, marker=".", color=COLORS[i % len(COLORS)], label=p)
         ax.set_xscale("log", base=2)
-        ticks = [s for s in sorted({s for p in providers for s in busbw_values(ms, p, scope)})
-                 if s >= 1 << 10][::3]
-        ax.set_xticks(ticks, [size_label(t) for t in ticks], rotation=30)
+        ax.set_ylim(bottom=0)
         ax.set_title(f"all_reduce busbw, {scope}-node (median, min-max band)")
-        ax.set_xlabel("message size")
         ax.set_ylabel("busbw GB/s")
         ax.legend()
+        last = ax
+        if ratio:
+            rx = axes[1][col]
+            rx.set_gid(f"ratio-panel-{scope}")  # the SVG group's id: found by the browser test
+            for i, p in enumerate(providers[1:], start=1):
+                pts = [(s, *ratio_ci(vals[base][s], vals[p][s])) for s in sizes_all
+                       if s in vals[base] and s in vals[p]]
+                if not pts:
+                    continue
+                xs = [x[0] for x in pts]
+                rx.plot(xs, [x[1] for x in pts], marker="o", markersize=3,
+                        color=COLORS[i % len(COLORS)], label=f"{p}/{base}")
+                lo = [x[2] if x[2] == x[2] else x[1] for x in pts]
+                hi = [x[3] if x[3] == x[3] else x[1] for x in pts]
+                rx.fill_between(xs, lo, hi, color=COLORS[i % len(COLORS)], alpha=0.2,
+                                linewidth=0)
+            rx.axhline(1.0, color="#555", linewidth=0.8)
+            rx.set_ylabel(f"ratio to {base} (95% CI)")
+            rx.set_title(f"{scope}-node: each provider's busbw / {base}'s, per size")
+            rx.legend(fontsize=7)
+            last = rx
+        last.set_xticks(sizes_all, [size_label(t) for t in sizes_all], rotation=90,
+                        fontsize=7)
+        last.xaxis.set_minor_locator(NullLocator())
+        last.set_xlabel("message size")
     return _svg(fig)
 
 
 def stability(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
-    """busbw per round at the largest size of every series: a drop shows as a dip."""
+    """Each round's busbw as its ratio to the series' median, at the largest size of every
+    series (named in the legend): 1% and 10% apart look different."""
     sel = ms[(ms["metric"] == "busbw") & (ms["engine"] == "nccl-tests")
              & (ms["inplace"] == False) & ms["size"].notna()]  # noqa: E712
     if sel.empty or sel["round"].nunique() < 2:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.2, 3.2))
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    spread = 0.0
     for i, p in enumerate(providers):
         mine = sel[sel["provider"] == p]
         for (scope, nodes), g in mine.groupby(["scope", "nodes"]):
-            top = g[g["size"] == g["size"].max()].sort_values("round")
-            ax.plot(top["round"], top["value"], marker="o", color=COLORS[i % len(COLORS)],
+            size = g["size"].max()
+            top = g[g["size"] == size].groupby("round")["value"].median().sort_index()
+            med = float(top.median())
+            if med <= 0:
+                continue
+            r = top / med
+            spread = max(spread, float((r - 1).abs().max()))
+            ax.plot(list(top.index), list(r), marker="o", color=COLORS[i % len(COLORS)],
                     linestyle="-" if scope == "single" else "--",
-                    label=f"{p} {scope} {nodes}")
+                    label=f"{p} {scope} {nodes} at {size_label(int(size))}")
+    ax.axhline(1.0, color="#555", linewidth=0.8)
+    pad = max(0.02, spread * 1.3)
+    ax.set_ylim(1 - pad, 1 + pad)
     ax.set_xlabel("round")
-    ax.set_ylabel("busbw GB/s at the largest size")
-    ax.set_title("round-to-round stability")
+    ax.set_ylabel("busbw / the series' median")
+    ax.set_title("round-to-round stability (ratio to the median round)")
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.legend(fontsize=7)
     return _svg(fig)
@@ -216,24 +265,39 @@ def telemetry(series: dict[str, dict[str, list[float | None]]]) -> str | None:
 
 def cost_bars(units: Sequence[Any]) -> str | None:
     """Cost per 1M training tokens and per job-hour, one group per currency: amounts in
-    different currencies never share an axis."""
-    rows = [u for u in units if u.per_1m_tokens is not None or u.per_job_hour]
+    different currencies never share an axis, and a measure no provider has (no training
+    run: no tokens) is left out, never drawn as zero bars."""
+    rows = [u for u in units if u.currency is not None
+            and (u.per_1m_tokens is not None or u.per_job_hour)]
     if not rows:
         return None
+    measures = [(a, t) for a, t in (("per_1m_tokens", "per 1M training tokens"),
+                                     ("per_job_hour", "per hour of the job"))
+                if any(getattr(u, a) for u in rows)]
     currencies = sorted({u.currency for u in rows})
     plt = _plt()
-    fig, axes = plt.subplots(len(currencies), 2, figsize=(8.4, 2.6 * len(currencies)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(currencies), len(measures),
+                             figsize=(4.2 * len(measures), 2.6 * len(currencies)), squeeze=False)
     for row, cur in zip(axes, currencies, strict=True):
-        mine = [u for u in rows if u.currency == cur]
-        for ax, attr, title in ((row[0], "per_1m_tokens", "per 1M training tokens"),
-                                (row[1], "per_job_hour", "per hour of the job")):
-            vals = [getattr(u, attr) or 0 for u in mine]
+        for ax, (attr, title) in zip(row, measures, strict=True):
+            mine = [u for u in rows if u.currency == cur and getattr(u, attr)]
+            vals = [float(getattr(u, attr)) for u in mine]
             ax.barh([u.provider for u in mine], vals,
                     color=[COLORS[i % len(COLORS)] for i in range(len(mine))])
+            ax.set_xlim(left=0, right=max(vals) * 1.25 if vals else 1)
             for y, v in enumerate(vals):
                 ax.annotate(f"{v:,.4g}", (v, y), xytext=(3, 0), textcoords="offset points",
                             va="center", fontsize=8)
             ax.set_title(f"{title} ({cur})")
     fig.tight_layout()
     return _svg(fig)
+
+
+WHY_LEFT_OUT = {
+    "busbw vs message size": "no nccl-tests busbw in the runs compared",
+    "round-to-round stability": "fewer than two rounds of nccl-tests",
+    "loss: reference and restored run": "no training run with a reference phase",
+    "step-time distribution": "no training steps timed",
+    "GPU telemetry while training": "no dmon samples kept by a training run",
+    "cost per useful unit": "no provider priced (or nothing measured to price)",
+}

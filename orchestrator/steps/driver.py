@@ -1,6 +1,6 @@
 """The step driver: units of work, fanned out, each recorded and marked done alone.
 
-Every step (preflight, nccl, train) is a list of units: one per node, and
+Every step (preflight, health, nccl, train) is a list of units: one per node, and
 some per provider (a multi-node run). A unit goes through prepare → execute →
 judge; the driver runs units in parallel, writes each unit's records the
 moment it finishes, marks it done only after they are on disk, and turns a

@@ -171,6 +171,9 @@ class Snapshot:
                                                    env=self.env), "xml")
             self._keep("nvlink-e", run_command(["nvidia-smi", "nvlink", "-e"], TIMEOUT_S,
                                                env=self.env))
+            if self.when == "before":  # the topology the peer matrix is judged against
+                self._keep("topo-m", run_command(["nvidia-smi", "topo", "-m"], TIMEOUT_S,
+                                                 env=self.env))
             apps = run_command(COMPUTE_APPS_ARGV, TIMEOUT_S, env=self.env)
             self._keep("compute-apps", apps, "csv")
             self.index["compute-apps"]["processes"] = count_processes(apps["stdout"])

@@ -41,13 +41,21 @@ _PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 def add_arguments(p: Any) -> None:
     p.add_argument("--out", required=True, help="output folder (created)")
     p.add_argument("--level", choices=protocol.LEVELS, default="standard")
-    p.add_argument("--device", choices=protocol.DEVICES, default="cuda",
-                   help="cuda (default) or cpu: the tests' small CPU run")
+    p.add_argument("--device", choices=protocol.DEVICES, default=default_device(dict(os.environ)),
+                   help="cuda (default) or cpu: the small CPU stand-in (also chosen by "
+                   "GPUVET_HEALTH_DEVICE=cpu in the environment)")
     p.add_argument("--gpus", help="comma-separated GPUs to test, as CUDA_VISIBLE_DEVICES or "
                    "nvidia-smi name them (default: all); with --device cpu the names of "
                    "the CPU processes (default: 0)")
     p.add_argument("--sustain-s", type=float, help="override the level's sustained window")
     p.add_argument("--memtest-s", type=float, help="override the level's memory test time")
+
+
+def default_device(env: Dict[str, str]) -> str:
+    """cuda, or what GPUVET_HEALTH_DEVICE names (an inventory's node env: the CPU stand-in
+    on a node without GPUs, to try the step there)."""
+    want = env.get("GPUVET_HEALTH_DEVICE", "").strip().lower()
+    return want if want in protocol.DEVICES else "cuda"
 
 
 def discover(env: Dict[str, str], wanted: Optional[List[str]]) -> Tuple[List[str], Optional[str]]:

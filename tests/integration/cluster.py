@@ -160,6 +160,28 @@ def _netns_pids(ns: str) -> list[int]:
     return [int(p) for p in out.split() if p.isdigit()]
 
 
+def _sessions_in(pids: Sequence[int]) -> set[int]:
+    """The sshd processes among `pids` and all their descendants."""
+    parent: dict[int, int] = {}
+    roots = set()
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        parent[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+        if comm.startswith("sshd"):
+            roots.add(pid)
+    out = set(roots)
+    grew = True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in out and p not in out}
+        out |= more
+        grew = bool(more)
+    return out
+
+
 def _destroy_netns(ns: str) -> None:
     for _ in range(3):
         pids = _netns_pids(ns)
@@ -456,6 +478,23 @@ class Cluster:
         node = self.node(name)
         deadline = time.monotonic() + timeout
         while _port_open(node.ip, node.port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def kill_node(self, name: str, timeout: float = 10) -> None:
+        """The node dies: its sshd stops and its SSH sessions are killed with everything
+        they started, so connections break at once instead of living on (stopping sshd
+        alone leaves open sessions running). :meth:`start_sshd` brings sshd back."""
+        self.stop_sshd(name, timeout=timeout)
+        ns = self.node(name).netns
+        deadline = time.monotonic() + timeout
+        while True:
+            doomed = _sessions_in(_netns_pids(ns))
+            if not doomed:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"processes of {name} survived SIGKILL: {sorted(doomed)}")
+            for pid in doomed:
+                _kill(pid)
             time.sleep(0.05)
 
     def start_sshd(self, name: str, timeout: float = 20) -> None:

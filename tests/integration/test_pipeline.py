@@ -63,7 +63,7 @@ def test_second_run_over_a_throttled_link_regresses_and_a_concurrent_one_is_refu
     first = gpuvet("pipeline", *common, "--json")
     assert first.returncode == 1, first.stderr[-3000:]  # no NVIDIA driver on the test nodes
     doc = json.loads(first.stdout)
-    assert doc["steps"] == ["preflight", "nccl", "regress"]
+    assert doc["steps"] == ["preflight", "health", "nccl", "regress"]
     (prov,) = doc["regress"]["providers"]
     assert prov["verdict"] == "NOT ENOUGH DATA"  # nothing to compare with yet
     codes = {f["code"] for f in doc["findings"]}

@@ -170,3 +170,66 @@ def test_the_report_renders_offline_in_chromium(tmp_path: Path, capsys) -> None:
         assert key in text, key
     assert page["links"] > 10
     assert (artifacts / "report.png").stat().st_size > 10_000
+
+
+PHONE = """JSON.stringify({
+  graphics: Array.from(document.querySelectorAll('svg')).filter(
+      e => !e.parentElement.closest('svg')).map(e => {
+    const r = e.getBoundingClientRect(); return [r.width, r.height]; }),
+  ratio: Array.from(document.querySelectorAll('[id^="ratio-panel"]')).map(e => {
+    const r = e.getBoundingClientRect(); return [r.width, r.height]; }),
+  left_out: Array.from(document.querySelectorAll('.left-out')).map(e => e.innerText),
+  overflow: document.documentElement.scrollWidth - window.innerWidth,
+  text: document.body.innerText,
+})"""
+
+
+def _look(ws_url: str, url: str, width: int) -> dict[str, Any]:
+    cdp = Cdp(ws_url)
+    try:
+        cdp.call("Page.enable")
+        cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=800,
+                 deviceScaleFactor=1, mobile=width < 500)
+        cdp.call("Page.navigate", url=url)
+        cdp.wait_for("Page.loadEventFired")
+        value = cdp.call("Runtime.evaluate", expression=PHONE, returnByValue=True)
+        return json.loads(value["result"]["value"])  # type: ignore[no-any-return]
+    finally:
+        cdp.close()
+
+
+def test_unpriced_and_poc_reports_have_no_empty_chart(tmp_path: Path, capsys) -> None:
+    """Logs imported without an inventory (no price) and a PoC folder of nvidia-smi
+    outputs: every chart drawn has a size, the busbw chart has its ratio panel, what has
+    nothing to plot is left out with why, and a phone-width page does not scroll sideways."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    logs = sorted((fixtures / "h200x2" / "nccl-tests").glob("all_reduce_8B-128M_g2_round*.log"))
+    copies = tmp_path / "b"
+    copies.mkdir()
+    for log in logs:
+        (copies / log.name).write_text(log.read_text() + "\n")
+    imported = tmp_path / "imported"
+    for p, files in (("A", logs), ("B", sorted(copies.iterdir()))):
+        assert gpuvet(capsys, "import", "nccl-tests", "-p", p, "--results", imported,
+                      *files).returncode == 0
+    poc_store = tmp_path / "poc"
+    assert gpuvet(capsys, "import", "poc", fixtures / "poc" / "h200x2", "-p", "lab",
+                  "--results", poc_store).returncode in (0, 1)
+    reports = {}
+    for name, root, extra in (("unpriced", imported, ["-p", "A", "-p", "B"]),
+                              ("poc", poc_store, [])):
+        out = tmp_path / f"{name}.html"
+        r = gpuvet(capsys, "report", "--results", root, *extra, "-o", out)
+        assert r.returncode == 0, r.output
+        reports[name] = out.resolve().as_uri()
+    with browser(tmp_path / "profile") as ws_url:
+        unpriced = _look(ws_url, reports["unpriced"], 1300)
+        phone = _look(ws_url, reports["unpriced"], 375)
+        poc = _look(ws_url, reports["poc"], 375)
+    for page in (unpriced, phone, poc):
+        assert page["graphics"] and all(w > 50 and h > 50 for w, h in page["graphics"]), page
+    assert unpriced["ratio"] and all(w > 50 and h > 20 for w, h in unpriced["ratio"])
+    assert any("cost per useful unit: left out" in t for t in unpriced["left_out"])
+    assert "not priced" in unpriced["text"]
+    assert phone["overflow"] <= 1 and poc["overflow"] <= 1  # tables scroll, paths wrap
+    assert not poc["ratio"]  # one provider: no ratio to draw, and no empty panel for it

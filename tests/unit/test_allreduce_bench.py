@@ -156,3 +156,18 @@ def test_a_slow_rank_is_told_apart_at_the_barrier(tmp_path: Path) -> None:
     slow = report.ranks[1]
     assert slow.late_us > 20_000 and slow.late_share >= 0.9
     assert slow.work_us > 25_000  # its own work took the time: the others waited for it
+
+
+def test_a_rank_whose_peer_never_comes_gives_up_after_pg_timeout() -> None:
+    """A node lost mid-plan must not hold its partner until the job's own timeout: rank 0
+    of a world of 2 whose rank 1 never starts fails on its own (torch's default would wait
+    30 minutes, past the 120 s this test allows)."""
+    pytest.importorskip("torch")
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "RANK": "0",
+           "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    proc = subprocess.run(
+        [sys.executable, "-m", "payload", "allreduce-bench", "-b", "1K", "-e", "1K",
+         "--pg-timeout", "3"], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert "all_reduce_perf" not in proc.stdout  # it never got as far as the table

@@ -56,8 +56,14 @@ def test_different_suites_are_refused_with_the_parameters_that_differ(tmp_path) 
         compare.build(root, ["h200", "beta"], with_cost=False)
     text = str(exc.value)
     assert exc.value.exit_code == 2
-    assert "nccl.max_bytes: '128M' (" in text and "'1G'" in text and "nccl.iters: 20" in text
-    assert "nccl.rounds" not in text  # only what differs
+    lines = text.splitlines()
+    head = next(ln for ln in lines if ln.strip().startswith("parameter"))
+    assert "h200 (suite" in head and "beta (suite" in head  # name, value A, value B
+    rows = {ln.split("|")[0].strip(): [c.strip() for c in ln.split("|")[1:]] for ln in lines
+            if "|" in ln}
+    assert rows["nccl.max_bytes"] == ["128M", "1G"] and rows["nccl.iters"] == ["20", "50"]
+    assert "nccl.rounds" not in rows  # only what differs
+    assert "'" not in text and "{" not in text  # JSON cells, never Python reprs
 
 
 def test_ratio_interval_is_reproducible_and_brackets_the_truth() -> None:
@@ -114,14 +120,16 @@ def test_busbw_side_by_side_from_the_capture(pair) -> None:
 def test_cost_of_the_pair_from_their_own_timestamps(pair) -> None:
     root, _ = pair
     c = compare.build(root, ["h200", "beta"])
-    h200, beta = c.costs
+    by = {(x.provider, x.window.name): x for x in c.costs}
+    h200, beta = by[("h200", "gpuvet's steps")], by[("beta", "gpuvet's steps")]
     # h200: 1 + 30 + 30 minutes, 2 GPUs, 9.8 per GPU-hour, billed per minute
-    assert h200.useful_hours == pytest.approx(61 / 60) and h200.gpus == 2
+    assert h200.window.hours == pytest.approx(61 / 60) and h200.gpus == 2
     assert h200.compute == pytest.approx(9.8 * 2 * 61 / 60)
-    assert h200.reruns == 0
+    assert h200.reruns == 0 and h200.window.attempts == 0
     # beta: 61 minutes billed per started hour = 2 h; the interrupted 6-minute attempt
     # fits in the same second hour, so it adds nothing to the bill
-    assert beta.useful_hours == pytest.approx(61 / 60) and beta.failed_hours == pytest.approx(0.1)
+    assert beta.window.hours == pytest.approx(61 / 60 + 0.1)
+    assert beta.window.failed_hours == pytest.approx(0.1) and beta.window.attempts == 1
     assert beta.compute == pytest.approx(2.9 * 2 * 2) and beta.reruns == 0
     assert c.units[0].per_gpu_month == pytest.approx(6000.0)
     assert c.units[0].breakeven_hours == pytest.approx(6000 / 9.8)

@@ -38,7 +38,8 @@ def test_import_three_rounds(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert {json.loads(ln)["round"] for ln in lines} == {1, 2, 3}
     # the logs are copied into the run, as evidence
     copies = sorted(p.name for p in (run_dir / "providers" / "lab" / "imported").iterdir())
-    assert copies == [f"round{i}_{p.name}" for i, p in enumerate(ROUNDS, 1)]
+    # and the import is marked done once every record is stored
+    assert copies == ["done.json"] + [f"round{i}_{p.name}" for i, p in enumerate(ROUNDS, 1)]
     findings = [json.loads(ln) for ln in (run_dir / "findings.jsonl").read_text().splitlines()]
     assert {f["code"] for f in findings} >= {"NCCL_BUSBW", "NCCL_REFERENCE"}
     assert all(f["scope"] == "provider" and f["provider"] == "lab" for f in findings)
@@ -118,3 +119,56 @@ def test_import_of_something_else_is_bad_input(tmp_path: Path, capsys: pytest.Ca
     assert proc.returncode == 2, proc.output
     assert str(bad) in proc.output
     assert not results.exists() or not [d for d in results.iterdir() if d.is_dir()]
+
+
+def _runs_row(capsys: pytest.CaptureFixture[str], results: Path, run_id: str) -> dict[str, str]:
+    proc = gpuvet(capsys, "runs", "--results", results, "--json")
+    assert proc.returncode == 0, proc.output
+    (row,) = [r for r in json.loads(proc.stdout) if r["run"] == run_id]
+    return row
+
+
+def test_an_import_cut_short_is_not_done_and_is_completed_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills after part of the measurements: exit 3, the run is not done, `runs`
+    gives it no verdict; the same import again stores every measurement and finishes it."""
+    import errno
+
+    from orchestrator import store
+    from orchestrator.files import append_lines, store_error
+
+    def half_then_full(path: Path, lines: list[str], *, sync: bool = True) -> None:
+        if path.name == "measurements.jsonl":
+            append_lines(path, lines[:len(lines) // 2], sync=sync)
+            raise store_error(OSError(errno.ENOSPC, "No space left on device"), path)
+        append_lines(path, lines, sync=sync)
+
+    results = tmp_path / "results"
+    monkeypatch.setattr(store, "append_lines", half_then_full)
+    cut = gpuvet(capsys, "import", "nccl-tests", *ROUNDS, "-p", "lab", "--results", results)
+    assert cut.returncode == 3, cut.output
+    assert "results disk is full" in cut.output
+    run_dir = the_run(results)
+    assert len((run_dir / "measurements.jsonl").read_text().splitlines()) == 225
+    assert not (run_dir / "providers" / "lab" / "imported" / "done.json").exists()
+    row = _runs_row(capsys, results, run_dir.name)
+    assert row["status"] == "error" and row["verdict"] == "-"  # never PASS
+
+    monkeypatch.setattr(store, "append_lines", append_lines)  # space is free again
+    again = gpuvet(capsys, "import", "nccl-tests", *ROUNDS, "-p", "lab", "--results", results)
+    assert again.returncode == 0, again.output
+    assert "did not finish" in again.output and "450 measurements" in again.output
+    assert the_run(results) == run_dir  # the same run, completed
+    lines = (run_dir / "measurements.jsonl").read_text().splitlines()
+    assert len(lines) == 450 and len(set(lines)) == 450
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "passed"
+    assert (run_dir / "providers" / "lab" / "imported" / "done.json").is_file()
+    from orchestrator.index import Index
+
+    assert Index(results).counts(run_dir.name)[1] == 450
+    row = _runs_row(capsys, results, run_dir.name)
+    assert row["status"] == "passed" and row["verdict"] in ("PASS", "WARN")
+    third = gpuvet(capsys, "import", "nccl-tests", *ROUNDS, "-p", "lab", "--results", results)
+    assert third.returncode == 0 and "already imported" in third.output

@@ -259,15 +259,16 @@ def test_an_order_with_infiniband_fails_on_the_missing_command(
     assert proc.returncode == 1, proc.output
     run_dir, _ = run_json(tmp_path)
     ib = next(f for f in findings(run_dir) if f["code"] == "IB_MISSING")
-    assert ib["severity"] == "FAIL" and ib["node"] == "vm"
-    assert ib["evidence"] == ["nodes/vm/preflight/raw/ibv_devinfo.txt"]
+    # filed under the inventory's node of the provider, not the folder's hostname `vm`
+    assert ib["severity"] == "FAIL" and ib["node"] == "ib-1"
+    assert ib["evidence"] == ["nodes/ib-1/preflight/raw/ibv_devinfo.txt"]
 
 
 def test_a100_folder_violates_its_order(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     proc = poc(capsys, POC / "a100-sxm4-40gb", "-p", "alpha", "-i", ORDERS, "--results", tmp_path)
     assert proc.returncode == 1, proc.output
     run_dir, meta = run_json(tmp_path)
-    assert meta["nodes"] == ["poc"]  # nothing prints a hostname
+    assert meta["nodes"] == ["alpha-1"]  # the inventory's node (nothing prints a hostname)
     fs = findings(run_dir)
     assert codes(fs, "FAIL") == {"GPU_MODEL", "GPU_MEMORY", "PCIE_BELOW_ORDER"}
     mem = next(f for f in fs if f["code"] == "GPU_MEMORY")

@@ -63,8 +63,19 @@ def test_a_regressed_run_in_the_textfile(tmp_path: Path) -> None:
     (reg,) = fams["gpuvet_regress_regressed"].samples
     assert reg.labels == {"provider": "lab"} and reg.value == 1
     change = [s for s in fams["gpuvet_series_change_ratio"].samples
-              if s.labels["subject"] == "provider:lab" and s.labels["size_bytes"] == "134217728"]
+              if s.labels["node"] == "" and s.labels["size_bytes"] == "134217728"]
     assert len(change) == 1 and -0.12 < change[0].value < -0.08
+    # base units in the names, no unit label, no label saying the provider twice
+    busbw = [s for s in fams["gpuvet_series_mean_bytes_per_second"].samples
+             if s.labels["metric"] == "busbw" and s.labels["size_bytes"] == "134217728"
+             and s.labels["node"] == ""]
+    assert len(busbw) == 1 and busbw[0].value > 1e9  # GB/s written as bytes per second
+    for fam in fams.values():
+        for smp in fam.samples:  # type: ignore[attr-defined]
+            assert "unit" not in smp.labels and "subject" not in smp.labels
+            assert not any(str(v).startswith(("provider:", "node:"))
+                           for v in smp.labels.values())
+    assert "gpuvet_series_mean " not in text and "gpuvet_series_mean{" not in text
     assert "run_id" not in text  # a label that would start new series at every run
     assert os.stat(path).st_mode & 0o777 == 0o644
     assert [p.name for p in tmp_path.iterdir() if p.name != "results"] == ["gpuvet.prom"]

@@ -3,6 +3,7 @@ twin with the same rows, and nothing half-written."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -59,6 +60,50 @@ def test_provider_names_and_messages_are_escaped(comparison, tmp_path, monkeypat
     monkeypatch.setattr(f, "severity", "FAIL")
     html, _ = render(comparison, tmp_path / "r.html")
     assert "&lt;b&gt;not bold&lt;/b&gt;" in html and "<b>not bold</b>" not in html
+
+
+HOSTILE = ("<script>alert(1)</script>", '<img src=x onerror="alert(2)">',
+           "[x](javascript:alert(3))", "![y](javascript:alert(4))", "`code` | cell *em*")
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_the_markdown_twin_escapes_every_string(comparison, tmp_path, monkeypatch,
+                                                text) -> None:
+    """Every viewer renders Markdown as HTML: an inventory or PoC string (a finding's
+    message, a node's GPU name) must reach it as text, never as a tag or a link."""
+    f = comparison.findings[0]
+    monkeypatch.setattr(f, "message", text)
+    monkeypatch.setattr(f, "severity", "FAIL")
+    i = next(i for i, t in enumerate(comparison.tables) if t.title == "environment")
+    env = comparison.tables[i]
+    tables = list(comparison.tables)
+    tables[i] = dataclasses.replace(env, rows=[("GPU model", text, text, "DIFFERS"),
+                                               *env.rows[1:]])
+    monkeypatch.setattr(comparison, "tables", tables)
+    _, md = render(comparison, tmp_path / "r.html")
+    line = next(ln for ln in md.splitlines() if ln.startswith("| ") and "FAIL" in ln
+                and ("&lt;" in ln or "&#91;" in ln or "&#96;" in ln))
+    assert text not in md
+    assert "<script" not in md and "<img" not in md and "onerror=\"" not in md
+    assert "](javascript:" not in md and "javascript:" not in md.replace(
+        "&#91;x&#93;(javascript:", "").replace("&#91;y&#93;(javascript:", "")
+    assert line.count(" | ") == 5  # the findings row: the value's | split no cell
+    import html as html_mod
+
+    shown = html_mod.unescape(md)  # what a viewer shows: the characters, as text
+    assert text.replace("|", "") in shown.replace("|", "")
+
+
+def test_links_are_http_or_relative_only() -> None:
+    from orchestrator.report import safe_href
+
+    assert safe_href("../results/run/nodes/a/preflight/raw/query_gpu.txt") == \
+        "../results/run/nodes/a/preflight/raw/query_gpu.txt"
+    assert safe_href("https://example.org/x") == "https://example.org/x"
+    assert safe_href("a b/(c).txt") == "a%20b/%28c%29.txt"
+    for bad in ("javascript:alert(1)", "JavaScript:alert(1)", " javascript:x", "data:text/html,x",
+                "file:///etc/passwd", "//evil.example/x", "vbscript:x"):
+        assert safe_href(bad) is None, bad
 
 
 def test_an_error_while_rendering_writes_nothing(comparison, tmp_path, monkeypatch) -> None:

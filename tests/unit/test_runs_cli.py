@@ -39,10 +39,12 @@ def test_runs_lists_every_run_with_its_verdict(store, capsys) -> None:
     by = {x["run"]: x for x in rows}
     assert by[ids["beta"]["train"]]["verdict"] == "FAIL"
     assert by[ids["beta"]["failed"]]["status"] == "interrupted"
-    assert by[ids["h200"]["nccl"]]["step"] == "nccl" and by[ids["h200"]["nccl"]]["nodes"] == 1
+    assert by[ids["h200"]["nccl"]]["step"] == "nccl"
+    assert by[ids["h200"]["nccl"]]["nodes"] == ["h200-host"]  # arrays, not joined text
+    assert by[ids["h200"]["nccl"]]["providers"] == ["h200"]
     assert len(by[ids["h200"]["nccl"]]["inventory"]) == 12
     only = json.loads(gpuvet(capsys, "runs", "--results", root, "-p", "beta", "--json").stdout)
-    assert {x["providers"] for x in only} == {"beta"} and len(only) == 4
+    assert {tuple(x["providers"]) for x in only} == {("beta",)} and len(only) == 4
     late = json.loads(gpuvet(capsys, "runs", "--results", root, "--since",
                              "2026-11-30T07:40:00Z", "--json").stdout)
     assert [x["run"] for x in late] == [ids["beta"]["train"]]
@@ -76,16 +78,27 @@ def test_show_shows_again_without_touching_the_run(store, capsys) -> None:
     assert r.returncode == 2 and "no run 20990101-000000-beef" in r.stderr
 
 
-@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
-def test_export_tidy_tables(tmp_path, store, capsys, fmt) -> None:
+@pytest.mark.parametrize(("fmt", "name"), [("csv", "out"), ("parquet", "out"),
+                                           ("parquet", "x.parquet"), ("json", "out.json")])
+def test_export_tidy_tables(tmp_path, store, capsys, fmt, name) -> None:
     root, ids = store
     runs = [ids["h200"]["preflight"], ids["h200"]["nccl"]]
-    dest = tmp_path / ("out.json" if fmt == "json" else "out")
+    dest = tmp_path / name
     r = gpuvet(capsys, "export", "--results", root, *runs, "--format", fmt, "-o", dest)
     assert r.returncode == 0, r.output
     if fmt == "json":
         doc = json.loads(dest.read_text())
         tables = {k: pd.DataFrame(v) for k, v in doc.items()}
+        ms_doc = doc["measurements"][0]
+        assert isinstance(ms_doc["tags"], dict)  # not JSON inside a string
+        assert isinstance(doc["findings"][0]["details"], dict)
+        assert isinstance(doc["runs"][0]["providers"], list)
+    elif name.endswith(".parquet"):
+        # the files --help names: x.<table>.parquet beside -o, each read back as its table
+        assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("x.")) == [
+            f"x.{t}.parquet" for t in ("environment", "findings", "measurements", "runs")]
+        tables = {t: pd.read_parquet(tmp_path / f"x.{t}.parquet")
+                  for t in ("runs", "findings", "measurements", "environment")}
     else:
         read = pd.read_csv if fmt == "csv" else pd.read_parquet
         tables = {p.stem: read(p) for p in dest.iterdir()}
@@ -94,7 +107,17 @@ def test_export_tidy_tables(tmp_path, store, capsys, fmt) -> None:
     assert set(ms["run_id"]) == {ids["h200"]["nccl"]}
     # one row per observation: each size x round x in/out-of-place x metric once
     assert len(ms) == len(ms.drop_duplicates(["size", "round", "inplace", "metric"]))
-    assert "tags" in ms.columns
+    assert not [c for c in ms.columns if ms[c].isna().all()]  # all-null columns dropped
+    if fmt == "json":
+        assert "tags" in ms.columns
+    else:  # tags spread into typed columns
+        assert "tags.gpus" in ms.columns and "tags" not in ms.columns
+        assert pd.api.types.is_numeric_dtype(ms["tags.gpus"])
+    if fmt == "parquet":
+        assert pd.api.types.is_datetime64_any_dtype(tables["runs"]["started"])
+        assert list(tables["runs"]["providers"].iloc[0]) == ["h200"]
+        assert not any(isinstance(v, str) and v.startswith("{")
+                       for c in tables["findings"].columns for v in tables["findings"][c])
     env = tables["environment"]
     assert set(env["run_id"]) == set(runs)
     assert env[(env.key == "driver")]["value"].tolist() == ["580.159.04"]
@@ -113,6 +136,6 @@ def test_export_writes_nothing_on_bad_input(tmp_path, store, capsys) -> None:
     dest.mkdir()
     (dest / "keep.txt").write_text("mine")
     r = gpuvet(capsys, "export", "--results", root, ids["h200"]["nccl"], "-o", dest)
-    assert r.returncode == 2 and "not an empty folder" in r.stderr
+    assert r.returncode == 2 and "exists; an export never overwrites" in r.stderr
     assert [p.name for p in dest.iterdir()] == ["keep.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]

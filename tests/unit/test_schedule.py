@@ -50,7 +50,9 @@ def test_values_are_quoted_for_systemd_and_the_shell() -> None:
                  inventory=Path("/x/inv 1.yaml"))
     assert 'ExecStart=/opt/gpuvet pipeline -i "/x/inv 1.yaml" --prom-file /p/a%%b.prom' \
         in s.service
-    assert s.cron.startswith("0 */6 * * * cd /srv && /opt/gpuvet pipeline -i '/x/inv 1.yaml'")
+    assert s.cron.startswith("0 */6 * * * mkdir -p /var/log && cd /srv && COLUMNS=160 timeout "
+                             "--kill-after=90s 355m /opt/gpuvet pipeline -i '/x/inv 1.yaml'")
+    assert "TimeoutStartSec=355min" in s.service and "Environment=COLUMNS=160" in s.service
     assert "/p/a\\%b.prom" in s.cron and s.cron.endswith(">> /var/log/gv.log 2>&1")
     with pytest.raises(UsageError, match="unit name"):
         schedule(Every.parse("1h"), ["x"], name="a b", workdir=Path("/"), user=None,
@@ -61,6 +63,7 @@ def test_schedule_print_gives_units_systemd_accepts_and_installs_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     inv = REPO / "inventories" / "local.yaml"
     res = gpuvet(capsys, "schedule", "print", "--every", "6h", "-i", inv, "--results", "res",
                  "--prom-file", tmp_path / "g.prom", "--json")
@@ -78,8 +81,13 @@ def test_schedule_print_gives_units_systemd_accepts_and_installs_nothing(
     assert "Unit=gpuvet-pipeline.service" in timer and "WantedBy=timers.target" in timer
     fields = cron.split(" ", 5)
     assert fields[:5] == ["0", "*/6", "*", "*", "*"]
-    assert shlex.split(fields[5])[:3] == ["cd", str(tmp_path), "&&"]
-    assert fields[5].endswith(">> /var/log/gpuvet-pipeline.log 2>&1")
+    words = shlex.split(fields[5])
+    log = tmp_path / "state" / "gpuvet" / "pipeline.log"
+    assert words[:7] == ["mkdir", "-p", str(log.parent), "&&", "cd", str(tmp_path), "&&"]
+    # the service's environment and time limit, and a log a non-root user can write
+    assert words[7:11] == ["COLUMNS=160", "timeout", "--kill-after=90s", "355m"]
+    assert "TimeoutStartSec=355min" in service
+    assert fields[5].endswith(f">> {log} 2>&1")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, nothing installed
     if shutil.which("systemd-analyze"):
         (tmp_path / "gpuvet-pipeline.service").write_text(service)

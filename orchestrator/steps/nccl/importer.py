@@ -14,7 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.errors import ParseError, UsageError
+from orchestrator.errors import ParseError, UsageError, shown
+from orchestrator.files import MAX_INPUT_BYTES, atomic_write, read_user_file, warn
+from orchestrator.inventory import checked_name
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope
 from orchestrator.steps.nccl.judge import Series, judge_series
@@ -38,30 +40,47 @@ def experiment_hash(exp: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _check_log(path: Path) -> tuple[str, Any]:
-    if not path.is_file():
-        raise UsageError(f"no such file: {path}")
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if text.lstrip().startswith("{"):
-        raise UsageError(f"{path} is an nccl-tests JSON (-J) file, not a text log",
-                         hint=f"read it with `gpuvet parse nccl-tests-json {path}`; import the "
+def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
+    """The log's text, sha256 and experiment; a file that is no nccl-tests log is a
+    UsageError."""
+    name = shown(str(path))
+    data = read_user_file(path, MAX_INPUT_BYTES, "nccl-tests log")
+    digest = hashlib.sha256(data).hexdigest()
+    text = data.decode("utf-8", errors="replace")
+    del data
+    if text.lstrip()[:1] == "{":
+        raise UsageError(f"{name} is an nccl-tests JSON (-J) file, not a text log",
+                         hint=f"read it with `gpuvet parse nccl-tests-json {name}`; import the "
                               "text logs of the same rounds")
     try:
-        run = parse_nccl_tests(text, source=str(path))
+        run = parse_nccl_tests(text, source=name)
     except ParseError as exc:
-        raise UsageError(f"{path} is not an nccl-tests log: {exc.what}",
+        raise UsageError(f"{name} is not an nccl-tests log: {exc.what}",
                          hint="give the text output of an nccl-tests binary (all_reduce_perf)"
                          ) from None
-    return text, run
+    return text, digest, experiment(run, n_nodes)  # the rows are read again when judged
 
 
-def _already_imported(root: Path, digests: list[str]) -> str | None:
+UNIT = "imported"  # the step folder of an import's copies, and its done marker
+
+
+def _already_imported(root: Path, digests: list[str]) -> tuple[str, bool] | None:
+    """The run that imported any of these logs, and whether it finished.
+
+    A run is finished (passed or failed) only after `import_logs` returned, that is
+    after every record was durable and the done marker written; a run cut short by a
+    full disk, exit 3 or Ctrl-C is `running`, `error` or `interrupted` and is imported
+    again. The status is read from run.json (the index may be stale after a full disk)."""
     if not (root / "index.sqlite").is_file():
         return None
     for meta in Index(root).runs():
         src = meta.source or {}
         if set(src.get("sha256") or []) & set(digests):
-            return meta.run_id
+            try:
+                status = Run.open(root, meta.run_id).meta.status
+            except UsageError:
+                status = meta.status
+            return meta.run_id, status in ("passed", "failed")
     return None
 
 
@@ -76,33 +95,43 @@ class AlreadyImported(Exception):
 def import_logs(logs: list[Path], provider: str, n_nodes: int,
                 results: Path) -> tuple[Run, list[Finding], list[Measurement]]:
     """Judge and store the logs as one series; AlreadyImported when they are stored."""
-    parsed = [_check_log(p) for p in logs]
-    exps = [experiment(r, n_nodes) for _, r in parsed]
+    checked_name(provider, "provider")  # it names a folder of the run
+    parsed = [check_log(p, n_nodes) for p in logs]
+    exps = [e for _, _, e in parsed]
     for p, e in zip(logs[1:], exps[1:], strict=True):
         if e != exps[0]:
             diff = sorted(k for k in set(e) | set(exps[0]) if e.get(k) != exps[0].get(k))
             detail = "; ".join(f"{k}: {exps[0].get(k)} vs {e.get(k)}" for k in diff)
-            raise UsageError(f"{p} is another experiment than {logs[0]} ({detail})",
+            raise UsageError(f"{shown(str(p))} is another experiment than "
+                             f"{shown(str(logs[0]))} ({detail})",
                              hint="import each experiment's rounds on their own")
-    digests = [hashlib.sha256(p.read_bytes()).hexdigest() for p in logs]
+    digests = [d for _, d, _ in parsed]
     if len(set(digests)) != len(digests):
         raise UsageError("the same log is given twice (identical content)",
                          hint="give each round's log once")
     earlier = _already_imported(results, digests)
-    if earlier is not None:
-        raise AlreadyImported(earlier)
+    if earlier is not None and earlier[1]:
+        raise AlreadyImported(earlier[0])
     suite = Suite()
     exp_hash = experiment_hash(exps[0])
-    run = Run.create(results, command="import nccl-tests", suite_hash=exp_hash,
-                     suite={"imported": exps[0]}, inventory_path=None, providers=[provider],
-                     source={"kind": "nccl-tests", "files": [str(p) for p in logs],
-                             "sha256": digests})
+    source = {"kind": "nccl-tests", "files": [shown(str(p)) for p in logs], "sha256": digests}
+    if earlier is None:
+        run = Run.create(results, command="import nccl-tests", suite_hash=exp_hash,
+                         suite={"imported": exps[0]}, inventory_path=None,
+                         providers=[provider], source=source)
+    else:
+        run = _reopen(results, earlier[0], logs)
     with run.locked(), run.guard():
-        dest = run.provider_dir(provider, "imported")
+        if earlier is not None:  # what the cut-short import stored is stored again, whole
+            run.clear_records()
+            run.clear_done(f"provider:{provider}", UNIT)
+            run.meta.status, run.meta.finished = "running", None
+            run.save_meta()
+        dest = run.provider_dir(provider, UNIT)
         series_logs = []
-        for i, (p, (text, _)) in enumerate(zip(logs, parsed, strict=True), 1):
-            copy = dest / f"round{i}_{p.name}"
-            copy.write_text(text, encoding="utf-8")
+        for i, (p, (text, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
+            copy = dest / f"round{i}_{_file_name(p)}"
+            atomic_write(copy, text)
             series_logs.append((i, copy, False))
         scope: MeasureScope = "single" if n_nodes == 1 else "multi"
         series = Series(scope, [], series_logs, provider=provider, n_nodes=n_nodes,
@@ -110,4 +139,22 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
         findings, ms = judge_series(series, run, None, suite, suite_hash=exp_hash)
         run.add_findings(findings)
         run.add_measurements(ms)
+        # only now, with every record durable, is the import done
+        run.mark_done(f"provider:{provider}", UNIT, {"findings": len(findings),
+                                                     "measurements": len(ms)})
     return run, findings, ms
+
+
+def _file_name(path: Path) -> str:
+    """The log's name for its copy: bytes that are not UTF-8 written as `\\xNN`."""
+    return shown(path.name).replace("/", "_")
+
+
+def _reopen(results: Path, run_id: str, logs: list[Path]) -> Run:
+    run = Run.open(results, run_id)
+    if run.meta.command != "import nccl-tests":
+        raise UsageError(f"run {run_id} holds these logs but is a {run.meta.command!r} run",
+                         hint="import the logs into another --results folder")
+    warn(f"run {run_id} imported these logs but did not finish ({run.meta.status}): "
+         "importing them again into it")
+    return run

@@ -24,7 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from orchestrator.errors import ParseError
+from orchestrator.errors import ParseError, shown
+from orchestrator.files import not_regular
 from orchestrator.parsers._noise import split_by_rank
 from orchestrator.steps.poc import kinds
 from orchestrator.steps.poc.identity import Identity, bus_key, identity
@@ -92,12 +93,17 @@ def read(path: Path, name: str, checkout: str | None = None) -> PocFile:
     `checkout` names the source checkout the file lies in: what is not a command
     output there is the checkout's own (skipped), not a file someone saved.
     """
-    f = PocFile(name=name, path=path)
+    f = PocFile(name=shown(name), path=path)
     if path.is_symlink():
         f.status, f.reason = "unreadable", "a symbolic link: not followed"
         return f
     try:
-        size = path.stat().st_size
+        st = path.lstat()
+        kind = not_regular(st.st_mode)
+        if kind is not None:  # opening a FIFO blocks, a device never ends: never opened
+            f.status, f.reason = "unreadable", f"not a regular file ({kind}): not read"
+            return f
+        size = st.st_size
         if size > MAX_BYTES:
             f.status, f.reason = "unreadable", (f"{size} bytes, more than {MAX_BYTES >> 20} MiB: "
                                                 "not a command output this import reads")
@@ -133,7 +139,7 @@ def read_all(path: Path, name: str, checkout: str | None = None) -> list[PocFile
     launcher, texts = split
     parts = []
     for rank, text in texts.items():
-        part = PocFile(name=f"{name}.rank{rank}", path=path, data=text.encode(),
+        part = PocFile(name=f"{f.name}.rank{rank}", path=path, data=text.encode(),
                        sha256=hashlib.sha256(text.encode()).hexdigest(), text=text)
         recognise(part)
         parts.append(part)

@@ -31,14 +31,17 @@ from pydantic import BaseModel
 
 from orchestrator import inventory as inventory_mod
 from orchestrator import parsers
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, shown
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.gpus import GPU_FACTS
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts, QGpu
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.steps.nccl.importer import experiment, experiment_hash
 from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.poc import health as poc_health
 from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read_all
+from orchestrator.steps.poc.kinds import HEALTH_KIND_NAMES
+from orchestrator.steps.poc.origin import folder_uuids, folder_window, inventory_node
 from orchestrator.steps.preflight import checks
 from orchestrator.steps.preflight import step as pf
 from orchestrator.store import Run, atomic_write, write_json
@@ -102,7 +105,7 @@ def scan(folder: Path) -> list[PocFile]:
     and what in it is no command output is skipped, not reported.
     """
     if not folder.is_dir():
-        raise UsageError(f"{folder} is not a folder",
+        raise UsageError(f"{shown(str(folder))} is not a folder",
                          hint="give the folder the PoC outputs were saved in")
     found: list[tuple[Path, str, str | None]] = []
     checkouts: list[str] = []
@@ -116,7 +119,7 @@ def scan(folder: Path) -> list[PocFile]:
                 dirs.remove(".git")
             else:
                 names.remove(".git")
-            name = ".git/" if rel == "." else f"{rel}/.git/"
+            name = ".git/" if rel == "." else f"{shown(rel)}/.git/"
             out.append(PocFile(name=name, path=base / ".git", status="skipped",
                                reason="the git metadata of a source checkout"))
         for d in list(dirs):
@@ -126,11 +129,12 @@ def scan(folder: Path) -> list[PocFile]:
         inside = next((c for c in sorted(checkouts, key=len, reverse=True)
                        if c == "." or rel == c or rel.startswith(c + "/")), None)
         for n in names:
+            where = None if inside is None else (folder.name if inside == "." else inside)
             found.append((base / n, (base / n).relative_to(folder).as_posix(),
-                          None if inside is None else (folder.name if inside == "." else inside)))
+                          None if where is None else shown(where)))
     if not found and not out:
-        raise UsageError(f"{folder} holds no files", hint="give the folder the PoC outputs "
-                         "were saved in")
+        raise UsageError(f"{shown(str(folder))} holds no files",
+                         hint="give the folder the PoC outputs were saved in")
     found.sort(key=lambda pn: _natural(pn[1]))
     for p, name, checkout in found:
         out += read_all(p, name, checkout)
@@ -183,6 +187,7 @@ class Assembled:
     doc: dict[str, Any]
     extras: dict[str, tuple[BaseModel, PocFile]] = field(default_factory=dict)
     nccl: list[PocFile] = field(default_factory=list)
+    health: list[PocFile] = field(default_factory=list)
     recorded: dict[str, PocFile] = field(default_factory=dict)
 
 
@@ -199,6 +204,10 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
         kind = f.kind or ""
         if kind == "nccl-tests":
             a.nccl.append(f)
+            f.status = "judged"
+            continue
+        if kind in HEALTH_KIND_NAMES:
+            a.health.append(f)
             f.status = "judged"
             continue
         if kind in RECORDED:
@@ -388,25 +397,17 @@ def _file_findings(files: list[PocFile], copies: dict[str, str], node: inventory
                            file=f.name, kind=f.kind))
     skipped = [f.name for f in files if f.status == "skipped"]
     if skipped:  # one line for a whole checkout, not one warning per source file
-        shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5
-                                          else "")
+        listed = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5
+                                           else "")
         out.append(finding(run_id, STEP, provider=node.provider, node=node.name,
                            code="POC_FILES_SKIPPED", severity="INFO",
                            message=f"{len(skipped)} file(s) skipped, no command output: a source "
-                                   f"checkout's own files and compiled programs ({shown})",
+                                   f"checkout's own files and compiled programs ({listed})",
                            files=skipped))
     return out
 
 
 # --------------------------------------------------------------------------- the target
-
-def _checked_name(value: str, what: str) -> str:
-    if not re.match(inventory_mod.NAME_PATTERN, value):
-        raise UsageError(f"{what} {value!r} is not a name gpuvet can file results under",
-                         hint="letters, digits, '_', '.', '-' (up to 63), starting with a "
-                              "letter or digit")
-    return value
-
 
 def target(inventory: Path | None, provider: str, node_name: str
            ) -> tuple[inventory_mod.Inventory, inventory_mod.Node]:
@@ -418,7 +419,7 @@ def target(inventory: Path | None, provider: str, node_name: str
             if n.name == node_name and n.provider == provider:
                 return inv, n
     else:
-        _checked_name(provider, "provider")
+        inventory_mod.checked_name(provider, "provider")
         doc = inventory_mod.InventoryFile.model_validate(
             {"providers": {provider: {"executor": "local", "nodes": [{"name": node_name}]}}})
         inv = inventory_mod.Inventory(doc, Path("(no inventory: nothing ordered)"))
@@ -432,20 +433,20 @@ def target(inventory: Path | None, provider: str, node_name: str
 def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Path | None,
                results: Path) -> PocResult:
     """Read, recognise, judge and store one PoC folder as one run."""
-    _checked_name(provider, "provider")
+    inventory_mod.checked_name(provider, "provider")
     if node_name is not None:
-        _checked_name(node_name, "node")
+        inventory_mod.checked_name(node_name, "node")
     files = scan(folder)
     split_nodes(files)
     found = hostname(files)
-    name = node_name or (found if found and re.match(inventory_mod.NAME_PATTERN, found)
-                         else "poc")
+    name = node_name or inventory_node(inventory, provider, found) or (
+        found if found and re.match(inventory_mod.NAME_PATTERN, found) else "poc")
     inv, node = target(inventory, provider, name)
     a = assemble(files, name)
     if not [f for f in files if f.status == "judged"]:
-        shown = "; ".join(f"{f.name}: {f.status}" + (f" ({f.reason})" if f.reason else "")
-                          for f in files[:20])
-        raise UsageError(f"nothing in {folder} could be judged: {shown}",
+        listed = "; ".join(f"{f.name}: {f.status}" + (f" ({f.reason})" if f.reason else "")
+                           for f in files[:20])
+        raise UsageError(f"nothing in {shown(str(folder))} could be judged: {listed}",
                          hint="save the outputs of the acceptance recipe there (nvidia-smi, "
                               "nvidia-smi -q, topo -m, the nccl-tests logs, ...)")
     groups = _experiments(a.nccl)
@@ -454,8 +455,10 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
     run = Run.create(results, command=COMMAND, suite_hash=_series_hash([e for e, _ in groups]),
                      suite={"imported": [e for e, _ in groups]}, inventory_path=inventory,
                      providers=[provider], nodes=[name],
-                     source={"kind": "poc", "dir": str(folder.resolve()), "node": name,
-                             "hostname": found, "checked_at": checked_at,
+                     source={"kind": "poc", "dir": shown(str(folder.resolve())), "node": name,
+                             "hostname": found, "gpu_uuids": folder_uuids(files),
+                             "checked_at": checked_at,
+                             "window": folder_window(files, checked_at),
                              "nccl_tests_commit": commit,
                              "files": {f.name: f.summary() for f in files}})
     result = PocResult(run, name, files)
@@ -468,6 +471,7 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
         atomic_write(out_dir / "collect.json", json.dumps(a.doc, indent=1))
         result.findings += _file_findings(files, copies, node, run.run_id)
         result.findings += judge_preflight(a, node, inv, run, out_dir, Suite())
+        result.findings += poc_health.judge(a.health, copies, node, run.run_id)
         fs, ms = judge_nccl(groups, copies, node, inv, run, commit)
         result.findings += fs
         result.measurements = ms
@@ -478,5 +482,5 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
 
 def files_table(files: list[PocFile], folder: Path) -> Table:
     """What became of each file, for the terminal (run.json's `source.files` holds the same)."""
-    return Table(f"files of {folder}", ("file", "kind", "status", "note"),
+    return Table(f"files of {shown(str(folder))}", ("file", "kind", "status", "note"),
                  [(f.name, f.kind or "-", f.status, f.target or f.reason or "") for f in files])

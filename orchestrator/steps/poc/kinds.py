@@ -38,6 +38,31 @@ _Q_KEYS = frozenset({
 _QUERY_FIELD = re.compile(r"[A-Za-z_][\w.]*(?: \[[^\]]+\])?")
 
 
+_DCGMI_ROWS = (r"^\|\s*(?:Diagnostic|Deployment|Hardware|Integration|Stress|GPU Memory|Memory|"
+               r"Software|Denylist|Blacklist|NVML Library|CUDA Main Library|PCIe|Targeted "
+               r"Stress|Targeted Power|Memory Bandwidth|SM Stress|Diagnostic|Memtest|Pulse Test|"
+               r"Permissions and OS Blocks|Persistence Mode|Environment Variables|Page "
+               r"Retirement|Graphics Processes|Inforom)\s+\|")
+
+# the health outputs people collect with other tools (steps/poc/health.py judges them):
+# (kind, pattern, score, anywhere in the file)
+HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
+    ("p2pBandwidthLatencyTest", r"P2P Connectivity Matrix|P2P=(?:Enabled|Disabled) \w* ?"
+     r"Bandwidth|\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]", 93, True),
+    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) ", 92,
+     True),
+    ("nvlink-e", r"Link \d+: (?:Replay|Recovery|CRC|Rx|Tx|Data|Flit|Effective)\w*[ \w]* "
+     r"(?:Errors?|Counter)", 94, True),
+    ("xid", r"NVRM: Xid \(|fallen off the bus", 93, True),
+    ("pcie-bandwidth", r"available PCIe bandwidth", 91, True),
+    ("dcgmi-diag", _DCGMI_ROWS, 89, True),
+    ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
+    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test", 90, True),
+    ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
+     r"name)\b", 93, False),
+)
+HEALTH_KIND_NAMES = frozenset(k for k, *_ in HEALTH_SIGNATURES)
+
 def _q_score(text: str, head: list[str]) -> int:
     if re.search(r"^=+NVSMI LOG=+\s*$", text[:2000], re.M):
         return 95
@@ -210,4 +235,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("checked-at", _one_line(parse_checked_at, 80), parse_checked_at),
     Kind("command-not-found", _has(r": (?:command )?not found\s*$", 90),
          _registered("command-not-found")),
+    # the health outputs people collect with other tools (steps/poc/health.py judges them)
+    *(Kind(kind, _has(pattern, score, whole=whole), _registered(kind))
+      for kind, pattern, score, whole in HEALTH_SIGNATURES),
 )

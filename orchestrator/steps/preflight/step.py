@@ -75,7 +75,8 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
         # json's C encoder writes it (indented output takes the pure-Python encoder, a
         # tenth of preflight's CPU per node)
         facts = {"facts": {k: parsers.to_jsonable(v) for k, v in nf.facts.items()},
-                 "parse_errors": nf.parse_errors, "versions": checks.versions(nf)}
+                 "parse_errors": nf.parse_errors, "versions": checks.versions(nf),
+                 "boot_time": doc.get("boot_time"), "collected_at": doc.get("finished_at")}
         atomic_write(out_dir / "facts.json",
                      json.dumps(facts, sort_keys=True, default=str) + "\n", durable=False)
     expect = inv.provider_of(node).expect

@@ -1,0 +1,65 @@
+"""`gpuvet fleet`: which node, which link: pairs, re-pairs, groups, stragglers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from orchestrator.cli._common import (
+    fleet,
+    fleet_options,
+    json_option,
+    results_option,
+    suite_option,
+    verbose_option,
+)
+from orchestrator.cli._steps import open_run, show_outcome
+
+
+def register(root: click.Group) -> None:
+    @root.command("fleet")
+    @fleet_options
+    @results_option
+    @suite_option
+    @click.option("--engine", type=click.Choice(["nccl-tests", "torch"]),
+                  help="What each job runs: one mpirun of nccl-tests across its nodes, or "
+                       "the torch.distributed benchmark under torchrun on each (gloo on CPU "
+                       "nodes). Default: the suite's fleet.engine (nccl-tests).")
+    @click.option("--plan", type=click.Choice(["pairs", "groups", "ring"]),
+                  help="pairs: disjoint pairs rotated so each node meets fleet.partners "
+                       "partners; groups: the pairs, then groups of 4/8/16 and the whole "
+                       "fleet over the nodes that passed (stragglers from the whole run); "
+                       "ring: each node with its two neighbours. Default: the suite's.")
+    @click.option("--partners", type=click.IntRange(1, 16),
+                  help="Partners each node meets in the pairs plan (default: the suite's, 2).")
+    @verbose_option
+    @json_option
+    def fleet_cmd(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
+                  accept_new_host_keys: bool, results: Path, suite: Path | None,
+                  engine: str | None, plan: str | None, partners: int | None, verbose: bool,
+                  as_json: bool) -> int:
+        """Find the one bad node or link among a provider's nodes.
+
+        Disjoint pairs of nodes run a two-node all_reduce at once, round after
+        round; a node slow with every partner is a suspect node, a pair slow only
+        together a suspect link, both judged against the fleet's median pair (and
+        the inventory's or shipped band). Suspects are re-paired with nodes that
+        passed: only those slow again are named (FAIL). A node that cannot be
+        reached is dropped and the rest of the plan recomputed without it.
+        Providers with fewer than two selected nodes are skipped (INFO).
+        """
+        from orchestrator.steps.fleet import step
+        from orchestrator.suite import load_suite
+
+        the_suite = load_suite(suite)
+        update = {k: v for k, v in (("engine", engine), ("plan", plan),
+                                    ("partners", partners)) if v is not None}
+        if update:
+            params = the_suite.fleet_params.model_copy(update=update)
+            the_suite = the_suite.model_copy(update={"fleet": params})
+        with fleet(inventory, nodes, providers, "fleet", accept_new_host_keys) as f, \
+                open_run(results, "fleet", the_suite, inventory, f.nodes) as run:
+            step.run_fleet(f.inv, f.nodes, run, the_suite, pool=f.pool, progress=f.progress)
+            return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
+                                as_json=as_json, n_measurements=len(run.measurements()))

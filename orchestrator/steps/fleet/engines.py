@@ -1,0 +1,190 @@
+"""How one fleet job (a pair, a group, the whole fleet) runs on its nodes.
+
+Two engines, chosen with `--engine`:
+
+- **nccl-tests**: one `mpirun` with an application context per node of the job,
+  started on the job's first node (orchestrator.nccltests, as the nccl step's
+  multi-node run); nccl-tests is built on every node first, once per run.
+- **torch**: the payload's `allreduce-bench` under `torch.distributed.run` on
+  every node of the job at once, the first node the rendezvous master (gloo on
+  CPU nodes, NCCL on GPUs). The whole-fleet job also writes every rank's
+  barrier times (`--rank-times`) for the straggler analysis.
+
+Each job's rank-0 output streams into one log in the run directory; its stderr
+is kept beside it when there is any. Which node failed is told apart from
+why: a node the controller cannot reach is named in `JobFailed.unreachable`.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from orchestrator import nccltests
+from orchestrator import payload as payload_mod
+from orchestrator.errors import GpuvetError, StepError
+from orchestrator.executors import ExecutorPool, fanout
+from orchestrator.executors.base import is_unreachable
+from orchestrator.inventory import Node
+from orchestrator.nccltests import BuildDoc
+from orchestrator.store import Run
+from orchestrator.suite import FleetParams, NcclParams
+
+EngineName = Literal["nccl-tests", "torch"]
+ENGINES: tuple[EngineName, ...] = ("nccl-tests", "torch")
+STEP = "fleet"
+
+
+class JobFailed(StepError):
+    """A job gave no result; `unreachable`: the nodes of it the controller lost."""
+
+    def __init__(self, what: str, *, unreachable: Sequence[str] = (),
+                 evidence: Sequence[str] = (), hint: str | None = None) -> None:
+        self.unreachable = tuple(unreachable)
+        self.evidence = list(evidence)
+        super().__init__(what, hint=hint)
+
+
+@dataclass
+class JobOutput:
+    log: Path  # rank 0's output: nccl-tests' table (and NCCL INFO lines)
+    stderr: Path | None = None
+    rank_times: Path | None = None  # the whole-fleet job of the torch engine
+    files: list[Path] = field(default_factory=list)  # everything kept, log first
+
+
+def nccl_params(p: FleetParams, base: NcclParams | None = None) -> NcclParams:
+    """The nccl-tests parameters of one fleet job: the suite's (source, datatype, op),
+    one round at the fleet's sizes."""
+    return (base or NcclParams()).model_copy(update={
+        "min_bytes": p.min_bytes, "max_bytes": p.max_bytes, "step_factor": p.step_factor,
+        "iters": p.iters, "warmup_iters": p.warmup_iters, "check": p.check, "rounds": 1,
+        "timeout_s": p.timeout_s})
+
+
+def torch_args(p: FleetParams) -> list[str]:
+    return ["allreduce-bench", "-b", p.min_bytes, "-e", p.max_bytes, "-f", str(p.step_factor),
+            "-n", str(p.iters), "-w", str(p.warmup_iters), "-c", str(p.check),
+            "--pg-timeout", f"{p.collective_timeout_s:g}"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _keep_stderr(path: Path, text: str) -> Path | None:
+    if not text.strip():
+        return None
+    path.write_text(text)
+    return path
+
+
+def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParams,
+              out_dir: Path, label: str, *, port: int, gpus: Mapping[str, int],
+              rank_times: bool = False) -> JobOutput:
+    """allreduce-bench across `nodes`, one torchrun per node, all at once."""
+    local = nodes[0].executor == "local"
+    master = "127.0.0.1" if local else (nodes[0].host or nodes[0].name)
+    log = out_dir / f"{label}.log"
+    args = torch_args(p)
+    rel_times = f"../fleet-runs/{run.run_id}/{label}.rank-times.json"  # from the payload dir
+    if rank_times:
+        args += ["--rank-times", rel_times, "--straggler-iters", str(p.straggler_iters)]
+    env = dict(nccltests.RUN_ENV)
+
+    def one(n: Node) -> tuple[int | None, str]:
+        i = nodes.index(n)
+        procs = gpus.get(n.name, 1)
+        own = {**env, "GPUVET_NODE": n.name}
+        if procs == 1 and all(gpus.get(x.name, 1) == 1 for x in nodes):
+            # one rank per node: the rank itself is started with the rendezvous in its
+            # environment (env://), without torchrun's agent, which would import torch
+            # a second time on every node of every job
+            launcher: list[str] = []
+            own.update(RANK=str(i), WORLD_SIZE=str(len(nodes)), LOCAL_RANK="0",
+                       LOCAL_WORLD_SIZE="1", MASTER_ADDR=master, MASTER_PORT=str(port))
+        else:
+            launcher = nccltests.torchrun_launcher(len(nodes), i, procs, master, port)
+        res = payload_mod.run(pool(n), args, staging=run.dir / ".staging",
+                              timeout=p.timeout_s, launcher=launcher, env=own,
+                              stdout_path=log if i == 0 else None)
+        if res.timed_out:
+            return None, res.stderr
+        return res.rc, res.stderr
+
+    group = fanout(list(nodes), one, concurrency=len(nodes))
+    lost = [n for n, exc in group.failures.items() if is_unreachable(exc)]
+    errs = "".join(f"== {n} ==\n{group.results[n][1]}" for n in group.results
+                   if group.results[n][1].strip())
+    stderr = _keep_stderr(out_dir / f"{label}.stderr.log", errs)
+    files = [f for f in (log, stderr) if f is not None and f.is_file()]
+    evidence = [run.rel(f) for f in files]
+    if group.failures:
+        name, exc = next(iter(group.failures.items()))
+        raise JobFailed(f"{label}: {name}: {exc.what}", unreachable=lost, evidence=evidence,
+                        hint=exc.hint)
+    bad = {n: rc for n, (rc, _) in group.results.items() if rc != 0}
+    if bad:
+        shown = ", ".join(f"{n} {'timed out' if rc is None else f'rc={rc}'}"
+                          for n, rc in bad.items())
+        raise JobFailed(f"{label}: torch.distributed all_reduce failed ({shown})",
+                        evidence=evidence)
+    out = JobOutput(log=log, stderr=stderr, files=files)
+    if rank_times:
+        head = pool(nodes[0])
+        remote = f"{payload_mod.remote_dir(head.node.work_dir)}/{rel_times}"
+        local_times = out_dir / f"{label}.rank-times.json"
+        try:
+            head.get(remote, local_times)
+            head.run(f"rm -f {shlex.quote(remote)}", timeout=60)
+            out.rank_times = local_times
+            out.files.append(local_times)
+        except GpuvetError:
+            local_times.unlink(missing_ok=True)  # the straggler analysis says it is missing
+    return out
+
+
+def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: NcclParams,
+                   out_dir: Path, label: str, *, builds: Mapping[str, BuildDoc]) -> JobOutput:
+    """One mpirun across `nodes` (one context per node), started on the first."""
+    head = pool(nodes[0])
+    contexts = []
+    for n in nodes:
+        b = builds[n.name]
+        plan = nccltests.perf_argv(str(b.binary), params, 1, set(b.flags), None)
+        contexts.append((n, plan.argv, int(b.gpus or 1)))
+    cmd = nccltests.mpirun_command(contexts, nccltests.run_env(params),
+                                   local=nodes[0].executor == "local")
+    log = out_dir / f"{label}.log"
+    try:
+        res = head.run(cmd, env=nccltests.run_env(params), timeout=params.timeout_s,
+                       stdout_path=log)
+    except GpuvetError as exc:
+        raise JobFailed(f"{label}: {exc.what}",
+                        unreachable=[nodes[0].name] if is_unreachable(exc) else [],
+                        hint=exc.hint) from exc
+    stderr = _keep_stderr(out_dir / f"{label}.stderr.log", res.stderr)
+    files = [f for f in (log, stderr) if f is not None and f.is_file()]
+    if res.timed_out or res.rc != 0:
+        why = "timed out" if res.timed_out else f"rc={res.rc}"
+        raise JobFailed(f"{label}: mpirun all_reduce_perf failed ({why})",
+                        evidence=[run.rel(f) for f in files])
+    return JobOutput(log=log, stderr=stderr, files=files)
+
+
+def build_nccl_tests(pool: ExecutorPool, node: Node, run: Run, params: NcclParams,
+                     archive: Path | None) -> BuildDoc:
+    """nccl-tests on one node (cached across runs), as the nccl step builds it."""
+    out_dir = run.node_dir(node.name, STEP)
+    doc = nccltests.build(pool(node), params, archive, run.dir / ".staging", out_dir)
+    if not doc.ok:
+        raise StepError(f"nccl-tests build failed: {doc.diagnosis or 'unknown cause'}",
+                        node=node.name, hint="run `gpuvet nccl` on the node for the build "
+                        "log, or use --engine torch")
+    return doc

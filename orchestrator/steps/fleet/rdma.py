@@ -1,0 +1,130 @@
+"""RDMA per NIC: `ib_write_bw` per HCA between pair partners, where perftest exists.
+
+For every pair of the first round whose two nodes both have perftest and
+HCAs (found by the prepare probe), each HCA of the first node is tested
+against the HCA of the same position on its partner: the partner runs the
+server, the node the client, one HCA after the other. The client's average
+bandwidth at its largest message is judged against the order's
+`expect.fabric.rate_gbps` (FAIL below 90% of it). Where no node has perftest,
+one INFO says so and nothing runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import GpuvetError, ParseError
+from orchestrator.executors import ExecutorPool, fanout
+from orchestrator.executors.base import ProgressHook
+from orchestrator.inventory import Inventory, Node
+from orchestrator.parsers.perftest import parse_perftest_bw
+from orchestrator.records import Finding, UnitResult, finding
+from orchestrator.steps.driver import StageTracker, drive, provider_unit
+from orchestrator.steps.fleet.state import ProviderFleet
+from orchestrator.store import Run
+
+STEP = "fleet"
+RATE_SHARE = 0.9  # below 90% of the ordered rate a NIC is slow
+SERVER_START_S = 1.0  # the client starts this long after the server
+
+
+def _hcas(pf: ProviderFleet, node: str) -> list[str]:
+    info = pf.prepared.get(node) or {}
+    hcas = info.get("hcas")
+    return [str(h) for h in hcas] if isinstance(hcas, list) and info.get("perftest") else []
+
+
+def rdma_command(hca: str, seconds: int, server: str | None = None) -> str:
+    argv = ["ib_write_bw", "-d", hca, "--report_gbits", "-D", str(seconds)]
+    if server is not None:
+        argv.append(server)
+    return shlex.join(argv)
+
+
+def run_rdma(inv: Inventory, run: Run, pool: ExecutorPool, pf: ProviderFleet,
+             progress: ProgressHook | None) -> None:
+    first = next((r for r in pf.executed if r.stage in ("pairs", "ring")), None)
+    with_perftest = [n for n in pf.alive if _hcas(pf, n)]
+    prov = pf.provider
+
+    def note(code: str, msg: str, **details: Any) -> Finding:
+        return finding(run.run_id, STEP, provider=prov, node=None, code=code,
+                       severity="INFO", message=f"[fleet rdma] {msg}", **details)
+
+    if not with_perftest or first is None:
+        pf.extra.append(note("FLEET_RDMA_SKIPPED", "perftest (ib_write_bw) or an HCA was not "
+                             f"found on any of the {len(pf.alive)} nodes: RDMA per NIC was not "
+                             "measured"))
+        return
+    pairs = [j.nodes for j in first.jobs if len(j.nodes) == 2
+             and all(n in with_perftest for n in j.nodes)]
+    rate = inv.providers[prov].expect.fabric.rate_gbps
+    by_name = {n.name: n for n in pf.nodes}
+    out_dir = run.provider_dir(prov, STEP)
+
+    def work(a: str, b: str, stage: StageTracker) -> UnitResult:
+        fs: list[Finding] = []
+        for i, hca in enumerate(_hcas(pf, a)):
+            peer = _hcas(pf, b)
+            if i >= len(peer):
+                break
+            log = out_dir / f"rdma_{a}+{b}_{hca}.log"
+            with stage("execute"):
+                gbps = _one(pool, by_name[a], by_name[b], hca, peer[i], pf.params.rdma_seconds,
+                            log)
+            ev = [run.rel(log)] if log.is_file() else []
+            if gbps is None:
+                fs.append(finding(run.run_id, STEP, provider=prov, node=a,
+                                  code="FLEET_RDMA_FAILED", severity="FAIL",
+                                  message=f"[fleet rdma] ib_write_bw {a}:{hca} -> {b}:{peer[i]} "
+                                          "gave no result", evidence=ev, hca=hca, peer=b))
+                continue
+            slow = rate is not None and gbps < RATE_SHARE * rate
+            want = f" (ordered {rate:g} Gb/s)" if rate is not None else ""
+            fs.append(finding(run.run_id, STEP, provider=prov, node=a,
+                              code="FLEET_RDMA_SLOW" if slow else "FLEET_RDMA",
+                              severity="FAIL" if slow else "PASS" if rate else "INFO",
+                              message=f"[fleet rdma] {a}:{hca} -> {b}:{peer[i]} "
+                                      f"{gbps:.1f} Gb/s{want}", evidence=ev, hca=hca, peer=b,
+                              gbps=gbps, rate_gbps=rate))
+        return UnitResult(findings=fs)
+
+    units = [provider_unit(prov, f"fleet/rdma/{a}+{b}", functools.partial(work, a, b))
+             for a, b in pairs]
+    drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
+    if len(with_perftest) < len(pf.alive):
+        missing = [n for n in pf.alive if n not in with_perftest]
+        pf.extra.append(note("FLEET_RDMA_PARTIAL", f"perftest or HCAs missing on "
+                             f"{len(missing)} node(s) ({', '.join(missing[:20])}): their NICs "
+                             "were not measured", nodes=missing))
+
+
+def _one(pool: ExecutorPool, a: Node, b: Node, hca: str, peer_hca: str, seconds: int,
+         log: Path) -> float | None:
+    """Server on b, client on a; the client's average Gb/s at its largest size."""
+    timeout = seconds + 60
+
+    def side(n: Node) -> str:
+        if n is b:
+            return pool(b).run(rdma_command(peer_hca, seconds), timeout=timeout).stdout
+        time.sleep(SERVER_START_S)
+        res = pool(a).run(rdma_command(hca, seconds, server=b.host or b.name), timeout=timeout,
+                          stdout_path=log)
+        return res.stdout if res.ok else ""
+
+    group = fanout([b, a], side, concurrency=2)
+    text = group.results.get(a.name, "")
+    if not text:
+        return None
+    try:
+        facts = parse_perftest_bw(text)
+    except (ParseError, GpuvetError):
+        return None
+    row = facts.largest
+    if row is None:
+        return None
+    return row.bw_average if facts.unit == "Gb/sec" else row.bw_average * 8 / 1000

@@ -1,0 +1,57 @@
+"""What one provider's fleet run keeps while it runs: the typed state the verdict reads.
+
+Shared by the step (which fills it), the RDMA phase and the verdict (which read it).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.bands import Band
+from orchestrator.inventory import Node
+from orchestrator.nccltests import BuildDoc
+from orchestrator.records import Finding
+from orchestrator.steps.fleet import localise as L
+from orchestrator.steps.fleet import plan as P
+from orchestrator.suite import FleetParams
+
+
+@dataclass
+class JobRecord:
+    """What one finished job left: its samples (pairs) and evidence, kept for judging."""
+
+    job: P.Job
+    stage: str
+    round: int
+    files: list[str]
+    transport: str | None = None
+    busbw: dict[int, float] = field(default_factory=dict)  # size -> out-of-place busbw
+    rank_times: Path | None = None
+    failed: str | None = None  # why the job gave no result, the nodes still reachable
+
+
+@dataclass
+class ProviderFleet:
+    """The state of one provider's fleet run, and what the verdict is made from."""
+
+    provider: str
+    nodes: list[Node]
+    params: FleetParams
+    prepared: dict[str, dict[str, object]] = field(default_factory=dict)  # node -> probe
+    builds: dict[str, BuildDoc] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)  # node -> why
+    samples: list[L.PairSample] = field(default_factory=list)
+    jobs: list[JobRecord] = field(default_factory=list)
+    executed: list[P.Round] = field(default_factory=list)
+    first: L.Localisation | None = None
+    final: L.Localisation | None = None
+    shipped: list[Band] = field(default_factory=list)
+    extra: list[Finding] = field(default_factory=list)  # the RDMA phase's notes
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def alive(self) -> list[str]:
+        return [n.name for n in self.nodes if n.name in self.prepared
+                and n.name not in self.dropped]

@@ -1,0 +1,340 @@
+"""The fleet step: which node, which link, on 2 to 1,000 nodes of a provider.
+
+Per provider with two or more nodes:
+
+1. *prepare*, one unit per node: the payload pushed (torch) or nccl-tests built
+   (nccl-tests), and whether perftest and HCAs are there. A node that fails it
+   is left out of the plan.
+2. *pairs* (or the *ring*): `plan.fleet_plan`'s rounds, each round's disjoint
+   jobs at once (at most `settings.concurrency`), each job one mpirun or one
+   torchrun per node, every job a unit of the step driver whose records reach
+   the run as it finishes. A node the controller loses is dropped and the rest
+   of the plan is recomputed without it (`plan.replan`).
+3. *localise* against the fleet's median pair and the band, then *re-pair*
+   every suspect with nodes that passed and run every suspect link again;
+   localise again: confirmed suspects are named.
+4. *groups* (`--plan groups`) of 4/8/16 and the whole fleet over the nodes
+   that passed; the whole-fleet torch run times every rank at a barrier for
+   the straggler analysis.
+5. *RDMA*: `ib_write_bw` per HCA between first-round partners where perftest
+   is installed on both (`rdma.py`).
+
+Findings are made by `verdict.py` from the typed results.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from orchestrator import bands as bands_mod
+from orchestrator import nccltests
+from orchestrator import payload as payload_mod
+from orchestrator.errors import GpuvetError, ParseError, StepError
+from orchestrator.executors import ExecutorPool
+from orchestrator.executors.base import ProgressHook, is_unreachable
+from orchestrator.inventory import Inventory, Node
+from orchestrator.nccltests import BuildDoc
+from orchestrator.parsers.nccl_debug import parse_nccl_debug
+from orchestrator.parsers.nccl_tests import parse_nccl_tests
+from orchestrator.records import Finding, Measurement, UnitResult, finding
+from orchestrator.steps.driver import (
+    StageTracker,
+    UnitFailed,
+    drive,
+    node_unit,
+    provider_unit,
+    step_pool,
+)
+from orchestrator.steps.fleet import engines, rdma, verdict
+from orchestrator.steps.fleet import localise as L
+from orchestrator.steps.fleet import plan as P
+from orchestrator.steps.fleet.state import JobRecord, ProviderFleet
+from orchestrator.store import Run
+from orchestrator.suite import Suite
+from payload.allreduce import parse_size
+from payload.allreduce import sizes as size_list
+
+STEP = engines.STEP
+PROBE = ("command -v ib_write_bw >/dev/null 2>&1 && echo perftest=yes || echo perftest=no; "
+         "ls /sys/class/infiniband 2>/dev/null | sed 's/^/hca=/'")
+
+
+@dataclass
+class FleetRun:
+    findings: list[Finding] = field(default_factory=list)
+    providers: list[ProviderFleet] = field(default_factory=list)
+
+
+def _gpus(inv: Inventory, n: Node, build: BuildDoc | None) -> int:
+    if build is not None and build.gpus:
+        return int(build.gpus)
+    return int(inv.provider_of(n).expect.gpus_per_node or 1)
+
+
+def _transport(text: str) -> str | None:
+    """NET/IB, NET/Socket, ... from NCCL INFO lines; None when the log has none."""
+    try:
+        facts = parse_nccl_debug(text)
+    except ParseError:
+        return None
+    nets = sorted({c.net for c in facts.connections if c.transport == "NET" and c.net})
+    if nets:
+        return ", ".join(f"NET/{x}" for x in nets)
+    if facts.networks:
+        return ", ".join(f"NET/{x}" for x in facts.networks)
+    return None
+
+
+def run_fleet(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
+              pool: ExecutorPool | None = None, accept_new_host_keys: bool = False,
+              progress: ProgressHook | None = None) -> FleetRun:
+    """The fleet step over `nodes`, provider by provider; records go to `run`."""
+    params = suite.fleet_params
+    out = FleetRun()
+    with step_pool(inv, pool, accept_new_host_keys) as p:
+        for prov in dict.fromkeys(n.provider for n in nodes):
+            members = [n for n in nodes if n.provider == prov]
+            if len(members) < 2:
+                out.findings.append(finding(
+                    run.run_id, STEP, provider=prov, node=None, code="FLEET_NOT_APPLICABLE",
+                    severity="INFO", message=f"[fleet] provider {prov} has {len(members)} node "
+                    "selected: pairs need two or more nodes, the fleet step is skipped"))
+                continue
+            pf = ProviderFleet(prov, members, params)
+            _Runner(inv, run, suite, p, pf, progress).go()
+            out.providers.append(pf)
+            out.findings += verdict.judge(run, inv, pf)
+    run.add_findings(out.findings)
+    return out
+
+
+class _Runner:
+    def __init__(self, inv: Inventory, run: Run, suite: Suite, pool: ExecutorPool,
+                 pf: ProviderFleet, progress: ProgressHook | None) -> None:
+        self.inv, self.run, self.suite, self.pool, self.pf = inv, run, suite, pool, pf
+        self.p = pf.params
+        self.progress = progress
+        self.out_dir = run.provider_dir(pf.provider, STEP)
+        self.by_name = {n.name: n for n in pf.nodes}
+        self.nccl = engines.nccl_params(self.p, suite.nccl)
+        self.sizes = size_list(parse_size(self.p.min_bytes), parse_size(self.p.max_bytes),
+                               self.p.step_factor, 4)
+        self.port_seq = 0
+
+    # --- the phases ---------------------------------------------------------------------
+
+    def go(self) -> None:
+        self.prepare()
+        alive = self.pf.alive
+        if len(alive) < 2:
+            return
+        plan = P.fleet_plan(alive, "ring" if self.p.plan == "ring" else "pairs",
+                            partners=self.p.partners, seed=self.p.seed)
+        self.rounds(plan)
+        self.pf.first = self.localise()
+        sus, passed, links = L.repair_inputs(self.pf.first)
+        passed = [n for n in passed if n not in self.pf.dropped]
+        sus = [n for n in sus if n not in self.pf.dropped]
+        links = [lk for lk in links if not set(lk) & set(self.pf.dropped)]
+        if (sus or links) and passed:
+            met = P.partners_of(r.job for r in self.pf.jobs)
+            rep = P.repair_rounds(sus, passed, met=met, partners=self.p.repair_partners,
+                                  links=links, seed=self.p.seed, start=self._next_index())
+            self.rounds(P.Plan(plan.kind, plan.nodes, plan.seed, 0, rep), top_up=False)
+        self.pf.final = self.localise()
+        if self.p.plan == "groups":
+            ok = [n for n in healthy(self.pf.final) if n not in self.pf.dropped]
+            if len(ok) >= 3:
+                self.rounds(P.Plan("groups", tuple(ok), plan.seed, 0,
+                                   P.group_rounds(ok, start=self._next_index())), top_up=False)
+        if self.p.rdma:
+            rdma.run_rdma(self.inv, self.run, self.pool, self.pf, self.progress)
+
+    def _next_index(self) -> int:
+        return (self.pf.executed[-1].index + 1) if self.pf.executed else 0
+
+    def localise(self) -> L.Localisation:
+        inv_bands = self.inv.providers[self.pf.provider].expect.nccl_busbw
+        given = [] if inv_bands is None else (
+            inv_bands if isinstance(inv_bands, list) else [inv_bands])
+        return L.localise(self.pf.samples, bands=given or self.pf.shipped,
+                          tolerance=self.p.tolerance,
+                          min_size=parse_size(self.p.min_judged_bytes))
+
+    def prepare(self) -> None:
+        archive = (nccltests.source_archive(self.nccl, self.run.dir / ".staging")
+                   if self.p.engine == "nccl-tests" else None)
+
+        def work(n: Node, stage: StageTracker) -> UnitResult:
+            ex = self.pool(n)
+            with stage("prepare"):
+                if self.p.engine == "nccl-tests":
+                    self.pf.builds[n.name] = engines.build_nccl_tests(
+                        self.pool, n, self.run, self.nccl, archive)
+                else:
+                    res = payload_mod.run(ex, ["allreduce-bench", "--help"],
+                                          staging=self.run.dir / ".staging", timeout=300)
+                    res.raise_for_status("the payload on the node")
+                probe = ex.run(PROBE, timeout=60)
+            lines = probe.stdout.splitlines() if probe.ok else []
+            info: dict[str, object] = {
+                "perftest": "perftest=yes" in lines,
+                "hcas": [x[4:] for x in lines if x.startswith("hca=") and x[4:].strip()]}
+            self.pf.prepared[n.name] = info
+            return UnitResult(summary={"probe": info})
+
+        units = [node_unit(n, functools.partial(work, n)) for n in self.pf.nodes]
+        driven = drive(self.run, STEP, units, concurrency=self.inv.settings.concurrency,
+                       progress=self.progress)
+        for key, f in driven.failed.items():
+            name = key.partition(":")[2]
+            self.pf.dropped[name] = f"{f.code}: {f.message}"
+
+    def rounds(self, plan: P.Plan, *, top_up: bool = True) -> None:
+        """Run a plan's rounds; when nodes drop out, recompute the rest without them."""
+        rest = list(plan.rounds)
+        done: list[P.Round] = []
+        while rest:
+            r = rest.pop(0)
+            lost = self.round(r)
+            done.append(r)
+            if lost and (rest or top_up):
+                new_drop = set(self.pf.dropped)
+                whole = P.Plan(plan.kind, plan.nodes, plan.seed, plan.partners if top_up else 0,
+                               (*done, *rest))
+                done_jobs = [j.job for j in self.pf.jobs if j.failed is None]
+                rest = list(P.replan(whole, len(done), new_drop, completed=done_jobs)) \
+                    if top_up else [_without(x, new_drop) for x in rest]
+                rest = [x for x in rest if x.jobs]
+
+    def round(self, r: P.Round) -> set[str]:
+        """One round's jobs at once; the nodes lost in it, now dropped."""
+        lost: set[str] = set()
+        units = [provider_unit(self.pf.provider, f"fleet/{r.stage}-r{r.index}/{j.key}",
+                               functools.partial(self.job, r, j, lost)) for j in r.jobs]
+        drive(self.run, STEP, units, concurrency=self.inv.settings.concurrency,
+              progress=self.progress)
+        self.pf.executed.append(r)
+        for n in sorted(lost):
+            self.pf.dropped.setdefault(n, "unreachable during the plan")
+        return lost
+
+    # --- one job ------------------------------------------------------------------------
+
+    def job(self, r: P.Round, j: P.Job, lost: set[str], stage: StageTracker) -> UnitResult:
+        label = f"{r.stage}-r{r.index}_{j.key}"
+        members = [self.by_name[x] for x in j.nodes]
+        try:
+            with stage("execute"):
+                out = self._engine(members, label, r.stage == "whole")
+            with stage("judge"):
+                return self._judge(r, j, out)
+        except engines.JobFailed as exc:
+            gone = set(exc.unreachable) | self._unreachable(members)
+            with self.pf.lock:
+                lost |= gone
+                if not gone:
+                    self._record_failed(r, j, exc.what, exc.evidence)
+            raise UnitFailed(
+                exc.what + (f"; unreachable: {', '.join(sorted(gone))}" if gone else ""),
+                "FLEET_JOB_FAILED", exc.evidence, hint=exc.hint) from exc
+
+    def _engine(self, members: Sequence[Node], label: str, whole: bool) -> engines.JobOutput:
+        if self.p.engine == "nccl-tests":
+            return engines.run_nccl_tests(self.pool, members, self.run, self.nccl, self.out_dir,
+                                          label, builds=self.pf.builds)
+        with self.pf.lock:
+            self.port_seq += 1
+            seq = self.port_seq
+        port = engines.free_port() if members[0].executor == "local" else \
+            self.p.master_port + seq % 2000
+        gpus = {n.name: _gpus(self.inv, n, None) for n in members}
+        return engines.run_torch(self.pool, members, self.run, self.p, self.out_dir, label,
+                                 port=port, gpus=gpus, rank_times=whole)
+
+    def _unreachable(self, members: Sequence[Node]) -> set[str]:
+        """After a failed job: which of its nodes still answer."""
+        gone = set()
+        for n in members:
+            try:
+                self.pool(n).run("true", timeout=30).raise_for_status("a liveness check")
+            except GpuvetError as exc:
+                if is_unreachable(exc) or isinstance(exc, StepError):
+                    gone.add(n.name)
+        return gone
+
+    def _record_failed(self, r: P.Round, j: P.Job, why: str, evidence: list[str]) -> None:
+        """A pair whose nodes both answer but whose all_reduce failed: 0 GB/s at every
+        size, so a node all of whose pairs fail is a suspect like a slow one."""
+        rec = JobRecord(j, r.stage, r.index, evidence, failed=why)
+        self.pf.jobs.append(rec)
+        if len(j.nodes) == 2:
+            for size in self.sizes:
+                self.pf.samples.append(L.PairSample((j.nodes[0], j.nodes[1]), r.stage, r.index,
+                                                    size, 0.0, evidence=tuple(evidence)))
+
+    def _judge(self, r: P.Round, j: P.Job, out: engines.JobOutput) -> UnitResult:
+        rel = self.run.rel(out.log)
+        text = out.log.read_text(errors="replace") if out.log.is_file() else ""
+        try:
+            parsed = parse_nccl_tests(text, source=rel)
+        except ParseError as exc:
+            raise engines.JobFailed(f"{j.key}: {exc.what}", evidence=[rel]) from exc
+        if not parsed.rows:
+            raise engines.JobFailed(f"{j.key}: no result rows in the log", evidence=[rel])
+        odd = [row.size_bytes for row in parsed.rows if not all(
+            math.isfinite(x) and x >= 0 for x in (row.out_of_place.busbw_gbs,
+                                                  row.in_place.busbw_gbs))]
+        if odd:
+            raise engines.JobFailed(f"{j.key}: bandwidth that is not a number at "
+                                    f"{len(odd)} size(s) of the log", evidence=[rel])
+        extra = out.stderr.read_text(errors="replace") if out.stderr is not None else ""
+        files = [self.run.rel(f) for f in out.files]
+        rec = JobRecord(j, r.stage, r.index, files, transport=_transport(text + "\n" + extra),
+                        rank_times=out.rank_times)
+        engine = self.p.engine
+        ms: list[Measurement] = []
+        for row in parsed.rows:
+            rec.busbw[row.size_bytes] = row.out_of_place.busbw_gbs
+            for inplace, half in ((False, row.out_of_place), (True, row.in_place)):
+                for metric, value, unit in (("busbw", half.busbw_gbs, "GB/s"),
+                                            ("algbw", half.algbw_gbs, "GB/s"),
+                                            ("time", half.time_us, "us")):
+                    ms.append(Measurement(
+                        run_id=self.run.run_id, provider=self.pf.provider, nodes=list(j.nodes),
+                        step=STEP, metric=metric, value=value, unit=unit,
+                        suite_hash=self.suite.hash, scope="multi", engine=engine,
+                        size=row.size_bytes, inplace=inplace, round=r.index,
+                        tags={"stage": r.stage, "job": j.key}))
+        with self.pf.lock:
+            self.pf.jobs.append(rec)
+            if len(j.nodes) == 2:
+                for size, value in rec.busbw.items():
+                    self.pf.samples.append(L.PairSample((j.nodes[0], j.nodes[1]), r.stage,
+                                                        r.index, size, value,
+                                                        evidence=tuple(files)))
+                if not self.pf.shipped and parsed.ranks and engine == "nccl-tests":
+                    ref = bands_mod.find_shipped(parsed.ranks[0].name,
+                                                 max(1, len(parsed.ranks) // 2), 2)
+                    self.pf.shipped = list(ref.bands) if ref is not None else []
+        return UnitResult(measurements=ms, summary={"log": rel, "transport": rec.transport})
+
+
+def healthy(loc: L.Localisation) -> list[str]:
+    """The nodes groups run over: those that passed, suspects the re-pairs cleared and
+    the ends of links that were fast when run again."""
+    cleared = {s.node for s in loc.suspects if s.status == "cleared"}
+    cleared |= {n for lk in loc.links if lk.status == "cleared" for n in lk.nodes}
+    blamed = {s.node for s in loc.suspects if s.status != "cleared"}
+    blamed |= {n for lk in loc.links if lk.status != "cleared" for n in lk.nodes}
+    order = [*loc.passed, *(n for v in loc.table for n in v.nodes)]
+    return [n for n in dict.fromkeys(order) if n in cleared | set(loc.passed) and n not in blamed]
+
+
+def _without(r: P.Round, drop: set[str]) -> P.Round:
+    keep = tuple(j for j in r.jobs if not drop & set(j.nodes))
+    return P.Round(r.stage, r.index, keep, tuple(n for n in r.idle if n not in drop))
+

@@ -1,0 +1,98 @@
+"""The health step on a scripted node: the payload's command, the folder brought back
+(a hostile file list kept out), the unit judged and recorded, progress per phase, a
+node that wrote no document, and resume keeping a finished unit."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from orchestrator import inventory
+from orchestrator.records import node_unit_key
+from orchestrator.steps.driver import StageTracker
+from orchestrator.steps.health import step
+from orchestrator.store import Run
+from orchestrator.suite import HealthParams, Suite
+from orchestrator.testing import Script, scripted_pool
+from tests.unit.healthnode import write_node
+
+SUITE = Suite(health=HealthParams(level="quick"))
+INV = """version: 1
+providers:
+  p:
+    executor: ssh
+    expect: {gpu_model: H200}
+    nodes:
+      - {name: n1, host: n1.example, work_dir: /w/n1}
+"""
+
+
+def _setup(tmp_path: Path) -> tuple[inventory.Inventory, Run]:
+    p = tmp_path / "inv.yaml"
+    p.write_text(INV)
+    inv = inventory.load(p)
+    run = Run.create(tmp_path / "results", command="health", suite_hash=SUITE.hash,
+                     suite=SUITE.model_dump(mode="json"), inventory_path=p,
+                     providers=["p"], nodes=["n1"])
+    return inv, run
+
+
+def _node_files(tmp_path: Path, run: Run, extra: list[str] | None = None) -> dict[str, bytes]:
+    folder = write_node(tmp_path / "node")
+    doc = json.loads((folder / "health.json").read_text())
+    names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    doc["files"] = names + (extra or [])
+    (folder / "health.json").write_text(json.dumps(doc))
+    remote = f"/w/n1/health-runs/{run.run_id}"
+    return {f"{remote}/{n}": (folder / n).read_bytes() for n in names}
+
+
+def test_the_unit_runs_fetches_and_records(tmp_path: Path) -> None:
+    inv, run = _setup(tmp_path)
+    files = _node_files(tmp_path, run, extra=["../../etc/passwd", "/etc/shadow", "a/../../b"])
+    events = "\n".join(json.dumps(e) for e in [
+        {"event": "start", "phase": "memcopy", "gpu": "0"},
+        {"event": "done", "phase": "memcopy", "gpu": "0"}]) + "\n"
+    script = (Script().on(re.compile(r"^rm -rf "), rc=0)
+              .on(re.compile(r"-m payload health --out /w/n1/health-runs/\S+ --level quick"),
+                  stdout=events))
+    with scripted_pool({"n1": script}, files={"n1": files}) as pool:
+        driven = step.run_health(inv, inv.nodes, run, SUITE, pool=pool)
+        ex = pool(inv.nodes[0])
+        assert not any("passwd" in g or "shadow" in g or g.endswith("/b") for g in ex.gets)
+        assert [c for c in ex.commands if c.startswith("rm -rf")] == [
+            f"rm -rf /w/n1/health-runs/{run.run_id}"] * 2  # before, and after judging
+    assert node_unit_key("n1") in driven.done
+    codes = {(f.code, f.severity) for f in run.findings()}
+    assert ("HEALTH_MEMBW", "PASS") in codes and ("GPU_SDC", "PASS") in codes
+    assert {m.metric for m in run.measurements()} >= {"health.membw.copy_gbps",
+                                                       "health.matmul.bf16_tflops"}
+    assert (run.node_dir("n1", "health") / "gpu0.jsonl").is_file()
+    # resumed: the finished unit is kept, the node not contacted
+    with scripted_pool({"n1": Script()}) as pool:
+        again = step.run_health(inv, inv.nodes, run, SUITE, pool=pool)
+        assert pool(inv.nodes[0]).commands == []
+    assert again.skipped == [node_unit_key("n1")]
+
+
+def test_a_node_that_wrote_no_document_is_a_failed_unit(tmp_path: Path) -> None:
+    inv, run = _setup(tmp_path)
+    script = (Script().on(re.compile(r"^rm -rf "), rc=0)
+              .on(re.compile(r"-m payload health"), rc=1, stderr="Traceback: boom"))
+    with scripted_pool({"n1": script}) as pool:
+        driven = step.run_health(inv, inv.nodes, run, SUITE, pool=pool)
+    f = driven.failed[node_unit_key("n1")]
+    assert f.code == "HEALTH_FAILED" and f.severity == "FAIL" and f.stage == "execute"
+    assert not run.is_done(node_unit_key("n1"), "health")
+
+
+def test_progress_names_the_gpu_and_the_phase() -> None:
+    assert step.describe({"event": "start", "phase": "sustained", "gpu": "0"}) == \
+        "GPU 0 sustained"
+    assert step.describe({"event": "done", "phase": "peer"}) == "links peer done"
+    assert step.describe({"event": "skip", "phase": "dcgmi"}) == "dcgmi skip"
+    assert step.describe({"event": "progress", "phase": "sustained", "gpu": "0"}) is None
+    notes: list[str] = []
+    StageTracker(notes.append).note("x")
+    assert notes == ["x"]
