@@ -177,6 +177,10 @@ class HealthParams(_M):
         return {"quick": 300.0, "standard": 900.0, "burn": 3600.0}[self.level] + extra
 
 
+# sections newer than the first recorded runs, hashed only where they differ from defaults
+SINCE_DEFAULT = ("health",)
+
+
 class Suite(_M):
     name: str = "default"
     preflight: PreflightParams = PreflightParams()
@@ -186,7 +190,13 @@ class Suite(_M):
 
     @property
     def hash(self) -> str:
-        blob = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        dump = self.model_dump(mode="json")
+        for key in SINCE_DEFAULT:
+            # a section added after runs were recorded leaves their hash as it was while it
+            # holds its defaults: those runs stay comparable; a changed section is hashed
+            if getattr(self, key) == type(getattr(self, key))():
+                dump.pop(key)
+        blob = json.dumps(dump, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -1,5 +1,5 @@
 """The health outputs people collect with other tools, in a PoC folder: how each shows
-itself (``KINDS``, joined to the recognition table) and what gpuvet judges in it.
+itself (``kinds.HEALTH_SIGNATURES`` in the recognition table) and what gpuvet judges in it.
 
 `dcgmi diag` tables (a failed test FAIL, a warning WARN), kernel logs with Xid lines
 (an Xid that means a bad GPU, memory or link FAIL, the others WARN; a GPU fallen off
@@ -29,34 +29,11 @@ from orchestrator.parsers.p2p_latency import P2pFacts
 from orchestrator.parsers.perftest import PerftestBwFacts
 from orchestrator.records import Finding
 
-if TYPE_CHECKING:  # files.py reads kinds.py, which reads SIGNATURES here
+if TYPE_CHECKING:
     from orchestrator.steps.poc.files import PocFile
 
 STEP = "import"
 
-_DCGMI_ROWS = (r"^\|\s*(?:Diagnostic|Deployment|Hardware|Integration|Stress|GPU Memory|Memory|"
-               r"Software|Denylist|Blacklist|NVML Library|CUDA Main Library|PCIe|Targeted "
-               r"Stress|Targeted Power|Memory Bandwidth|SM Stress|Diagnostic|Memtest|Pulse Test|"
-               r"Permissions and OS Blocks|Persistence Mode|Environment Variables|Page "
-               r"Retirement|Graphics Processes|Inforom)\s+\|")
-
-# (kind, pattern, score, anywhere in the file) for kinds.py's table
-SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
-    ("p2pBandwidthLatencyTest", r"P2P Connectivity Matrix|P2P=(?:Enabled|Disabled) \w* ?"
-     r"Bandwidth|\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]", 93, True),
-    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) ", 92,
-     True),
-    ("nvlink-e", r"Link \d+: (?:Replay|Recovery|CRC|Rx|Tx|Data|Flit|Effective)\w*[ \w]* "
-     r"(?:Errors?|Counter)", 94, True),
-    ("xid", r"NVRM: Xid \(|fallen off the bus", 93, True),
-    ("pcie-bandwidth", r"available PCIe bandwidth", 91, True),
-    ("dcgmi-diag", _DCGMI_ROWS, 89, True),
-    ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
-    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test", 90, True),
-    ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
-     r"name)\b", 93, False),
-)
-KIND_NAMES = frozenset(k for k, *_ in SIGNATURES)
 
 
 def judge(files: list[PocFile], copies: dict[str, str], node: Node, run_id: str

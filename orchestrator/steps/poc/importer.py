@@ -40,6 +40,7 @@ from orchestrator.steps.nccl.importer import experiment, experiment_hash
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.steps.poc import health as poc_health
 from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read_all
+from orchestrator.steps.poc.kinds import HEALTH_KINDS
 from orchestrator.steps.preflight import checks
 from orchestrator.steps.preflight import step as pf
 from orchestrator.store import Run, atomic_write, write_json
@@ -203,7 +204,7 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
             a.nccl.append(f)
             f.status = "judged"
             continue
-        if kind in poc_health.KIND_NAMES:
+        if kind in HEALTH_KINDS:
             a.health.append(f)
             f.status = "judged"
             continue

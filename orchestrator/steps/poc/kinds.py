@@ -24,7 +24,6 @@ from orchestrator.parsers.recipe import (
     parse_commit,
     parse_pip,
 )
-from orchestrator.steps.poc.health import SIGNATURES as HEALTH_SIGNATURES
 
 # Keys and titles only `nvidia-smi -q` prints (an excerpt holds at least two of them).
 _Q_KEYS = frozenset({
@@ -152,6 +151,32 @@ def parse_collect_doc(text: str, source: str | None = None) -> Any:
     raise ParseError("gpuvet-collect", "this is a gpuvet collect document, not a command output: "
                      "judge it with `gpuvet preflight --from FILE -i INVENTORY --node NAME`",
                      source=source)
+
+
+_DCGMI_ROWS = (r"^\|\s*(?:Diagnostic|Deployment|Hardware|Integration|Stress|GPU Memory|Memory|"
+               r"Software|Denylist|Blacklist|NVML Library|CUDA Main Library|PCIe|Targeted "
+               r"Stress|Targeted Power|Memory Bandwidth|SM Stress|Diagnostic|Memtest|Pulse Test|"
+               r"Permissions and OS Blocks|Persistence Mode|Environment Variables|Page "
+               r"Retirement|Graphics Processes|Inforom)\s+\|")
+
+# the health outputs of other tools (steps/poc/health.py judges them): (kind, pattern,
+# score, anywhere in the file)
+HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
+    ("p2pBandwidthLatencyTest", r"P2P Connectivity Matrix|P2P=(?:Enabled|Disabled) \w* ?"
+     r"Bandwidth|\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]", 93, True),
+    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) ", 92,
+     True),
+    ("nvlink-e", r"Link \d+: (?:Replay|Recovery|CRC|Rx|Tx|Data|Flit|Effective)\w*[ \w]* "
+     r"(?:Errors?|Counter)", 94, True),
+    ("xid", r"NVRM: Xid \(|fallen off the bus", 93, True),
+    ("pcie-bandwidth", r"available PCIe bandwidth", 91, True),
+    ("dcgmi-diag", _DCGMI_ROWS, 89, True),
+    ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
+    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test", 90, True),
+    ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
+     r"name)\b", 93, False),
+)
+HEALTH_KINDS = frozenset(k for k, *_ in HEALTH_SIGNATURES)
 
 
 @dataclass(frozen=True)
