@@ -78,8 +78,9 @@ bench: setup
 
 # Mutation testing of the judging modules (mutmut, in a temporary clone of HEAD;
 # minutes per module, not part of `make test`); scores go to docs/reliability.md.
+# make mutation MODULES="orchestrator/analysis/regress.py ..." for some modules only
 mutation: setup
-	scripts/mutation.sh
+	scripts/mutation.sh $(MODULES)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

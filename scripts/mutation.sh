@@ -8,6 +8,8 @@
 #
 #   scripts/mutation.sh                      every judging module, one after another
 #   scripts/mutation.sh orchestrator/stats.py payload/scrub.py
+#   make mutation MODULES="orchestrator/analysis/regress.py"   the same, through make
+#   MUTATION_TESTS="tests/unit/test_cost.py" scripts/mutation.sh orchestrator/analysis/cost.py
 #   MUTATION_MIN=90 MUTATION_OUT=DIR scripts/mutation.sh
 #
 # mutmut rewrites source files, so everything runs in a temporary clone of HEAD
@@ -25,8 +27,31 @@ MIN=${MUTATION_MIN:-90}
 
 # module -> the unit tests that exercise it (mutmut runs, per mutant, only those
 # of them that reach the mutated function). Property tests (hypothesis) are left
-# out: their draws differ from run to run, and a mutant's fate must not.
+# out: their draws differ from run to run, and a mutant's fate must not. An entry
+# may hold pytest options as single words (`--deselect=NODE`): the statistical
+# tests of test_regress.py (hundreds of seeded runs, 40 s together) are left out
+# so that a module takes minutes; test_mutation_pins_significance.py pins the
+# same code on exact values instead.
+REGRESS_FAST="tests/unit/test_regress.py
+    --deselect=tests/unit/test_regress.py::test_a_5_percent_drop_at_2_percent_cv_is_detected_with_the_stated_counts
+    --deselect=tests/unit/test_regress.py::test_stationary_runs_raise_false_alarms_below_alpha
+    --deselect=tests/unit/test_regress.py::test_without_a_minimum_effect_bh_alone_holds_alpha
+    --deselect=tests/unit/test_regress.py::test_without_correction_the_same_runs_would_cry_wolf"
+TRAIN_TESTS="tests/unit/test_mutation_pins_train.py tests/unit/test_train_judge.py tests/unit/test_train_command.py"
 declare -A TESTS=(
+    [orchestrator/analysis/significance.py]="tests/unit/test_mutation_pins_significance.py $REGRESS_FAST"
+    [orchestrator/analysis/regress.py]="tests/unit/test_mutation_pins_significance.py $REGRESS_FAST tests/unit/test_baseline.py tests/unit/test_prom.py"
+    [orchestrator/analysis/compare.py]="tests/unit/test_compare.py tests/unit/test_compare_cli.py tests/unit/test_verdict.py"
+    [orchestrator/analysis/cost.py]="tests/unit/test_mutation_pins_cost.py tests/unit/test_cost.py tests/unit/test_compare.py tests/unit/test_compare_cli.py"
+    [orchestrator/analysis/verdict.py]="tests/unit/test_verdict.py tests/unit/test_poc_recipe.py tests/unit/test_compare.py"
+    [orchestrator/steps/train/command.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/failures.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/judge.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/memory.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/reading.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/restore.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/throughput.py]="$TRAIN_TESTS"
+    [orchestrator/steps/train/step.py]="tests/unit/test_train_plan.py tests/unit/test_train_h200_capture.py $TRAIN_TESTS"
     [orchestrator/stats.py]="tests/unit/test_stats.py tests/unit/test_bands.py"
     [orchestrator/bands.py]="tests/unit/test_bands.py tests/unit/test_stats.py"
     [orchestrator/store.py]="tests/unit/test_mutation_pins_store.py tests/unit/test_inventory_scrub.py tests/unit/test_store.py tests/unit/test_resume.py tests/unit/test_import_cli.py tests/unit/test_baseline.py"
@@ -55,6 +80,16 @@ declare -A TESTS=(
     [orchestrator/parsers/nvidia_smi_xml.py]="tests/unit/parsers/test_nvidia_smi.py"
     [orchestrator/parsers/system.py]="tests/unit/parsers/test_system.py"
     [orchestrator/parsers/topology.py]="tests/unit/parsers/test_topology.py"
+    [orchestrator/parsers/_noise.py]="tests/unit/parsers/test_noise.py"
+    [orchestrator/parsers/_smi_tree.py]="tests/unit/parsers/test_nvidia_smi_q.py tests/unit/parsers/test_nvidia_smi.py"
+    [orchestrator/parsers/dcgmi.py]="tests/unit/parsers/test_dcgmi.py"
+    [orchestrator/parsers/kernel_log.py]="tests/unit/parsers/test_kernel_log.py"
+    [orchestrator/parsers/lspci.py]="tests/unit/parsers/test_lspci.py"
+    [orchestrator/parsers/nvbandwidth.py]="tests/unit/parsers/test_nvbandwidth.py"
+    [orchestrator/parsers/nvidia_smi_health.py]="tests/unit/parsers/test_nvidia_smi_health.py"
+    [orchestrator/parsers/p2p_latency.py]="tests/unit/parsers/test_p2p_latency.py"
+    [orchestrator/parsers/perftest.py]="tests/unit/parsers/test_perftest.py"
+    [orchestrator/parsers/recipe.py]="tests/unit/parsers/test_recipe.py tests/unit/test_gpu_state.py"
 )
 # Functions left out of a module (marked `# pragma: no mutate` in the clone only).
 # ncclbuild's source fetching and archive extraction are guarded by their own
@@ -67,10 +102,18 @@ ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/files.py orchest
        orchestrator/collectdoc.py orchestrator/verdicts.py payload/scrub.py payload/ncclbuild.py
        orchestrator/gpunames.py orchestrator/steps/preflight/checks.py
        orchestrator/steps/preflight/facts.py orchestrator/steps/preflight/gpu.py
-       orchestrator/steps/preflight/links.py orchestrator/parsers/*.py)
+       orchestrator/steps/preflight/links.py
+       orchestrator/analysis/significance.py orchestrator/analysis/regress.py
+       orchestrator/analysis/compare.py orchestrator/analysis/verdict.py
+       orchestrator/analysis/cost.py orchestrator/steps/train/*.py orchestrator/parsers/*.py)
 
 if [ $# -gt 0 ]; then modules=("$@"); else modules=("${ORDER[@]}"); fi
 cd "$ROOT"
+# MUTATION_TESTS: the tests for every module of this run instead of those listed
+# (a quicker subset while writing tests; the scores in docs/reliability.md use the list)
+if [ -n "${MUTATION_TESTS:-}" ]; then
+    for m in "${modules[@]}"; do TESTS[$m]=$MUTATION_TESTS; done
+fi
 for m in "${modules[@]}"; do
     case "$m" in */__init__.py) continue ;; esac
     if [ -z "${TESTS[$m]:-}" ]; then
@@ -82,7 +125,13 @@ done
     echo "mutation: mutmut is not installed in $PY (make setup installs the dev extra)" >&2; exit 2; }
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/gpuvet-mutation.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+# MUTATION_KEEP=1 leaves the clone (and mutmut's mutants/ of the last module) in place,
+# to re-run its survivors after tests were added: `cd CLONE && mutmut run NAME...`
+if [ -n "${MUTATION_KEEP:-}" ]; then
+    trap 'echo "mutation: the clone stays in $TMP/src"' EXIT
+else
+    trap 'rm -rf "$TMP"' EXIT
+fi
 git clone -q --no-hardlinks "$ROOT" "$TMP/src"
 mkdir -p "$OUT"
 echo "mutation: HEAD $(git -C "$TMP/src" rev-parse --short HEAD), results in $OUT"

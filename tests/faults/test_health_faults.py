@@ -15,17 +15,18 @@ from pathlib import Path
 from tests.faults.consistency import assert_consistent, jsonl, only_run
 
 GPUVET = Path(sys.executable).with_name("gpuvet")
-SUITE = "health:\n  level: standard\n  sustain_s: 3\n  memtest_s: 0.2\n  timeout_s: 120\n"
+SUITE = "health:\n  level: standard\n  sustain_s: 2\n  memtest_s: 0.1\n  timeout_s: 120\n"
+QUICK = "health:\n  level: quick\n  timeout_s: 120\n"
 
 
-def _inventory(tmp_path: Path, names: list[str]) -> Path:
+def _inventory(tmp_path: Path, names: list[str], suite: str = SUITE) -> Path:
     inv = tmp_path / "inv.yaml"
     lines = ["version: 1", "providers:", "  p:", "    executor: local", "    nodes:"]
     for n in names:
         lines.append(f"      - {{name: {n}, python: {sys.executable}, work_dir: {tmp_path}/{n}, "
                      "env: {GPUVET_HEALTH_DEVICE: cpu, OMP_NUM_THREADS: '1'}}")
     inv.write_text("\n".join(lines) + "\n")
-    (tmp_path / "suite.yaml").write_text(SUITE)
+    (tmp_path / "suite.yaml").write_text(suite)
     return inv
 
 
@@ -77,7 +78,7 @@ def test_sigint_while_the_gpus_are_loaded_then_resume(tmp_path: Path) -> None:
 
 
 def test_a_full_work_dir_fails_that_node_only(tmp_path: Path) -> None:
-    inv = _inventory(tmp_path, ["full", "fine"])
+    inv = _inventory(tmp_path, ["full", "fine"], QUICK)
     work = tmp_path / "full"
     work.mkdir()
     assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",

@@ -78,6 +78,25 @@ def test_ratio_interval_is_reproducible_and_brackets_the_truth() -> None:
     assert np.isnan(lo) and np.isnan(hi)
 
 
+def test_ratio_interval_is_the_central_95_percent_of_the_bootstrap() -> None:
+    """The documented interval: each side resampled with replacement (the module's seed,
+    2000 draws), the ratio of medians; 2.5% of the draws below it and 2.5% above. A 90%
+    interval (5-95) would be visibly narrower."""
+    rng = np.random.default_rng(7)
+    a, b = 300 * rng.normal(1, 0.05, 12), 240 * rng.normal(1, 0.05, 9)
+    point, lo, hi = compare.ratio_ci(a, b)
+    draw = np.random.default_rng(compare.SEED)
+    ra = np.median(a[draw.integers(0, len(a), (compare.BOOTSTRAP, len(a)))], axis=1)
+    rb = np.median(b[draw.integers(0, len(b), (compare.BOOTSTRAP, len(b)))], axis=1)
+    ratios = rb / ra
+    assert point == float(np.median(b) / np.median(a))
+    assert (lo, hi) == (float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5)))
+    assert np.mean(ratios < lo) == pytest.approx(0.025, abs=0.006)  # medians tie
+    assert np.mean(ratios > hi) == pytest.approx(0.025, abs=0.006)  # medians tie
+    narrow = np.percentile(ratios, [5, 95])
+    assert hi - lo > 1.1 * (narrow[1] - narrow[0])
+
+
 def test_busbw_side_by_side_from_the_capture(pair) -> None:
     root, _ = pair
     c = compare.build(root, ["h200", "beta"])

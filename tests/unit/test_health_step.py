@@ -96,3 +96,29 @@ def test_progress_names_the_gpu_and_the_phase() -> None:
     notes: list[str] = []
     StageTracker(notes.append).note("x")
     assert notes == ["x"]
+
+
+def test_an_order_that_needs_fp8_fails_an_a100_before_anything_runs(tmp_path: Path) -> None:
+    p = tmp_path / "inv.yaml"
+    p.write_text(INV.replace("{gpu_model: H200}", "{gpu_model: A100, needs_fp8: true}"))
+    inv = inventory.load(p)
+    run = Run.create(tmp_path / "results", command="health", suite_hash=SUITE.hash,
+                     suite=SUITE.model_dump(mode="json"), inventory_path=p)
+    script = Script().on(step.FP8_QUERY, stdout="0, NVIDIA A100-SXM4-80GB, 8.0\n"
+                                                "1, NVIDIA A100-SXM4-80GB, 8.0\n")
+    with scripted_pool({"n1": script}) as pool:
+        step.run_health(inv, inv.nodes, run, SUITE, pool=pool)
+        assert pool(inv.nodes[0]).commands == [step.FP8_QUERY]  # nothing else ran
+    got = [(f.code, f.severity) for f in run.findings()]
+    assert got == [("GPU_NO_FP8", "FAIL"), ("GPU_NO_FP8", "FAIL"), ("HEALTH_NOT_RUN", "INFO")]
+    assert run.is_done(node_unit_key("n1"), "health")
+    # an H100 has FP8: the run goes on
+    run2 = Run.create(tmp_path / "results", command="health", suite_hash=SUITE.hash,
+                      suite=SUITE.model_dump(mode="json"), inventory_path=p)
+    script = (Script().on(step.FP8_QUERY, stdout="0, NVIDIA H100 80GB HBM3, 9.0\n")
+              .on(re.compile(r"^rm -rf "), rc=0)
+              .on(re.compile(r"-m payload health"), rc=1, stderr="boom"))
+    with scripted_pool({"n1": script}) as pool:
+        driven = step.run_health(inv, inv.nodes, run2, SUITE, pool=pool)
+    assert node_unit_key("n1") in driven.failed  # it ran (and failed): no FP8 finding
+    assert "GPU_NO_FP8" not in [f.code for f in run2.findings()]

@@ -75,7 +75,8 @@ def test_the_h200_reference_measures_like_an_h200_sxm() -> None:
     n = name_variant(m, ordered="NVIDIA H200")
     assert n.best is not None and n.best.variant.name == "H200 SXM" and n.matches_order
     assert n.runner_up is not None and n.runner_up.variant.name == "H200 NVL"
-    assert n.best.distance < 0.02 < n.runner_up.distance
+    # the reference is one of the three runs FP64's fraction is the middle of (gpu_peaks.yaml)
+    assert n.best.distance < 0.03 < 0.09 < n.runner_up.distance
     assert n.text == ("measures like H200 SXM: 4.30 TB/s memory read, 140 GiB, 700 W limit, "
                       "771 TFLOP/s bf16")
 

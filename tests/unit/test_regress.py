@@ -99,6 +99,33 @@ def test_direction_and_minimum_effect() -> None:
     assert "minimum effect" in res[2].reason and res[2].q is not None and res[2].q < 0.05
 
 
+def test_a_q_value_exactly_at_alpha_is_significant() -> None:
+    """`q <= alpha`: three against three, fully apart, gives Mann-Whitney's smallest p
+    (2 / C(6, 3) = 0.1); with alpha set to that p the change is called, just above not."""
+    from scipy import stats
+
+    base, cur = [1.0, 1.1, 1.2], [0.5, 0.6, 0.7]
+    p = float(stats.mannwhitneyu(cur, base, alternative="two-sided").pvalue)
+    (c,) = compare_all([(base, cur, 1)], Settings(alpha=p, min_effect=0.0))
+    assert c.q == p and c.verdict == "REGRESSED", c
+    (c,) = compare_all([(base, cur, 1)], Settings(alpha=p * 0.999, min_effect=0.0))
+    assert c.verdict == "UNCHANGED" and "not significant" in c.reason
+
+
+def test_a_change_exactly_at_the_minimum_effect_is_called() -> None:
+    """`abs(change) >= min_effect`: a significant change equal to the minimum effect is a
+    verdict, not "below the minimum effect"; both directions."""
+    base = np.asarray([100.0, 101.0, 99.0, 100.5, 99.5] * 6)
+    for cur, direction, verdict in ((base[:10] * 0.9 + 0.25, 1, "REGRESSED"),
+                                    (base[:10] * 1.1 - 0.25, 1, "IMPROVED")):
+        change = float(np.mean(cur)) / float(np.mean(base)) - 1  # as compare_all computes it
+        (c,) = compare_all([(base, cur, direction)], Settings(min_effect=abs(change)))
+        assert c.change == change and c.verdict == verdict, c
+        (c,) = compare_all([(base, cur, direction)],
+                           Settings(min_effect=abs(change) * (1 + 1e-9)))
+        assert c.verdict == "UNCHANGED" and "below the" in c.reason
+
+
 def test_too_few_samples_is_not_enough_data() -> None:
     res = compare_all([([300.0], [250.0], 1), ([300.0, 301.0], [], 1), ([], [1.0, 2.0], 1)])
     assert [r.verdict for r in res] == ["NOT ENOUGH DATA"] * 3

@@ -602,3 +602,66 @@ def test_samples_are_placed_by_the_time_dmon_printed() -> None:
     assert sample_times(wrap, 10.0, 1.0) == [10.0, 11.0, 12.0]
     # no printed time (dmon without -o T): one interval per sample
     assert sample_times([{}, {}], 10.0, 2.0) == [12.0, 14.0]
+
+
+def _fwd(root: Path, slow: float, fast: float = 0.25) -> None:
+    """Every step's forward time: rank 1 (node b) `slow`, rank 0 `fast`."""
+    for n, r in (("a", 0), ("b", 1)):
+        def fwd(ev: dict[str, Any], r: int = r) -> dict[str, Any]:
+            if ev["event"] == "step":
+                ev["fwd_s"] = slow if r == 1 else fast
+            return ev
+
+        edit(root / "reference" / n / f"rank{r}.jsonl", fwd)
+
+
+def test_a_rank_exactly_at_the_straggler_ratio_is_a_straggler(fx: Path) -> None:
+    """The suite's ratio is the first one reported (`>=`), and just under it is not."""
+    ratio = SUITE.train.thresholds.straggler_ratio
+    as_gpu(fx, idle_dmon(2))
+    _fwd(fx, 0.25 * ratio)  # x 1/4 and / 1/4 are exact: the ratio is the suite's to the bit
+    strag = codes(judge(fx, through="reference"))["TRAIN_STRAGGLER"]
+    assert strag.details["ratio"] == ratio and strag.details["rank"] == 1
+    assert f"({ratio:.2f}x)" in strag.message and "rank 1 on b is slow" in strag.message
+    _fwd(fx, 0.25 * ratio * (1 - 1e-9))
+    assert "TRAIN_STRAGGLER" not in codes(judge(fx, through="reference"))
+
+
+def _bump_restored(root: Path, steps: tuple[int, ...], factor: float) -> None:
+    def bump(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step" and ev["step"] in steps:
+            v = float(ev["loss"]) * factor
+            ev.update(loss=repr(v), loss_hex=v.hex())
+        return ev
+
+    edit(root / "restore" / "b" / "rank0.jsonl", bump)
+
+
+def test_the_last_step_after_a_restore_is_compared_too(fx: Path) -> None:
+    """Step N (the suite's last, 12) is the one a `range(K + 1, N)` would never look at."""
+    n = SUITE.train.steps
+    _bump_restored(fx, (n,), 1 + 1e-6)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f.severity == "FAIL" and f"first differing step {n}: reference loss" in f.message
+
+
+def test_a_restored_run_that_stops_before_the_last_step_is_a_mismatch(fx: Path) -> None:
+    n = SUITE.train.steps
+    edit(fx / "restore" / "b" / "rank0.jsonl",
+         lambda ev: None if ev["event"] == "step" and ev["step"] == n else ev)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f"the restored run stopped before step {n}" in f.message
+
+
+def test_a_last_step_within_the_tolerance_is_not_called_exact(fx: Path) -> None:
+    """Only the last step differs, within the tolerance, on a run that cannot be exact: a
+    WARN that says so, never a PASS "bit for bit"."""
+    _bump_restored(fx, (SUITE.train.steps,), 1 + 1e-7)
+    tolerant = SUITE.model_copy(update={"train": SUITE.train.model_copy(
+        update={"loss_tolerance": 1e-4})})
+    with (fx / "reference" / "a" / "rank0.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "nondeterministic", "rank": 0, "t": 0,
+                            "message": "index_add_ has no deterministic kernel"}) + "\n")
+    ok = codes(judge(fx, tolerant))["TRAIN_RESTORE_OK"]
+    assert ok.severity == "WARN" and ok.details["exact"] is False
+    assert "within 0.0001 of the reference" in ok.message

@@ -29,6 +29,7 @@ from orchestrator.inventory import Inventory, Node
 from orchestrator.judging.sink import Sink
 from orchestrator.steps.driver import Driven, StageTracker, UnitResult, drive, node_unit, step_pool
 from orchestrator.steps.health.judge import judge_node
+from orchestrator.steps.health.judge_checks import fp8_findings
 from orchestrator.steps.health.output import read_output
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import HealthParams, Suite
@@ -139,6 +140,35 @@ def clear(local: Path) -> None:
             child.unlink(missing_ok=True)
 
 
+FP8_QUERY = "nvidia-smi --query-gpu=index,name,compute_cap --format=csv,noheader"
+
+
+def fp8_first(ex: Executor, node: Node, run: Run, suite: Suite, local: Path
+              ) -> UnitResult | None:
+    """An order that needs FP8, on GPUs without it: FAIL before anything runs (the
+    unit's result), or None to go on (FP8 there, or nothing to tell it by)."""
+    res = ex.run(FP8_QUERY, timeout=60)
+    if not res.ok:
+        return None  # no nvidia-smi: the run says what there is
+    evidence = local / "compute-cap.csv"
+    atomic_write(evidence, res.stdout, durable=False)
+    sink = Sink(run_id=run.run_id, step=STEP, suite_hash=suite.hash, provider=node.provider,
+                node=node.name, nodes=[node.name], label="", rel=run.rel, scope="health",
+                engine=ENGINE)
+    for line in res.stdout.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != 3 or not re.fullmatch(r"\d+\.\d+", cells[2]):
+            continue
+        major, minor = (int(x) for x in cells[2].split("."))
+        fp8_findings(sink, node.name, True, cells[1], (major, minor), f"GPU {cells[0]}",
+                     [evidence])
+    if not sink.findings:
+        return None
+    sink.add("HEALTH_NOT_RUN", "INFO", f"{node.name}: the order needs FP8 and these GPUs have "
+             "none: nothing else was measured", [evidence])
+    return sink.result({"status": "no-fp8", "findings": len(sink.findings)})
+
+
 def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Suite,
              stage: StageTracker) -> UnitResult:
     params = suite.health
@@ -146,6 +176,12 @@ def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Su
     clear(local)
     ex = pool(node)
     stdout = local / "health.stdout"
+    expect = inv.provider_of(node).expect
+    if expect.needs_fp8:
+        with stage("prepare"):
+            early = fp8_first(ex, node, run, suite, local)
+        if early is not None:
+            return early
     with stage("execute"):
         stage.note("starting")
         ex.run(f"rm -rf {shlex.quote(remote_out(node, run))}", timeout=120)
@@ -170,7 +206,7 @@ def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Su
         sink = Sink(run_id=run.run_id, step=STEP, suite_hash=suite.hash,
                     provider=node.provider, node=node.name, nodes=[node.name], label="",
                     rel=run.rel, scope="health", engine=ENGINE)
-        summary = judge_node(sink, out, inv.provider_of(node).expect)
+        summary = judge_node(sink, out, expect)
         summary["findings"] = len(sink.findings)
         if not params.keep_remote:
             try:

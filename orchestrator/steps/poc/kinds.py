@@ -178,6 +178,8 @@ def parse_collect_doc(text: str, source: str | None = None) -> Any:
                      source=source)
 
 
+
+
 @dataclass(frozen=True)
 class Kind:
     """One kind of output: how it shows itself and what reads it."""

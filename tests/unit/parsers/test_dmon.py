@@ -87,3 +87,17 @@ def test_empty_and_headerless() -> None:
         parse_dmon("")
     with pytest.raises(ParseError):
         parse_dmon("# pwr temp\n")
+
+
+def test_n_a_is_unknown_not_an_error_nor_zero() -> None:
+    """Some drivers print `N/A` where others print `-`: both are "not available"."""
+    text = ("# gpu    pwr  gtemp     sm    mem   pclk\n"
+            "# Idx      W      C      %      %    MHz\n"
+            "    0    N/A     35    N/A      0   1980\n"
+            "    1     81    n/a      7      -   1980\n")
+    facts = parse_dmon(text)
+    assert facts.series(0, "pwr") == [None] and facts.series(0, "sm") == [None]
+    assert facts.series(1, "gtemp") == [None] and facts.series(1, "mem") == [None]
+    assert facts.series(0, "gtemp") == [35] and facts.series(1, "pwr") == [81]
+    with pytest.raises(ParseError, match=r"pwr: 'NA' is not a number or `-`"):
+        parse_dmon(text.replace("N/A     35", "NA      35"))
