@@ -252,7 +252,12 @@ def reap_stale(root: Path) -> list[str]:
         if run.meta.status != "running" or not holder_gone(run.dir, run.meta):
             continue
         run.meta.status = "interrupted"
-        run.save_meta()
+        try:
+            run.save_meta()
+        except GpuvetError as exc:  # a full results disk: list the runs all the same
+            warn(f"run {m.run_id} ({run.meta.command}) was left running by a process that is "
+                 f"gone, but could not be marked interrupted: {exc.what}")
+            continue
         warn(f"run {m.run_id} ({run.meta.command}) was left running by a process that is "
              f"gone: marked interrupted; resume it with `gpuvet {run.meta.command} --resume "
              f"{m.run_id}`")
