@@ -367,7 +367,7 @@ def flat_lines(rows: list[Row]) -> list[str]:
     return out
 
 
-def section(rows: list[Row], command: str) -> str:
+def section(rows: list[Row], command: str, repeats: int) -> str:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     try:
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -395,9 +395,13 @@ def section(rows: list[Row], command: str) -> str:
         "engine writes none); one node and one link are "
         "planted slow and must be the ones named. Each row is a fresh interpreter "
         "(interpreter start-up and imports outside the wall time; peak RSS its own). "
-        "*Records* are the findings (preflight) or measurements (fleet) written. Every part "
-        "and size ran `--repeats` times, interleaved; the fastest run is shown (the other load "
-        "on a shared machine only adds time), peak RSS and threads are the largest seen.",
+        "*Records* are the findings (preflight) or measurements (fleet) written. "
+        + ("Every part and size ran once (`--repeats 1`) on a shared, loaded machine: the "
+           "figures include whatever else it was running, so they are upper bounds."
+           if repeats == 1 else
+           f"Every part and size ran {repeats} times, interleaved; the fastest run is shown "
+           "(the other load on a shared machine only adds time), peak RSS and threads are "
+           "the largest seen."),
         "",
         table(rows),
         "",
@@ -488,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print("\n".join(flat_lines(rows)))
     if args.out:
-        _replace(args.out, section(rows, shlex.join(shown)))
+        _replace(args.out, section(rows, shlex.join(shown), args.repeats))
         print(f"wrote {args.out}", file=sys.stderr)
     missed = [r for r in rows if met(r) is False]
     growing = [p for p, s in slopes(rows).items() if s is not None and s[1] > FLAT]
