@@ -13,17 +13,23 @@ its node name changed). Inventory loading, the run directory, streaming each
 document to disk, parsing, checks, the JSONL records, the SQLite index, the
 progress lines and the final tables are all in the figure.
 
-*fleet*: the controller side of a fleet run as the fleet step will drive it
-(orchestrator/steps/fleet): the pairs plan, every pair job as a unit of the step
-driver (its mpirun command built by orchestrator.nccltests, its nccl-tests log
-streamed to the run directory by the executor, parsed by the nccl-tests parser,
-busbw/algbw/time per size recorded as measurements), localisation, the re-pairs,
+*fleet*: the real fleet step (orchestrator.steps.fleet.step.run_fleet) with the
+nccl-tests engine and `--plan groups`, over a scripted pool standing in for the N
+nodes as tests/unit/test_fleet_step.py drives it (orchestrator.testing Script and
+scripted_pool): each node answers the nccl-tests build (`payload nccl-build`, a
+cached build document), the perftest probe (none installed, so RDMA is skipped)
+and the liveness check; every job is the step's own: its mpirun command built by
+orchestrator.nccltests with a context per node, run on its first node, its
+nccl-tests log streamed to the run directory by the executor, parsed, and its
+busbw/algbw/time per size recorded; then localisation, the re-pairs,
 localisation again, groups of 4/8/16 and the whole fleet over the nodes that
-passed, and the straggler analysis of one rank-times document of N ranks. The
-replayed logs are nccl-tests' own layout (the header of a real two-node run,
-tests/fixtures/h200x2-gpuvet/multi_sim2node_socket_round1.log) with rows for
-16 MiB to 1 GiB; one node is planted 70% slow and one link 60% slow, and the
-benchmark fails unless localisation names exactly those.
+passed, and the verdict. The replayed logs are nccl-tests' own layout (the
+header of a real two-node run, tests/fixtures/h200x2-gpuvet/
+multi_sim2node_socket_round1.log) with rows for 16 MiB to 1 GiB; one node is
+planted 70% slow and one link 60% slow, and the benchmark fails unless the
+step's findings name exactly those. The nccl-tests engine writes no rank
+times, so the straggler analysis of one N-rank document is measured beside
+the step.
 
 Each size and part runs in a fresh interpreter, so peak RSS is its own. Exits 1
 when a target is missed, 2 when the benchmark cannot measure what it claims.
@@ -173,25 +179,24 @@ def pair_log(template: list[str], sizes: list[int], ranks: int, busbw: float) ->
 
 
 def child_fleet(n: int, tmp: Path) -> dict[str, Any]:
-    from orchestrator import inventory, nccltests, parsers
-    from orchestrator.executors.base import shell_join
-    from orchestrator.parsers._nccl_common import NcclTestsRun
-    from orchestrator.records import Measurement, UnitResult
-    from orchestrator.steps.driver import drive, provider_unit
-    from orchestrator.steps.fleet import localise as L
+    """The real fleet step (orchestrator.steps.fleet.step.run_fleet, nccl-tests engine)
+    over N nodes of a scripted pool, as tests/unit/test_fleet_step.py drives it."""
+    from orchestrator import inventory, nccltests
     from orchestrator.steps.fleet import plan as P
+    from orchestrator.steps.fleet import step as fleet_step
     from orchestrator.steps.fleet import stragglers as S
     from orchestrator.store import Run
-    from orchestrator.suite import NcclParams, Suite
-    from orchestrator.testing import Reply, Script, scripted_pool
+    from orchestrator.suite import FleetParams, Suite
+    from orchestrator.testing import Call, Reply, Script, scripted_pool
     from payload.allreduce import parse_size, sizes
 
     inv_path = tmp / "inv.yaml"
     names = write_inventory(inv_path, n)
     inv = inventory.load(inv_path)
-    by_name = {x.name: x for x in inv.nodes}
-    params = NcclParams(min_bytes=FLEET_SIZES[0], max_bytes=FLEET_SIZES[1], rounds=1)
-    suite = Suite(nccl=params)
+    params = FleetParams.model_validate({"engine": "nccl-tests", "plan": "groups",
+                                         "min_bytes": FLEET_SIZES[0],
+                                         "max_bytes": FLEET_SIZES[1], "rdma": True})
+    suite = Suite(fleet=params)
     run = Run.create(tmp / "results", command="fleet", suite_hash=suite.hash,
                      suite=suite.model_dump(mode="json"), inventory_path=inv_path,
                      providers=["sim"], nodes=names)
@@ -199,10 +204,12 @@ def child_fleet(n: int, tmp: Path) -> dict[str, Any]:
     row_sizes = sizes(parse_size(params.min_bytes), parse_size(params.max_bytes),
                       params.step_factor, 4)
     slow_node = names[n // 3]
-    first = P.fleet_plan(names, "groups", seed=1)
+    # the step's first round is fleet_plan's pairs at the suite's partners and seed
+    first = P.fleet_plan(names, "pairs", partners=params.partners, seed=params.seed)
     link = next((j.nodes for j in first.rounds[0].jobs if slow_node not in j.nodes), None) \
         if n >= 8 else None
-    jobs_by_command: dict[str, tuple[str, ...]] = {}
+    node_re = re.compile(r"/tmp/gpuvet-sim/(node\d+)/cache")
+    builds = {"jobs": 0}
     lock = threading.Lock()
 
     def busbw(job: tuple[str, ...]) -> float:
@@ -211,76 +218,53 @@ def child_fleet(n: int, tmp: Path) -> dict[str, Any]:
             f = min(f, 0.4)
         return GOOD_GBS * f
 
-    def replay(call: Any) -> Reply:
-        job = jobs_by_command[call.command]
+    def build(call: Call) -> Reply:
+        m = node_re.search(call.command)
+        if m is None:
+            raise BenchError(f"no node cache in {call.command!r}")
+        cache = f"/tmp/gpuvet-sim/{m.group(1)}/cache"
+        return Reply(stdout=json.dumps({"ok": True, "cached": True, "mpi": True, "gpus": 1,
+                                        "binary": f"{cache}/build/all_reduce_perf"}))
+
+    def mpirun(call: Call) -> Reply:
+        job = tuple(node_re.findall(call.command))
+        if len(job) < 2:
+            raise BenchError(f"an mpirun without two contexts: {call.command[:200]!r}")
+        with lock:
+            builds["jobs"] += 1
         return Reply(stdout=pair_log(template, row_sizes, len(job), busbw(job)))
 
-    pool = scripted_pool(default=Script().on(lambda c: c in jobs_by_command, reply=replay))
-    samples: list[L.PairSample] = []
-    counts = {"jobs": 0, "measurements": 0}
-
-    def job_work(r: P.Round, job: P.Job) -> UnitResult:
-        nodes = [by_name[x] for x in job.nodes]
-        contexts = [(x, nccltests.perf_argv(f"{nccltests.cache_dir(x)}/build/all_reduce_perf",
-                                            params, 1, set(), None).argv, 1) for x in nodes]
-        cmd = nccltests.mpirun_command(contexts, nccltests.run_env(params), local=False)
-        with lock:
-            jobs_by_command[str(cmd)] = job.nodes
-        log = run.provider_dir("sim", "fleet") / f"r{r.index}_{job.key}.log"
-        res = pool(nodes[0]).run(cmd, env=nccltests.run_env(params),
-                                 timeout=params.timeout_s, stdout_path=log)
-        res.raise_for_status(f"all_reduce across {shell_join(job.nodes)}")
-        parsed = parsers.parse("nccl-tests", log.read_text(), source=run.rel(log))
-        assert isinstance(parsed, NcclTestsRun)
-        ms, mine = [], []
-        for row in parsed.rows:
-            for inplace, half in ((False, row.out_of_place), (True, row.in_place)):
-                for metric, value, unit in (("busbw", half.busbw_gbs, "GB/s"),
-                                            ("algbw", half.algbw_gbs, "GB/s"),
-                                            ("time", half.time_us, "us")):
-                    ms.append(Measurement(run_id=run.run_id, provider="sim",
-                                          nodes=list(job.nodes), step="fleet", metric=metric,
-                                          value=value, unit=unit, suite_hash=suite.hash,
-                                          scope="multi", size=row.size_bytes, inplace=inplace,
-                                          round=r.index, tags={"stage": r.stage}))
-            if len(job.nodes) == 2:
-                mine.append(L.PairSample((job.nodes[0], job.nodes[1]), r.stage, r.index,
-                                         row.size_bytes, row.out_of_place.busbw_gbs,
-                                         evidence=(run.rel(log),)))
-        with lock:
-            samples.extend(mine)
-            counts["jobs"] += 1
-            counts["measurements"] += len(ms)
-        return UnitResult(measurements=ms, summary={"log": run.rel(log)})
-
-    def drive_rounds(rounds: tuple[P.Round, ...]) -> None:
-        for r in rounds:
-            units = [provider_unit("sim", f"fleet/r{r.index}/{j.key}",
-                                   lambda st, r=r, j=j: job_work(r, j)) for j in r.jobs]
-            driven = drive(run, "fleet", units, concurrency=inv.settings.concurrency)
-            if driven.failed:
-                raise BenchError(f"{len(driven.failed)} jobs failed: "
-                                 f"{next(iter(driven.failed.values())).message}")
-
-    drive_rounds(first.rounds)
-    loc = L.localise(samples)
-    sus, passed, links = L.repair_inputs(loc)
-    repair = P.repair_rounds(sus, passed, links=links, met=P.partners_of(P.jobs_of(first.rounds)),
-                             seed=1, start=len(first.rounds))
-    drive_rounds(repair)
-    loc = L.localise(samples)
-    named = loc.named()
-    want = ([slow_node], [link] if link is not None else [])
-    if n >= 4 and (sorted(named[0]), sorted(named[1])) != (sorted(want[0]), sorted(want[1])):
-        raise BenchError(f"localisation named {named}, planted {want}")
-    groups = P.group_rounds(list(loc.passed), start=len(first.rounds) + len(repair))
-    drive_rounds(groups)
+    script = (Script()
+              .on(lambda c: "nccl-build" in c, reply=build)
+              .on(lambda c: c.startswith("command -v ib_write_bw"), stdout="perftest=no\n")
+              .on("true")
+              .on(lambda c: "mpirun" in c, reply=mpirun))
+    pool = scripted_pool(default=script)
+    nccltests_archive = nccltests.source_archive(fleet_step.engines.nccl_params(params),
+                                                 run.dir / ".staging")
+    if nccltests_archive is not None:
+        raise BenchError("the suite's nccl-tests source is a local archive: the scripted "
+                         "build expects the URL source")
+    out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
+    codes = {f.code for f in out.findings}
+    named_nodes = sorted(f.node or "" for f in out.findings if f.code == "FLEET_SUSPECT_NODE")
+    named_links = sorted(sorted(f.details["link"]) for f in out.findings
+                         if f.code == "FLEET_SUSPECT_LINK")
+    want = ([slow_node], [sorted(link)] if link is not None else [])
+    if n >= 4 and (named_nodes, named_links) != want:
+        raise BenchError(f"localisation named nodes {named_nodes} and links {named_links}, "
+                         f"planted {want}")
+    if "FLEET_GROUPS" not in codes:
+        raise BenchError(f"no groups ran: {sorted(codes)}")
+    (pf,) = out.providers
+    # the nccl-tests engine writes no rank times (the torch engine's whole-fleet job
+    # does): the straggler analysis of an N-rank document is measured beside the step
     times = S.load_rank_times(json.dumps(rank_times(n, late=n // 2)))
     late = [r.rank for r in S.stragglers(times).stragglers]
     if late != [n // 2]:
         raise BenchError(f"stragglers {late}, planted rank {n // 2}")
-    return {"units": counts["jobs"], "records": counts["measurements"],
-            "rounds": len(first.rounds) + len(repair) + len(groups)}
+    return {"units": builds["jobs"], "records": 6 * sum(len(j.busbw) for j in pf.jobs),
+            "rounds": len(pf.executed)}
 
 
 def rank_times(world: int, late: int, iters: int = 20) -> dict[str, Any]:
@@ -383,7 +367,7 @@ def flat_lines(rows: list[Row]) -> list[str]:
     return out
 
 
-def section(rows: list[Row], command: str) -> str:
+def section(rows: list[Row], command: str, repeats: int) -> str:
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     try:
         load = " ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -402,16 +386,22 @@ def section(rows: list[Row], command: str) -> str:
         "No node runs anything: a replay executor (orchestrator.testing.ScriptedExecutor) "
         "answers for every node, so the figures are gpuvet's own work. *preflight* is the "
         "real `gpuvet preflight` in process, every node answering the warm payload command "
-        "with the collect document of the 1 x H200 host. *fleet* is the controller side of "
-        "a fleet run: the pairs plan, every pair job a unit of the step driver (mpirun "
-        "command built, nccl-tests log of 16 MiB to 1 GiB streamed to disk, parsed, "
+        "with the collect document of the 1 x H200 host. *fleet* is the real "
+        "fleet step (run_fleet, nccl-tests engine, `--plan groups`) over a scripted pool: "
+        "the nccl-tests build answered as cached, every pair and group job the step's own "
+        "(mpirun command built, nccl-tests log of 16 MiB to 1 GiB streamed to disk, parsed, "
         "busbw/algbw/time recorded), localisation, re-pairs, groups of 4/8/16 and the whole "
-        "fleet, and the stragglers of an N-rank barrier record; one node and one link are "
+        "fleet, the verdict; plus the stragglers of an N-rank barrier record (the nccl-tests "
+        "engine writes none); one node and one link are "
         "planted slow and must be the ones named. Each row is a fresh interpreter "
         "(interpreter start-up and imports outside the wall time; peak RSS its own). "
-        "*Records* are the findings (preflight) or measurements (fleet) written. Every part "
-        "and size ran `--repeats` times, interleaved; the fastest run is shown (the other load "
-        "on a shared machine only adds time), peak RSS and threads are the largest seen.",
+        "*Records* are the findings (preflight) or measurements (fleet) written. "
+        + ("Every part and size ran once (`--repeats 1`) on a shared, loaded machine: the "
+           "figures include whatever else it was running, so they are upper bounds."
+           if repeats == 1 else
+           f"Every part and size ran {repeats} times, interleaved; the fastest run is shown "
+           "(the other load on a shared machine only adds time), peak RSS and threads are "
+           "the largest seen."),
         "",
         table(rows),
         "",
@@ -502,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     print("\n".join(flat_lines(rows)))
     if args.out:
-        _replace(args.out, section(rows, shlex.join(shown)))
+        _replace(args.out, section(rows, shlex.join(shown), args.repeats))
         print(f"wrote {args.out}", file=sys.stderr)
     missed = [r for r in rows if met(r) is False]
     growing = [p for p, s in slopes(rows).items() if s is not None and s[1] > FLAT]
