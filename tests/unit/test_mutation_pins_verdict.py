@@ -388,3 +388,6 @@ def test_run_verdicts_is_each_runs_worst_finding() -> None:
                                   "e": "PASS"}
     df = pd.DataFrame([{"run_id": "a", "severity": s} for s in ("WARN", "FAIL", "WARN")])
     assert V.run_verdicts(df) == {"a": "FAIL"}
+    # a PASS or INFO before the WARN ranks below it, whatever the order
+    df = pd.DataFrame([{"run_id": "a", "severity": s} for s in ("PASS", "INFO", "WARN")])
+    assert V.run_verdicts(df) == {"a": "WARN"}
