@@ -8,12 +8,17 @@ by hand here, so the verdict logic is pinned apart from the statistics
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
+
+import pandas as pd
+import pytest
 
 from orchestrator.analysis import regress as R
 from orchestrator.analysis.baseline import BaselineSource, MachineClass, Sample, SeriesKey
 from orchestrator.analysis.significance import Comparison, Settings
 from orchestrator.bands import Band
+from orchestrator.errors import UsageError
 
 BUS = SeriesKey("p", "single", "nccl-tests", "busbw", 1 << 30, "single")
 BUS2 = SeriesKey("p", "single", "nccl-tests", "busbw", 2 << 30, "single")
@@ -262,3 +267,38 @@ def test_as_json_whole() -> None:
                    "base_mean": None, "cur_mean": None, "change": 0.0, "ci_low": None,
                    "ci_high": None, "p": None, "q": 0.5, "mde": None, "mde_stat": None}],
     }
+
+
+def _runs(monkeypatch: pytest.MonkeyPatch, rows: list[tuple[str, list[str]]]) -> None:
+    df = pd.DataFrame([{"run_id": r, "providers": ps, "status": "passed",
+                        "started": "2026-01-02T00:00:00Z"} for r, ps in rows])
+    monkeypatch.setattr(R.frames, "runs", lambda root: df)
+
+
+def test_evaluate_refuses_unknown_runs_and_providers_in_words(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _runs(monkeypatch, [("r1", ["lab", "zed"]), ("r2", ["lab"]), ("r3", [])])
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path, "r9")
+    assert (e.value.what, e.value.hint) == (f"no run r9 under {tmp_path}",
+                                            f"see `gpuvet runs --results {tmp_path}`")
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path, "r1", ["lab", "x", "y"])
+    assert e.value.what == "run r1 has no provider x, y (it has lab, zed)"
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path, "r3", ["x"])
+    assert e.value.what == "run r3 has no provider x (it has none)"
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path, None, ["x", "zed", "y"])
+    assert e.value.what == f"no runs of provider x, y under {tmp_path} (providers: lab, zed)"
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path, "r3")
+    assert e.value.what == f"no runs under {tmp_path} to judge"
+    _runs(monkeypatch, [("r3", [])])
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path, None, ["x"])
+    assert e.value.what == f"no runs of provider x under {tmp_path}"
+    with pytest.raises(UsageError) as e:
+        R.evaluate(tmp_path)
+    assert e.value.what == f"no runs under {tmp_path} to judge"
+
