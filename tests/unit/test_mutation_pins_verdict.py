@@ -135,6 +135,10 @@ def test_mig_lists_every_node_with_its_own_evidence() -> None:
         ("r/nodes/n1/preflight/raw/query_gpu.txt", "s/nodes/n2/preflight/raw/query_gpu.txt"))
     v = V.provider_verdict("p", GOOD, _ms(*_three()), _env(("r", "p", "n1", "ecc", "on")))
     assert _one(v, "MIG as ordered")[0] == "missing"
+    two = [_f("MIG_ENABLED", "FAIL"), _f("MIG_ENABLED", "FAIL", node="n2", ev=("n2.txt",))]
+    v = V.provider_verdict("p", GOOD + two, _ms(*_three()), env)
+    assert _one(v, "MIG as ordered") == (
+        "no-go", "n1: MIG_ENABLED said so; n2: MIG_ENABLED said so", (*EV, "r/n2.txt"))
     v = V.provider_verdict("p", GOOD + [_f("MIG_ENABLED", "WARN")], _ms(*_three()), ENV)
     assert _one(v, "MIG as ordered")[0] == "ok"  # only a FAIL of MIG_ENABLED is no-go
 
