@@ -280,6 +280,12 @@ def test_one_gpu_is_not_applicable_only_with_its_evidence() -> None:
                            EMPTY, ENV)
     assert _one(v, "NCCL stable over three rounds") == (
         "missing", "no nccl-tests busbw measured", ())
+    two = [na, _f("NCCL_NOT_APPLICABLE", "INFO", "nccl", node="n2", msg="one GPU here too",
+                  ev=("n2.txt",))]
+    v = V.provider_verdict("p", fs + two, EMPTY, ENV)
+    assert _one(v, "NCCL stable over three rounds") == (
+        "not applicable", "n1: one GPU: nothing to all-reduce; n2: one GPU here too",
+        (*EV, "r/n2.txt"))
     # measured rows win over a not-applicable finding
     v = V.provider_verdict("p", fs + [na], _ms(*_three()), ENV)
     assert _one(v, "NCCL stable over three rounds")[0] == "missing"
