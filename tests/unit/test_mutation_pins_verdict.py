@@ -401,3 +401,26 @@ def test_run_verdicts_is_each_runs_worst_finding() -> None:
     # a PASS or INFO before the WARN ranks below it, whatever the order
     df = pd.DataFrame([{"run_id": "a", "severity": s} for s in ("PASS", "INFO", "WARN")])
     assert V.run_verdicts(df) == {"a": "WARN"}
+
+
+def test_every_line_joins_two_findings_with_a_semicolon() -> None:
+    def two(code: str, sev: str, step: str) -> list[Finding]:
+        return [_f(code, sev, step, msg="one"),
+                _f(code, sev, step, node="n2", msg="two", ev=("n2.txt",))]
+
+    both = (*EV, "r/n2.txt")
+    base = [f for f in GOOD if f.code not in ("NCCL_BUSBW", "TRAIN_REFERENCE",
+                                              "TRAIN_RESTORE_OK", "CKPT_DIR")]
+    ok = base + two("NCCL_BUSBW", "INFO", "nccl") + two("TRAIN_REFERENCE", "INFO", "train") \
+        + two("TRAIN_RESTORE_OK", "PASS", "train") + two("CKPT_DIR", "PASS", "preflight")
+    v = V.provider_verdict("p", ok, _ms(*_three()), ENV)
+    assert v.verdict == "GO"
+    assert _one(v, "NCCL stable over three rounds") == ("ok", "n1: one; n2: two", both)
+    assert _one(v, "the real task ran") == ("ok", "one; two", both)
+    assert _one(v, "checkpoint restored") == ("ok", "one; two", both)
+    assert _one(v, "storage persistent") == ("ok", "one; two", both)
+    bad = GOOD + two("TRAIN_OOM", "FAIL", "train") + two("TRAIN_RESTORE_FAILED", "FAIL", "train") \
+        + two("CKPT_DIR_EPHEMERAL", "WARN", "preflight")
+    v = V.provider_verdict("p", bad, _ms(*_three()), ENV)
+    for check in ("the real task ran", "checkpoint restored", "storage persistent"):
+        assert _one(v, check) == ("no-go", "n1: one; n2: two", both), check
