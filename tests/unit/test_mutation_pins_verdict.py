@@ -363,8 +363,8 @@ def test_probes_are_read_for_the_training_runs_known_by_path_only(tmp_path: Path
         (tmp_path / run / "nodes" / "n1" / "train").mkdir(parents=True)
         (tmp_path / run / "nodes" / "n1" / "train" / "probe.json").write_text("{}")
     fs = [_f("X", step="train", run="s"), _f("X", step="preflight", run="t"),
-          _f("X", step="train", run="r"), _f("X", step="train", run="s"),
-          _f("X", step="train", run="u")]
+          _f("X", step="train", run="u"), _f("X", step="train", run="r"),
+          _f("X", step="train", run="s")]
     paths = {k: tmp_path / k for k in ("r", "s", "t")}
     assert V.train_probes(fs, paths) == ["s/nodes/n1/train/probe.json",
                                          "r/nodes/n1/train/probe.json"]
