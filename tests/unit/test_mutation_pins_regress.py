@@ -302,3 +302,66 @@ def test_evaluate_refuses_unknown_runs_and_providers_in_words(
         R.evaluate(tmp_path)
     assert e.value.what == f"no runs under {tmp_path} to judge"
 
+
+
+def _hist_row(run: str, value: float, *, scope: str = "single", size: int = 1 << 30,
+              span: str = "single", suite: str = "s1", nodes: str = "n1") -> dict[str, Any]:
+    return {"run_id": run, "provider": "p", "scope": scope, "engine": "nccl-tests",
+            "metric": "busbw", "size_key": size, "span": span, "value": value,
+            "node": "n1" if span == "single" else None, "suite_hash": suite, "nodes": nodes}
+
+
+def test_shifts_of_the_judged_series_over_the_history_in_its_order() -> None:
+    runs = [f"r{i * 5 % 12:02}" for i in range(12)]  # ids that do not sort in time order
+    wiggle = (0.2, -0.2, 0.1, -0.1)
+    rows = []
+    for i, r in enumerate(runs):
+        w = wiggle[i % 4]
+        rows.append(_hist_row(r, (100.0 if i < 8 else 80.0) + w))
+        rows.append(_hist_row(r, 100.0 + w, size=2 << 30) if i < 8 else
+                    _hist_row(r, 98.5 + w, size=2 << 30))
+        rows.append(_hist_row(r, 500.0 + w, suite="other"))  # another suite: left out
+        if i < 11:  # a series the judged run does not have: never shown
+            rows.append(_hist_row(r, (50.0 if i < 6 else 25.0) + w, scope="multi",
+                                  span="multi"))
+    df = pd.DataFrame(rows[::-1])  # stored order is not the history's order
+    started = {r: f"2026-01-{i + 1:02}T00:00:00Z" for i, r in enumerate(runs)}
+    del started[runs[8]]
+    out = R._shifts(df, runs[11], runs, "s1", started, 0.03)
+    assert [(s.key, s.run_id, s.started, s.runs) for s in out] == [(BUS, runs[8], "", 12)]
+    (s,) = out
+    assert s.before == pytest.approx(100.0, abs=0.1) and s.after == pytest.approx(80.0, abs=0.1)
+    assert s.change == pytest.approx(-0.2, abs=0.002)
+    # the minimum effect is passed on: without it the 1.5% step is a change point too
+    assert {x.key.size for x in R._shifts(df, runs[11], runs, "s1", started, 0.0)} == {
+        1 << 30, 2 << 30}
+    started[runs[8]] = "t8"
+    assert R._shifts(df, runs[11], runs, "s1", started, 0.03)[0].started == "t8"
+
+
+def test_bands_are_looked_up_per_key_with_the_runs_node_count(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    calls: list[tuple[Any, ...]] = []
+    band = (BAND, "shipped")
+
+    def band_for(root: Path, run_id: str, provider: str, key: SeriesKey,
+                 machine: MachineClass, nodes: int) -> tuple[Band, str] | None:
+        calls.append((root, run_id, provider, key.scope, key.size, machine, nodes))
+        return None if key.size == 4 << 30 else band
+
+    monkeypatch.setattr(R, "band_for", band_for)
+    multi = SeriesKey("p", "multi", "nccl-tests", "busbw", 1 << 30, "multi")
+    none = SeriesKey("p", "multi", "nccl-tests", "busbw", 4 << 30, "multi")
+    df = pd.DataFrame([_hist_row("r2", 1.0, scope="multi", span="multi", nodes="n1,n2,n3"),
+                       _hist_row("r2", 1.0, scope="multi", span="multi", nodes="n1,n2"),
+                       _hist_row("r1", 1.0, scope="multi", span="multi", nodes="a,b,c,d"),
+                       _hist_row("r2", 1.0, scope="single", nodes="a,b,c,d,e")])
+    m = MachineClass("H200", 8)
+    got = R._bands(tmp_path, "r2", "p", {BUS, multi, none}, m, df)
+    assert got == {BUS: band, multi: band}
+    assert sorted(calls, key=lambda c: (c[3], c[4])) == [
+        (tmp_path, "r2", "p", "multi", 1 << 30, m, 3), (tmp_path, "r2", "p", "multi", 4 << 30, m, 3),
+        (tmp_path, "r2", "p", "single", 1 << 30, m, 1)]
+    calls.clear()
+    R._bands(tmp_path, "r9", "p", {multi}, m, df)  # no rows of the run: one node
+    assert [c[-1] for c in calls] == [1]
