@@ -213,3 +213,66 @@ def test_train_value() -> None:
     assert B.train_value(ms, "p", "x_bytes", "max") == 3.0
     assert B.train_value(ms, "p", "other") is None
     assert B.train_value(pd.DataFrame(), "p", "m") is None
+
+
+def test_the_refusals_say_what_to_do() -> None:
+    with pytest.raises(UsageError) as e:
+        B.Override(hours=-1.5)
+    assert (e.value.what, e.value.hint) == ("--hours -1.5 is negative", "give the hours billed")
+    with pytest.raises(UsageError) as e:
+        B.Override(window=(_t(2), _t(1)))
+    assert (e.value.what, e.value.hint) == (
+        f"--window {_t(2)}/{_t(1)} ends before it starts", "--window START/END, START first")
+    with pytest.raises(UsageError) as e:
+        B.parse_window("a/b/c")
+    assert (e.value.what, e.value.hint) == (
+        "--window 'a/b/c' is not START/END",
+        "e.g. --window 2026-01-02T08:00:00Z/2026-01-02T11:30:00Z")
+
+
+INVENTORY = """
+providers:
+  p:
+    pricing: {gpu_hour: 2.0, currency: EUR, billing_granularity: hour, node_month: 800}
+  q:
+    nodes: []
+"""
+
+
+def test_costs_of_every_window_and_the_unit_cost(tmp_path: Path) -> None:
+    runs = [dict(r, path=str(tmp_path / r["run_id"])) for r in RUNS]
+    (tmp_path / "r5").mkdir()
+    (tmp_path / "r5" / "inventory.yaml").write_text(INVENTORY)
+    sel = _sel(["r3", "r5"], runs)
+    env = pd.DataFrame([{"provider": pr, "node": n, "key": k, "value": v}
+                        for pr, n, k, v in [("p", "n1", "gpu_count", "8"),
+                                            ("p", "n2", "gpu_count", "8"),
+                                            ("p", "n1", "gpu_model", "NVIDIA H200"),
+                                            ("p", "n2", "gpu_model", "NVIDIA H200"),
+                                            ("q", "m1", "gpu_count", "4")]])
+    ms = pd.DataFrame([_tm("p", "tokens_per_s_per_gpu", 1000.0),
+                       _tm("p", "tokens_per_s_per_gpu", 3000.0),
+                       _tm("p", "ckpt_size_bytes", 2e9), _tm("p", "ckpt_size_bytes", 4e9)])
+    ov = B.Override(billed_since=_t(7))
+    pocs, units = B.costs_of(sel, ms, env, {}, None, "-i", ov)
+    assert [(c.provider, c.gpus, c.window.name, c.window.hours, c.currency) for c in pocs] == [
+        ("p", 16, "gpuvet's steps", 2.75, "EUR"), ("p", 16, "billed since", 4.0, "EUR")]
+    assert [c.compute for c in pocs] == [2.0 * 16 * 2, 2.0 * 16 * 3]
+    (u,) = units
+    assert (u.provider, u.currency, u.per_job_hour, u.per_gpu_month, u.gpu_model) == (
+        "p", "EUR", 32.0, 100.0, "NVIDIA H200")
+    assert u.per_1m_tokens == pytest.approx(2.0 / 3600 * 1e6 / 2000.0)
+    # the file given with -i wins over the run's copy; a provider without pricing: no price
+    pocs, units = B.costs_of(sel, ms, env, {}, INVENTORY.replace("2.0", "3.0"), "inv.yaml",
+                             ov)
+    assert pocs[0].compute == 3.0 * 16 * 2
+    assert B.pricing(sel, "p", None, "-i")[1] == "the inventory copy of run r5"
+    assert B.pricing(sel, "p", "providers: {}", "inv.yaml") == (None, "inv.yaml")
+    pr, where = B.pricing(sel, "p", INVENTORY, "inv.yaml")
+    assert where == "inv.yaml" and pr is not None and pr.gpu_hour == 2.0
+    # two GPU models or per-node counts: no single one for the unit cost
+    env2 = pd.concat([env, pd.DataFrame([{"provider": "p", "node": "n3", "key": k, "value": v}
+                                         for k, v in (("gpu_count", "4"),
+                                                      ("gpu_model", "NVIDIA H100"))])])
+    _, (u2,) = B.costs_of(sel, ms, env2, {}, None, "-i", ov)
+    assert u2.gpu_model is None and u2.per_gpu_month is None and u2.per_job_hour == 40.0
