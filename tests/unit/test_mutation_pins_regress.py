@@ -365,3 +365,22 @@ def test_bands_are_looked_up_per_key_with_the_runs_node_count(
     calls.clear()
     R._bands(tmp_path, "r9", "p", {multi}, m, df)  # no rows of the run: one node
     assert [c[-1] for c in calls] == [1]
+
+
+def test_a_provider_with_nothing_measured_is_not_enough_data_in_words(tmp_path: Path) -> None:
+    from tests.bench.regress_bench import make_history, write_run
+
+    root = tmp_path / "results"
+    make_history(root, 2, rounds=2)
+    empty = write_run(root, 5, "zed", {})
+    ev = R.evaluate(root)
+    assert [p.provider for p in ev.providers] == ["lab", "zed"]
+    zed = ev.providers[1]
+    assert (zed.provider, zed.run_id, zed.source, zed.shifts, zed.bands) == (
+        "zed", None, None, [], {})
+    assert zed.verdict == R.ProviderVerdict("zed", "NOT ENOUGH DATA", "none", (),
+                                            "no measured run of this provider")
+    (zed,) = R.evaluate(root, empty, ["zed"]).providers
+    assert (zed.run_id, zed.source) == (empty, None)
+    assert zed.verdict == R.ProviderVerdict("zed", "NOT ENOUGH DATA", "none", (),
+                                            "no comparable measurements in this run")
