@@ -384,3 +384,39 @@ def test_a_provider_with_nothing_measured_is_not_enough_data_in_words(tmp_path: 
     assert (zed.run_id, zed.source) == (empty, None)
     assert zed.verdict == R.ProviderVerdict("zed", "NOT ENOUGH DATA", "none", (),
                                             "no comparable measurements in this run")
+
+
+def test_the_worst_series_weighs_each_metrics_direction() -> None:
+    odd = SeriesKey("p", "single", "nccl-tests", "odd", -1, "single")
+    rows = [_row(BUS, None, _c("REGRESSED", -0.25)), _row(STEP, None, _c("REGRESSED", 0.375))]
+    assert R.provider_verdict("p", rows).summary.endswith("worst step_time_s train multi +37.5%")
+    rows = [_row(odd, None, _c("REGRESSED", -0.2)), _row(BUS, None, _c("REGRESSED", -0.3))]
+    assert R.provider_verdict("p", rows).summary.endswith("worst busbw single 1 GiB -30.0%")
+
+
+def test_lone_nodes_of_several_series_are_all_named() -> None:
+    rows = [_row(BUS, None, _c("UNCHANGED")), _row(BUS, "n1", _c("REGRESSED", -0.25)),
+            _row(BUS, "n2", _c("UNCHANGED")),
+            _row(BUS2, None, _c("UNCHANGED")), _row(BUS2, "n1", _c("UNCHANGED")),
+            _row(BUS2, "n2", _c("REGRESSED", -0.125))]
+    pv = R.provider_verdict("p", rows)
+    assert (pv.attribution, pv.nodes) == ("node", ("n1", "n2"))
+    assert pv.summary.startswith("nodes n1, n2 regressed alone")
+    assert pv.summary.endswith("worst n1 busbw single 1 GiB -25.0%")
+
+
+def test_judge_gives_each_node_its_own_samples_and_the_settings() -> None:
+    base = [_s(BUS, v, n, "b") for v in (100.0, 101.0, 99.0) for n in ("n1", "n2")]
+    cur = [_s(BUS, v, "n1") for v in (100.0, 100.5, 99.5)] + [_s(BUS, 100.0, "n2")] * 2
+    rep = R.judge("cur", cur, base)
+    assert [(r.node, r.result.n_cur) for r in rep.rows] == [(None, 5), ("n1", 3), ("n2", 2)]
+    base = [_s(STEP, v, None, "b") for v in (1.0, 1.01, 0.99, 1.0, 1.01, 0.99)]
+    slower = [_s(STEP, v, None) for v in (1.5, 1.51, 1.49)]
+    rep = R.judge("cur", slower, base, Settings(test="welch", min_effect=0.6))
+    assert rep.rows[0].result.verdict == "UNCHANGED"
+    assert "at least 60%" in rep.providers[0].summary
+    odd = SeriesKey("p", "single", "nccl-tests", "odd", -1, "single")
+    rep = R.judge("cur", [_s(odd, v, None) for v in (0.5, 0.51, 0.49)],
+                  [_s(odd, v, None, "b") for v in (1.0, 1.01, 0.99, 1.0, 1.01, 0.99)],
+                  Settings(test="welch"))
+    assert rep.rows[0].result.verdict == "REGRESSED"  # no direction known: higher is better
