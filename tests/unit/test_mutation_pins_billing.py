@@ -233,7 +233,8 @@ def test_the_refusals_say_what_to_do() -> None:
 INVENTORY = """
 providers:
   p:
-    pricing: {gpu_hour: 2.0, currency: EUR, billing_granularity: hour, node_month: 800}
+    pricing: {gpu_hour: 2.0, currency: EUR, billing_granularity: hour, node_month: 800,
+              storage_gb_month: 1.0, billed_since: "2026-01-02T05:00:00Z"}
   q:
     nodes: []
 """
@@ -258,6 +259,14 @@ def test_costs_of_every_window_and_the_unit_cost(tmp_path: Path) -> None:
     assert [(c.provider, c.gpus, c.window.name, c.window.hours, c.currency) for c in pocs] == [
         ("p", 16, "gpuvet's steps", 2.75, "EUR"), ("p", 16, "billed since", 4.0, "EUR")]
     assert [c.compute for c in pocs] == [2.0 * 16 * 2, 2.0 * 16 * 3]
+    # the largest checkpoint kept over each window
+    assert [c.storage.amount for c in pocs] == [pytest.approx(4 * 2.75 / 730),
+                                                 pytest.approx(4 * 4.0 / 730)]
+    # without --billed-since the pricing's own start is the billed window's
+    pocs_p, _ = B.costs_of(sel, ms, env, {}, None)
+    assert [(c.window.name, c.window.hours) for c in pocs_p] == [
+        ("gpuvet's steps", 2.75), ("billed since", 6.0)]
+    assert pocs_p[1].window.source.startswith("pricing.billed_since: 2026-01-02T05:00:00Z")
     (u,) = units
     assert (u.provider, u.currency, u.per_job_hour, u.per_gpu_month, u.gpu_model) == (
         "p", "EUR", 32.0, 100.0, "NVIDIA H200")
