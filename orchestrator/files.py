@@ -18,12 +18,14 @@ import os
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from orchestrator.errors import StoreError, UsageError, shown
+from payload.scrub import scrub_text
 
 R = TypeVar("R", bound=BaseModel)
 
@@ -71,9 +73,38 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def scrub_in_place(path: Path) -> None:
+    """A node's output streamed to `path` as it arrived, scrubbed once it is complete
+    (`payload.scrub`, the scrubber of everything gpuvet stores): rewritten, atomically,
+    only where a secret was found."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise store_error(exc, path) from exc
+    text = data.decode("utf-8", errors="replace")
+    clean = scrub_text(text)
+    if clean != text:
+        atomic_write(path, clean, durable=False)
+
+
+_warn_sink: Callable[[str], None] | None = None
+
+
+def set_warn_sink(sink: Callable[[str], None] | None) -> None:
+    """Where warnings go: the CLI hands its stderr console, which escapes control
+    characters (a warning may name a file or a value from a node)."""
+    global _warn_sink
+    _warn_sink = sink
+
+
 def warn(message: str) -> None:
     """Store problems that do not stop the work (a torn line, a stale index)."""
-    print(f"warning: {message}", file=sys.stderr)
+    if _warn_sink is not None:
+        _warn_sink(f"warning: {message}")
+    else:
+        print(f"warning: {message}", file=sys.stderr)
 
 
 # --- JSONL: the record ----------------------------------------------------------------

@@ -163,7 +163,10 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                  torch: bool = False, train: bool | None = None, health: bool = True,
                  fleet: bool | None = None,
                  last: int = 10, min_size: int = 16 << 20) -> Outcome:
-    """The steps through their library functions, one after the other, then the verdict."""
+    """The steps through their library functions, one after the other, then the verdict.
+
+    A resumed run goes through the same sequence: each step keeps the units it finished
+    and runs the rest (its own resume), and the verdict is judged anew."""
     def shown(step: str) -> ProgressHook | None:  # one display: each line says its step
         if progress is None:
             return None
@@ -234,6 +237,8 @@ def judge(run: Run, settings: Settings, *, last: int, min_size: int
           ) -> tuple[Evaluation, list[Finding]]:
     """Regress this run against its baseline; the verdicts become findings of the run,
     with the whole evaluation as their evidence."""
+    if any(f.step == STEP for f in run.findings()):  # a resumed run's verdict, judged anew
+        run.retract(keep_units=set(), step=STEP)
     ev = regress.evaluate(run.root, run.run_id, settings=settings, last=last, min_size=min_size)
     doc = run.dir / "regress.json"
     write_json(doc, regress.as_json(ev))

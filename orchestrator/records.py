@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from payload.scrub import scrub_doc, scrub_text
+
 Severity = Literal["PASS", "WARN", "FAIL", "INFO"]
 SEVERITY_ORDER = {"PASS": 0, "INFO": 0, "WARN": 1, "FAIL": 2}
 FindingScope = Literal["node", "provider"]
@@ -62,10 +64,13 @@ class Finding(_Record):
 def finding(run_id: str, step: str, *, provider: str, node: str | None, code: str,
             severity: Severity, message: str, evidence: Iterable[str] = (),
             stage: Stage | None = None, unit_key: str | None = None, **details: Any) -> Finding:
-    """The one constructor: `node=None` makes a provider-wide finding."""
+    """The one constructor: `node=None` makes a provider-wide finding. Its message and
+    details may quote a node's output or a user's command: scrubbed like every text
+    gpuvet stores."""
     return Finding(run_id=run_id, scope="node" if node is not None else "provider", node=node,
-                   provider=provider, step=step, code=code, severity=severity, message=message,
-                   evidence=list(evidence), details=details, stage=stage, unit_key=unit_key)
+                   provider=provider, step=step, code=code, severity=severity,
+                   message=scrub_text(message), evidence=list(evidence),
+                   details=scrub_doc(details), stage=stage, unit_key=unit_key)
 
 
 class Measurement(_Record):

@@ -1,12 +1,37 @@
-"""Human-readable rendering of parser facts for `gpuvet parse`."""
+"""What reaches a terminal: text from users and nodes made inert (`terminal_text`), and
+parser facts rendered for `gpuvet parse`."""
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help stays light
+    from pydantic import BaseModel
+
+# C0 controls but tab and newline (ESC starts ANSI CSI and OSC sequences, BEL ends an
+# OSC title), DEL, the C1 controls (0x9b is a one-byte CSI), the Unicode bidi
+# controls that reorder what a line appears to say; and lone surrogates (a file name's
+# bytes that are not UTF-8, as Python reads them), which no terminal can be sent
+_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e"
+                         "\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    if 0xDC80 <= c <= 0xDCFF:  # surrogateescape: the byte it stands for
+        return f"\\x{c - 0xDC00:02x}"
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def terminal_text(text: str) -> str:
+    """Text as it may be shown on a terminal: every control character written out as
+    `\\x1b`, `\\x07`, `\\u202e`, so an escape sequence in an inventory value, a file name
+    or a node's output is seen, never obeyed. Tabs and line breaks stay."""
+    return _CONTROL_RE.sub(_escape, text) if _CONTROL_RE.search(text) else text
 
 
 def _scalar(v: Any) -> str:
@@ -14,7 +39,7 @@ def _scalar(v: Any) -> str:
         return "-"
     if isinstance(v, float):
         return f"{v:g}"
-    return str(v)
+    return terminal_text(str(v))
 
 
 def _flat(row: dict[str, Any]) -> dict[str, Any] | None:
@@ -67,7 +92,7 @@ def _render(console: Console, data: Any, indent: str) -> None:
                 table.add_row(*(_scalar(row.get(c)) for c in cols))
             console.print(table)
         elif isinstance(value, dict):
-            console.print(f"{indent}{key}:", markup=False)
+            console.print(f"{indent}{terminal_text(str(key))}:", markup=False)
             _render(console, value, indent + "  ")
         elif isinstance(value, list):
             console.print(f"{indent}{key}: ({len(value)})", markup=False)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
-import io
 import json
 import os
 import re
@@ -35,10 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from ruamel.yaml import YAML
 
 from orchestrator import __version__
-from orchestrator.errors import GpuvetError, StoreError, Terminated, UsageError, shown
+from orchestrator.errors import GpuvetError, InventoryError, StoreError, Terminated, UsageError, shown
 from orchestrator.files import (
     append_lines,
     atomic_write,
@@ -51,9 +49,9 @@ from orchestrator.files import (
     write_json,
 )
 from orchestrator.index import SCHEMA_VERSION, Index, RunMeta, Status, baseline_sets
-from orchestrator.inventory import checked_name
+from orchestrator.inventory import checked_name, scrubbed_copy
 from orchestrator.records import Finding, Measurement, unit_folder
-from payload.scrub import redact_value, scrub_text
+from payload.scrub import scrub_doc, scrub_lines
 
 DEFAULT_ROOT = Path("results")
 _CHUNK = 2_000  # records serialised and written at a time
@@ -168,34 +166,103 @@ class DamagedRunFile(UsageError):
 
 
 def _inventory_copy(path: Path) -> str:
-    """The inventory as it was, with every `env` value scrubbed the way collect.json is.
-
-    The values (tokens, passwords, PEM keys handed to nodes) are replaced in place, so
-    the copy keeps the file's layout, comments and line numbers."""
-    text = path.read_text(encoding="utf-8", errors="replace")
-    yaml = YAML()  # round trip: comments and layout stay
+    """The inventory as it was, secrets scrubbed (`inventory.scrubbed_copy`: layout,
+    comments and line numbers kept). A file the inventory reader refuses (it was read
+    before the run began; this is belt and braces) is kept line by line, scrubbed."""
     try:
-        doc = yaml.load(text)
-    except Exception:  # the inventory loaded before; this is only belt and braces
-        return scrub_text(text)
+        return scrubbed_copy(path)
+    except InventoryError:
+        return scrub_lines(path.read_text(encoding="utf-8", errors="replace"), yaml_pairs=True)
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "env" and isinstance(value, dict):
-                    for name in list(value):
-                        value[name] = redact_value(str(name), None if value[name] is None
-                                                   else str(value[name]))
-                else:
-                    walk(value)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
 
-    walk(doc)
-    buf = io.StringIO()
-    yaml.dump(doc, buf)
-    return scrub_text(buf.getvalue())
+def proc_start(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (field 22 of /proc/PID/stat);
+    None when there is no such process. With the pid it names one process: a pid is
+    reused once its process is gone, a start time is not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes().decode("ascii", "replace")
+        return int(stat[stat.rfind(")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _holder(text: str) -> dict[str, Any] | None:
+    """Who a run's lock file names: {"pid", "host", "start"} (a lock written by an older
+    gpuvet says "pid N on HOST", without a start time)."""
+    try:
+        doc = json.loads(text)
+        if isinstance(doc, dict) and isinstance(doc.get("pid"), int):
+            return doc
+    except ValueError:
+        m = re.fullmatch(r"pid (\d+) on (\S+)", text.strip())
+        if m:
+            return {"pid": int(m.group(1)), "host": m.group(2), "start": None}
+    return None
+
+
+def _lock_free(path: Path) -> bool:
+    """Nobody holds the flock of `path` (the kernel drops a flock when its holder dies,
+    however it dies)."""
+    try:
+        with path.open("r") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            return True
+    except OSError:
+        return False
+
+
+def holder_gone(run_dir: Path, meta: RunMeta) -> bool:
+    """A "running" run whose process is gone (killed with SIGKILL, the machine rebooted):
+    its lock is free and the process it names no longer runs, or its pid now belongs to
+    another process. A run of another host cannot be checked from here: never gone."""
+    lock = run_dir / ".lock"
+    try:
+        found = _holder(lock.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        found = None
+    if found is None:  # created, not yet locked: the creator's pid from run.json
+        found = {"pid": meta.pid, "host": meta.host, "start": None}
+    if found.get("pid") is None or found.get("host") != os.uname().nodename:
+        return False
+    if lock.exists() and not _lock_free(lock):
+        return False
+    start = proc_start(int(found["pid"]))
+    return start is None or (found.get("start") is not None and start != found["start"])
+
+
+def reap_stale(root: Path) -> list[str]:
+    """Runs left "running" by a process that is gone are marked "interrupted", so that
+    `runs` says so and `--resume` takes them up. Returns their ids."""
+    if not (root / "index.sqlite").is_file():
+        return []
+    try:
+        running = [m for m in Index(root).runs() if m.status == "running"]
+    except (sqlite3.Error, GpuvetError, ValidationError):
+        return []  # an index that cannot be read is reported by whoever reads it next
+    out = []
+    for m in running:
+        try:
+            run = Run.open(root, m.run_id)
+        except GpuvetError:
+            continue
+        if run.meta.status != "running" or not holder_gone(run.dir, run.meta):
+            continue
+        run.meta.status = "interrupted"
+        try:
+            run.save_meta()
+        except GpuvetError as exc:  # a full results disk: list the runs all the same
+            warn(f"run {m.run_id} ({run.meta.command}) was left running by a process that is "
+                 f"gone, but could not be marked interrupted: {exc.what}")
+            continue
+        warn(f"run {m.run_id} ({run.meta.command}) was left running by a process that is "
+             f"gone: marked interrupted; resume it with `gpuvet {run.meta.command} --resume "
+             f"{m.run_id}`")
+        out.append(m.run_id)
+    return out
 
 
 class Run:
@@ -221,6 +288,7 @@ class Run:
     def create(cls, root: Path, *, command: str, suite_hash: str, suite: dict[str, Any],
                inventory_path: Path | None, providers: Iterable[str] = (),
                nodes: Iterable[str] = (), source: dict[str, Any] | None = None) -> Run:
+        reap_stale(root)
         run = cls(root, new_run_id())
         run.index  # noqa: B018 - a broken index or results root fails before the run exists
         try:
@@ -231,10 +299,12 @@ class Run:
         if inventory_path is not None:
             atomic_write(run.dir / "inventory.yaml", _inventory_copy(inventory_path))
             inv_sha = file_sha256(inventory_path)
+        # the suite and the source are the user's text (a token in a URL, a command's env)
         run.meta = RunMeta(run_id=run.run_id, started=_now(), command=command,
-                           suite_hash=suite_hash, suite=suite, gpuvet_version=__version__,
-                           path=str(run.dir), inventory_sha256=inv_sha,
-                           providers=sorted(set(providers)), nodes=list(nodes), source=source,
+                           suite_hash=suite_hash, suite=scrub_doc(suite),
+                           gpuvet_version=__version__, path=str(run.dir), inventory_sha256=inv_sha,
+                           providers=sorted(set(providers)), nodes=list(nodes),
+                           source=None if source is None else scrub_doc(source),
                            pid=os.getpid(), host=os.uname().nodename)
         run.save_meta()
         return run
@@ -322,13 +392,15 @@ class Run:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
-            holder = f.read().strip() or "another process"
+            found = _holder(f.read())
+            holder = (f"pid {found['pid']} on {found['host']}" if found else "another process")
             f.close()
             raise UsageError(f"run {self.run_id} is in use by {holder}",
                              hint="wait for it to finish, or stop it first") from None
         f.seek(0)
         f.truncate()
-        f.write(f"pid {os.getpid()} on {os.uname().nodename}")
+        f.write(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+                            "start": proc_start(os.getpid())}))
         f.flush()
         try:
             yield self

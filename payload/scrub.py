@@ -13,10 +13,20 @@ Public API:
 - ``scrub_env_list(["K=V", ...])``: the same for a list of ``K=V`` strings.
 - ``scrub_text(text)``: free text with URL passwords, ``NAME=value`` pairs
   whose name looks secret and well-known token shapes replaced by ``***``.
+- ``scrub_lines(text)``: ``scrub_text`` that keeps the number of lines (a
+  file whose line numbers are quoted, such as an inventory copy).
+- ``scrub_doc(obj)``: a JSON-like document (a suite, a run's source, a
+  supervisor's report) with every string scrubbed and the values of
+  secret-looking keys replaced.
+
+Names are read in parts: ``_``-separated and camelCase words, so the keys of
+connection strings (``AccountKey=``, ``SharedAccessKey=``, ``Password=``) and
+of query strings (``sig=``, ``token=``, ``X-Amz-Signature=``) are secret
+wherever such a string appears.
 """
 
 import re
-from typing import Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 REDACTED = "***"
 
@@ -36,6 +46,7 @@ _SECRET_PARTS_EXACT = frozenset(
         "SIGNATURE",
         "OTP",
         "SALT",
+        "SIG",  # an Azure SAS token's signature (sig=...)
     ]
 )
 # ... or anywhere inside a part (GITHUBTOKEN, CLIENTSECRET, DBPASSWORD).
@@ -86,6 +97,7 @@ _BLOB_EXEMPT_NAMES = frozenset(
 _BLOB_EXEMPT_SUFFIXES = ("_PATH", "_HOME", "_DIR", "_ROOT", "_PREFIX", "_FILE", "_VISIBLE_DEVICES")
 
 _SPLIT_RE = re.compile(r"[^A-Z0-9]+")
+_CAMEL_RE = re.compile(r"([a-z0-9])(?=[A-Z])")
 
 
 def is_secret_name(name: str) -> bool:
@@ -93,11 +105,12 @@ def is_secret_name(name: str) -> bool:
 
     Works on the ``_``-separated parts of the name, so NCCL_IB_PKEY (part
     PKEY) and XDG_..._KEYBOARD are not secrets while AWS_ACCESS_KEY_ID,
-    HF_TOKEN, DB_PASSWORD and GITHUB_APIKEY are.
+    HF_TOKEN, DB_PASSWORD and GITHUB_APIKEY are; camelCase words are parts too
+    (AccountKey, SharedAccessKey: the keys of a storage connection string).
     """
-    upper = name.upper()
-    if upper in _SECRET_NAMES:
+    if name.upper() in _SECRET_NAMES:
         return True
+    upper = _CAMEL_RE.sub("\\1_", name).upper()
     for part in _SPLIT_RE.split(upper):
         if not part:
             continue
@@ -111,6 +124,9 @@ def is_secret_name(name: str) -> bool:
 
 # scheme://user:password@host -> scheme://user:***@host
 _URL_PASSWORD_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)([^/\s@]+)(@)")
+# scheme://TOKEN@host (a token as the user name, as git hosts take one) -> scheme://***@host;
+# a user name of fewer than 20 characters stays
+_URL_TOKEN_USER_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://)([^/\s:@]{20,})(@)")
 
 # Well-known token shapes.
 _TOKEN_RES = [
@@ -158,7 +174,8 @@ def _assign_sub(m: "re.Match[str]") -> str:
 def scrub_text(text: str) -> str:
     """Free text with secrets replaced by ``***``.
 
-    Redacts URL passwords (keeping the user), ``NAME=value`` pairs whose name
+    Redacts URL passwords (keeping the user) and tokens given as a URL's user,
+    ``NAME=value`` pairs whose name (connection strings' and query strings' keys too)
     looks secret, ``Bearer <token>``, private-key PEM blocks and well-known
     token shapes (GitHub, GitLab, AWS key ids, Hugging Face, Slack, OpenAI,
     Google, JWT, npm, PyPI, W&B). Everything else is left as it is, so the
@@ -170,6 +187,7 @@ def scrub_text(text: str) -> str:
         text = _PEM_BLOCK_RE.sub("-----BEGIN \\1-----" + REDACTED + "-----END \\1-----", text)
     if "://" in text:
         text = _URL_PASSWORD_RE.sub("\\1" + REDACTED + "\\3", text)
+        text = _URL_TOKEN_USER_RE.sub("\\1" + REDACTED + "\\3", text)
     if "=" in text:
         text = _ASSIGN_RE.sub(_assign_sub, text)
     text = _BEARER_RE.sub("\\1" + REDACTED, text)
@@ -257,3 +275,39 @@ def scrub_env_list(items: Iterable[str]) -> List[str]:
         redacted = redact_value(name, value)
         out.append(name + "=" + (REDACTED if redacted is None else redacted))
     return out
+
+
+# YAML `NAME: value` pairs (block or flow style), for scrub_lines
+_YAML_PAIR_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)(\s*:[ \t]+)(\"[^\"\n]*\"|'[^'\n]*'|"
+                           r"[^\s,{}\[\]#][^,}\]#\n]*)")
+
+
+def _yaml_pair_sub(m: "re.Match[str]") -> str:
+    if not is_secret_name(m.group(1)) or m.group(3).strip().strip("'\"") in ("null", "~", REDACTED):
+        return m.group(0)
+    return m.group(1) + m.group(2) + REDACTED
+
+
+def scrub_lines(text: str, yaml_pairs: bool = False) -> str:
+    """``scrub_text`` without changing the number of lines, for a file kept as written
+    (an inventory copy): a private-key block becomes ``***`` followed by as many line
+    breaks as it held. With ``yaml_pairs`` (a YAML text that could not be read as data)
+    a ``NAME: value`` pair whose name looks secret also keeps its name only."""
+    if "-----BEGIN" in text:
+        text = _PEM_BLOCK_RE.sub(lambda m: REDACTED + "\n" * m.group(0).count("\n"), text)
+    return "".join(scrub_text(_YAML_PAIR_RE.sub(_yaml_pair_sub, line) if yaml_pairs else line)
+                   for line in text.splitlines(True))
+
+
+def scrub_doc(obj: Any) -> Any:
+    """A copy of a JSON-like document fit to store: every string through ``scrub_text``,
+    the string value of a key whose name looks secret replaced by ``***`` (keys are kept;
+    numbers, such as ``tokens_per_s``, stay)."""
+    if isinstance(obj, str):
+        return scrub_text(obj)
+    if isinstance(obj, dict):
+        return {k: (REDACTED if isinstance(v, str) and v and isinstance(k, str)
+                    and is_secret_name(k) else scrub_doc(v)) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrub_doc(v) for v in obj]
+    return obj

@@ -3,7 +3,9 @@
 # (built from a source archive the controller pushes: the host has no network), the
 # training step (the 1b preset, bf16, compiled, the full protocol) and regress, in one run;
 # then the same pipeline interrupted with SIGINT while it trains, to see the run marked
-# interrupted, exit 130, the lock released and no process left behind.
+# interrupted, exit 130, the lock released and no process left behind, and that run
+# finished with `gpuvet pipeline --resume` (the training unit's first attempt left on the
+# node must not be read by the second).
 #
 #   OUT=/tmp/pv NCCL_SOURCE=.snapshots/nccl-tests.tar.gz [STEPS='full interrupt'] \
 #     scripts/gpu-pipeline-validate.sh
@@ -76,8 +78,26 @@ for run in sorted(pathlib.Path(sys.argv[1]).glob("2*")):
           sorted(set(bad)))
 PY
 ls -la "$R" | head; [ -s "$R/pipeline.lock" ] && echo "pipeline.lock: $(cat "$R/pipeline.lock")"
+if [ -n "${id:-}" ]; then
+  t1=$SECONDS
+  "$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" --resume "$id" \
+    -v --json > "$OUT/resumed.json" 2> >(stamp > "$OUT/resumed.stderr")
+  echo "resumed $id rc=$? wall=$((SECONDS - t1)) s" | tee -a "$OUT/steps.txt"
+  "$PY" - "$OUT/resumed.json" <<'PY' | tee -a "$OUT/steps.txt"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as exc:  # the resume's own error is in resumed.stderr
+    print("resumed.json unreadable:", exc)
+    raise SystemExit(0)
+print("resumed:", d.get("status"), d.get("verdict"), d.get("steps"))
+for f in d.get("findings", []):
+    if f["severity"] in ("FAIL", "WARN") or f["code"].startswith("TRAIN_RESTORE"):
+        print(" ", f["severity"], f["code"], (f.get("message") or "")[:150])
+PY
+fi
 "$PY" -m orchestrator pipeline -i "$INV" --suite "$SUITE" --results "$R" --no-train \
   > "$OUT/third.txt" 2>&1
 echo "a third pipeline (--no-train) rc=$? (2 would be the lock still held)" | tee -a "$OUT/steps.txt"
 tar czf "$OUT/results.tar.gz" -C "$OUT" results $(cd "$OUT" && ls pipeline.json \
-  pipeline.stderr interrupted.txt third.txt 2>/dev/null)
+  pipeline.stderr interrupted.txt third.txt resumed.json resumed.stderr 2>/dev/null)

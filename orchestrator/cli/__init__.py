@@ -24,6 +24,7 @@ import click
 from orchestrator import __version__
 from orchestrator.cli._common import ExitCode, Group, State, err
 from orchestrator.errors import GpuvetError, Terminated
+from orchestrator.files import set_warn_sink
 
 GROUPS = (
     "orchestrator.cli.inventory",
@@ -75,6 +76,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except ValueError:  # not the main thread (tests call run() from threads too)
         previous = None
     try:
+        set_warn_sink(err.print)  # warnings too reach the terminal escaped
         root = build()
         if not args:
             err.print("gpuvet: missing command")

@@ -21,6 +21,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from orchestrator.errors import GpuvetError, StoreError, UsageError, shown
+from orchestrator.render import terminal_text
 from orchestrator.verdicts import Table
 
 if TYPE_CHECKING:  # keep `gpuvet --help` free of the executors' imports
@@ -40,10 +41,29 @@ class ExitCode(enum.IntEnum):
 
 # Piped output (logs, CI) gets wide tables instead of rich's 80-column default.
 _WIDTH = None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 160
+
+
+class SafeConsole(Console):
+    """A console that shows text, never obeys it: every string and Text printed goes
+    through `render.terminal_text` (an ESC from an inventory value, a PoC file name or a
+    node's output is shown as `\\x1b`). Tables are built of escaped cells (`render`)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # noqa: A003 - rich's name
+        super().print(*(_inert(o) for o in objects), **kwargs)
+
+
+def _inert(obj: Any) -> Any:
+    if isinstance(obj, str):
+        return terminal_text(obj)
+    if isinstance(obj, Text) and terminal_text(obj.plain) != obj.plain:
+        return Text(terminal_text(obj.plain), style=obj.style)  # its spans would not fit
+    return obj
+
+
 # markup and emoji codes off: values from inventories and nodes ("/data/[x]/y",
 # "node:a: done") are text, never markup or emoji
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH, markup=False, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+out = SafeConsole(highlight=False, soft_wrap=True, width=_WIDTH, markup=False, emoji=False)
+err = SafeConsole(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 STYLE = {"PASS": "green", "INFO": "cyan", "WARN": "yellow", "FAIL": "bold red",
          "REGRESSED": "bold red", "IMPROVED": "green", "UNCHANGED": "green",
          "NOT ENOUGH DATA": "yellow", "GO": "green", "NO-GO": "bold red"}
@@ -230,14 +250,15 @@ def report_failures(group: GroupResult[Any]) -> None:
 
 def render(table: Table) -> None:
     """A verdicts.Table on the terminal; cells are text, never markup."""
-    rt = RichTable(title=table.title, title_justify="left")
+    rt = RichTable(title=terminal_text(table.title), title_justify="left")
     for c in table.columns:
         rt.add_column(c, overflow="fold")
     styled = {i for i, c in enumerate(table.columns) if c in ("severity", "verdict", "status")}
     for row in table.rows:
         cells = []
         for i, v in enumerate(row):
-            text = "-" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+            text = "-" if v is None else f"{v:g}" if isinstance(v, float) else terminal_text(
+                str(v))
             cells.append(Text(text, style=STYLE.get(text, "") if i in styled else ""))
         rt.add_row(*cells)
     out.print(rt)

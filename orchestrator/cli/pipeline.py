@@ -42,15 +42,20 @@ def register(root: click.Group) -> None:
                   help="Run the fleet step after nccl (pairs, re-pairs: which node, which "
                        "link; providers with one node are skipped) [default: when the suite "
                        "has a fleet section].")
+    @click.option("--resume", metavar="RUN_ID",
+                  help="Finish an interrupted pipeline run: the steps' finished units are "
+                       "kept, the interrupted step resumes where it stopped, the later steps "
+                       "run. Same inventory and suite as the run.")
     @regress_options
     @prom_option
     @verbose_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
-                 train: bool | None, health: bool, fleet_step: bool | None, test_: str,
-                 alpha: float, min_effect: float, min_size: int, last: int,
-                 prom_file: Path | None, verbose: bool, as_json: bool) -> int:
+                 train: bool | None, health: bool, fleet_step: bool | None,
+                 resume: str | None, test_: str, alpha: float, min_effect: float,
+                 min_size: int, last: int, prom_file: Path | None, verbose: bool,
+                 as_json: bool) -> int:
         """Preflight, health, nccl, fleet and train where asked, then regress: one run.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
@@ -72,7 +77,7 @@ def register(root: click.Group) -> None:
             else f"gpuvet pipeline -i {inventory}"
         with pl.pipeline_lock(results, command), \
                 fleet(inventory, nodes, providers, "pipeline", accept_new_host_keys) as f, \
-                open_run(results, "pipeline", the_suite, inventory, f.nodes) as run:
+                open_run(results, "pipeline", the_suite, inventory, f.nodes, resume) as run:
             outcome = pl.run_pipeline(f.inv, f.nodes, run, the_suite, pool=f.pool,
                                       progress=f.progress, settings=settings, torch=torch_,
                                       train=train, health=health, fleet=fleet_step,

@@ -224,7 +224,14 @@ def register(root: click.Group) -> None:
     @json_option
     def runs_cmd(results: Path, providers: tuple[str, ...], since: str | None,
                  as_json: bool) -> int:
-        """List the runs in the store, oldest first."""
+        """List the runs in the store, oldest first.
+
+        A run left "running" by a process that is gone (killed with SIGKILL, a reboot)
+        is marked "interrupted" first, and can be resumed with its command's --resume.
+        """
+        from orchestrator.store import reap_stale
+
+        reap_stale(results)
         table = runs_table(results, providers, _since(since))
         if as_json:
             rows = table.as_json()["rows"]

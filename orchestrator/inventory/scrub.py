@@ -6,14 +6,14 @@ and nothing secret may reach a result. The copy is made by editing the text
 where each ``env`` value is written (the spans ``reader.Source`` keeps), not
 by dumping the data again: comments, layout and every line number stay, so
 a problem reported against the copy points at the same line as in the
-original. The text is read with the same limits as ``load()``.
+original. The text is read with the same limits as ``load()``. The rules are
+payload.scrub's, the one scrubber of everything gpuvet stores.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,17 +21,7 @@ from typing import Any
 from orchestrator.errors import InventoryError
 from orchestrator.inventory.reader import Refused, Source, Span, read_text
 from orchestrator.inventory.render import render
-from payload.scrub import REDACTED, redact_value, scrub_text
-
-_PEM_RE = re.compile(
-    r"-----BEGIN ([A-Z0-9 ]*PRIVATE KEY[A-Z0-9 ]*)-----.*?(?:-----END [A-Z0-9 ]*-----|\Z)",
-    re.DOTALL)
-
-
-def _scrub_lines(text: str) -> str:
-    """payload.scrub's text rules, without changing the number of lines."""
-    text = _PEM_RE.sub(lambda m: REDACTED + "\n" * m.group(0).count("\n"), text)
-    return "".join(scrub_text(line) for line in text.splitlines(keepends=True))
+from payload.scrub import REDACTED, redact_value, scrub_lines
 
 
 def _env_maps(data: Any) -> Iterator[dict[Any, Any]]:
@@ -84,4 +74,4 @@ def scrubbed_copy(inv_path: str | os.PathLike[str]) -> str:
             tail = old[old.rfind("\n") + 1:]
             repl += "\n" * breaks + (tail if not tail.strip() else "")
         out = out[:start] + repl + out[end:]
-    return _scrub_lines(out)
+    return scrub_lines(out)

@@ -22,6 +22,7 @@ import ctypes
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from payload.ncclbuild import visible_gpus
+from payload.scrub import scrub_text
 from payload.train import protocol
 from payload.train.telemetry import Telemetry
 
@@ -215,7 +217,36 @@ class StepLines(protocol.Follower):
         return out
 
 
+def fresh_attempt(args: Any) -> List[str]:
+    """Start the phase with nothing of an earlier attempt: the rank programs append to
+    their progress files, so an attempt interrupted (a signal, a full disk) and run again
+    by ``--resume`` would otherwise find the old events there, and a kill trigger fire on
+    them. The reference phase begins the unit's protocol, so the unit's checkpoints of an
+    earlier attempt go too: a restore must only ever find this attempt's. Returns what
+    was removed."""
+    removed = []
+    roots = [args.out] + ([args.ckpt_dir] if args.phase == "reference" and args.ckpt_dir
+                          else [])
+    for root in roots:
+        try:
+            names = sorted(os.listdir(root))
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    continue
+            removed.append(path)
+    return removed
+
+
 def main(args: Any) -> int:
+    stale = fresh_attempt(args)
     os.makedirs(args.out, exist_ok=True)
     env = _job_env(args)
     subreaper = _set_subreaper()
@@ -234,13 +265,16 @@ def main(args: Any) -> int:
     trigger = Trigger(args.kill_after_step, args.kill_at_save, args.kill_at_commit)
     telemetry = Telemetry(args.out, args.telemetry_interval, env)
     doc: Dict[str, Any] = {"tool": "gpuvet-train-supervise", "phase": args.phase,
-                           "argv": argv, "nproc": nproc, "node_rank": args.node_rank,
+                           # the user's command may carry tokens (`env HF_TOKEN=... cmd`)
+                           "argv": [scrub_text(a) for a in argv], "nproc": nproc,
+                           "node_rank": args.node_rank,
                            "nnodes": args.nnodes, "subreaper": subreaper,
                            "trigger": {"after_step": args.kill_after_step,
                                        "at_save": args.kill_at_save,
                                        "at_commit": args.kill_at_commit},
                            "killed": False, "kill_time": None, "kill_event": None,
-                           "timed_out": False, "last_step": None}
+                           "timed_out": False, "last_step": None,
+                           "removed_stale": len(stale)}
     doc["telemetry"] = telemetry.start()
     spare = telemetry.proc.pid if telemetry.proc is not None else None
     # torchrun, its workers and the sampler run in sessions of their own: a signal to our

@@ -151,3 +151,55 @@ def test_sigint_mid_training_records_nothing_of_the_unit_and_resume_runs_it(
              .splitlines()]
     assert "TRAIN_RESTORE_OK" in codes and "TRAIN_COMMAND_FAILED" not in codes, codes
     assert (run / "nodes" / "n1" / "train" / "done.json").exists()
+
+
+def test_pipeline_killed_with_sigkill_is_shown_interrupted_and_resumed(tmp_path: Path) -> None:
+    """kill -9 leaves no chance to record anything: the next `runs` finds the run's holder
+    gone and says "interrupted"; `pipeline --resume` keeps preflight and finishes."""
+    marker = f"300.{os.getpid()}77"
+    stop = tmp_path / "hang-nccl"
+    stop.touch()
+    wrapper = tmp_path / "py"
+    # the nccl step's payload hangs while the stop file exists; everything else runs
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *"-m payload nccl"*) [ -f {stop} ] && '
+                       f"exec sleep {marker} ;; esac\nexec {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nproviders:\n  p:\n    executor: local\n    nodes:\n"
+                   f"      - {{name: n1, python: {wrapper}, work_dir: {tmp_path}/w1}}\n")
+    suite = tmp_path / "suite.yaml"
+    suite.write_text("nccl: {min_bytes: 1K, max_bytes: 4K, rounds: 1}\n")
+    results = tmp_path / "results"
+    argv = [str(GPUVET), "pipeline", "-i", str(inv), "--suite", str(suite), "--results",
+            str(results), "--no-health"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: bool(sleepers(marker)), timeout=120)  # preflight done, nccl under way
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in sleepers(marker):  # the killed controller could not kill its command
+            os.kill(pid, signal.SIGKILL)
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    assert json.loads((run / "run.json").read_text())["status"] == "running"
+    listed = subprocess.run([str(GPUVET), "runs", "--results", str(results), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert row["status"] == "interrupted", row
+    assert f"pipeline --resume {run.name}" in listed.stderr
+    collected = (run / "nodes" / "n1" / "preflight" / "collect.json").stat().st_mtime_ns
+    stop.unlink()
+    res = subprocess.run([*argv, "--resume", run.name, "--json"], capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 1, res.stderr[-2000:]  # no NVIDIA driver: a FAIL, recorded
+    doc = json.loads(res.stdout)
+    assert doc["run_id"] == run.name and doc["steps"] == ["preflight", "nccl", "regress"]
+    assert json.loads((run / "run.json").read_text())["status"] == "failed"
+    # preflight's finished unit was kept, not collected again
+    assert (run / "nodes" / "n1" / "preflight" / "collect.json").stat().st_mtime_ns == collected
+    codes = [f["code"] for f in doc["findings"]]
+    # each step judged once: the nccl step ran to its end (no CUDA here: its build fails)
+    assert sorted(codes) == ["NCCL_BUILD_FAILED", "NVIDIA_DRIVER_MISSING", "REGRESS_VERDICT"]

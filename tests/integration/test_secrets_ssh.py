@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -276,3 +277,63 @@ def test_copies_resolve_relative_paths_and_say_what_failed(cluster: Cluster,
     finally:
         ex.close()
     assert not list(Path("/etc").glob("gpuvet-test-denied.txt*"))
+
+
+TRAINER = """#!/bin/sh
+# a user's trainer that prints what its environment hands it, as real ones do in banners
+echo "storage: $AZURE_STORAGE_CONNECTION_STRING"
+echo "upload to $UPLOAD_URL"
+echo "Authorization: Bearer $API_HEADER" >&2
+echo "Server=db;User Id=app;Password=$DB_PW;" >&2
+echo "wandb: WANDB_API_KEY=$WANDB_API_KEY HF_TOKEN=$HF_TOKEN"
+for i in 1 2 3 4 5; do echo "step=$i"; sleep 0.2; done
+"""
+
+
+def test_no_secret_of_any_kind_reaches_the_results(cluster: Cluster, tmp_path: Path,
+                                                   shared_dir: Path) -> None:
+    """Each kind planted where a user or a node puts it; the step runs; the whole results
+    folder, its index and the command's output are searched for every value."""
+    u = uuid.uuid4().hex
+    secrets = {
+        "account_key": f"Zq{u[:20]}Xy/{u[20:]}+Kw==",  # a storage connection string's key
+        "url_user_token": f"tok{u}",  # nccl.source.url with a token as its user
+        "url_password": f"pw{u[:12]}",  # a mirror URL with user:password
+        "sas_sig": f"sig{u[:16]}%2B",  # a SAS URL's signature
+        "wandb": f"wandb{u}",  # train.command: env WANDB_API_KEY=...
+        "hf": "hf_" + u[:24] + "AbCdEf",  # train.command: HF_TOKEN=hf_...
+        "bearer": f"{u}Tk",  # printed by the command on stderr after "Bearer"
+        "odbc_password": f"odbc{u[:10]}",  # Password= inside a connection string
+    }
+    trainer = shared_dir / "trainer.sh"
+    trainer.write_text(TRAINER)
+    trainer.chmod(0o755)
+    conn = (f"DefaultEndpointsProtocol=https;AccountName=gpuvetci;"
+            f"AccountKey={secrets['account_key']};EndpointSuffix=core.windows.net")
+    inv = cluster.write_inventory(tmp_path / "inv.yaml", nodes=["node1"], extra_node_fields={
+        "env": {"AZURE_STORAGE_CONNECTION_STRING": conn,
+                "UPLOAD_URL": f"https://acct.blob.core.windows.net/c?sv=2022-11-02&sp=rw&sig="
+                              f"{secrets['sas_sig']}",
+                "PIP_INDEX_URL": f"https://ci:{secrets['url_password']}@mirror.example.com/s",
+                "API_HEADER": secrets["bearer"], "DB_PW": secrets["odbc_password"]}})
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "nccl:\n  source:\n    url: https://" + secrets["url_user_token"]
+        + "@github.com/NVIDIA/nccl-tests.git\n"
+        f"train:\n  command: env WANDB_API_KEY={secrets['wandb']} HF_TOKEN={secrets['hf']} "
+        f"sh {trainer}\n  resume_flag: --resume\n  command_kill_after_step: 3\n"
+        "  timeout_s: 60\n")
+    results = tmp_path / "results"
+    res = subprocess.run([str(Path(sys.executable).with_name("gpuvet")), "train", "-i", str(inv),
+                          "--suite", str(suite), "--results", str(results), "--no-multi",
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert res.returncode in (0, 1), res.stderr[-3000:]
+    (run,) = [p for p in results.iterdir() if p.is_dir()]
+    # the command ran and its output was kept (scrubbed): the test looks where it should
+    stdout = (run / "nodes" / "node1" / "train" / "reference" / "node1" / "command.stdout")
+    assert "step=5" in stdout.read_text() and "AccountKey=***" in stdout.read_text()
+    for kind, value in secrets.items():
+        found = [str(p) for p in results.rglob("*") if p.is_file()
+                 and value.encode() in p.read_bytes()]
+        assert found == [], (kind, found)
+        assert value not in res.stdout + res.stderr, kind

@@ -5,6 +5,8 @@ the tiny model, the whole protocol with a real SIGKILL and a bit-exact restore.
   standing in for NFS): each node's checkpoint is restored on the other node and
   the save killed before its manifest is recognised and skipped; the multi-node
   run, killed after a step, resumes with every rank on the other node.
+- A run interrupted (SIGINT) while its restore phase runs and resumed: the new
+  attempt reads nothing of the first one's files on the node, and passes.
 - Each node's own directory: the step says the checkpoint is node-local; a NaN
   injected by the suite is a FAIL that stops the protocol.
 """

@@ -63,7 +63,7 @@ def write_inv(tmp_path: Path, n: int, expect: str = "") -> inventory.Inventory:
 def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
           dead: str | None = None, dead_after: int = 1, hostile: str | None = None,
           run_hook: Callable[[Run], None] | None = None, expect: str = "",
-          perftest: str | None = None) -> tuple[list[Finding], Run]:
+          perftest: str | None = None, noise: str = "") -> tuple[list[Finding], Run]:
     inv = write_inv(tmp_path, n, expect)
     suite = Suite(fleet=FleetParams.model_validate(
         {"engine": "torch", "plan": plan, "min_bytes": "1M", "max_bytes": "16M",
@@ -88,7 +88,8 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
                              + "     1048576  262144 float sum -1 1e999 nan nan 0\n")
             if len(members) != 2 or not all(x.startswith("n") for x in members):
                 members = tuple(f"n{i}" for i in range(n))  # a group: the model sees everyone
-            return Reply(stdout=log(len(members), GOOD * model(members)))
+            return Reply(stdout=noise + log(len(members), GOOD * model(members)),
+                         stderr=noise)
         return reply
 
     def alive(node: str) -> Callable[[Call], Reply]:
@@ -283,3 +284,14 @@ def test_the_nccl_tests_engine_one_mpirun_per_pair_and_the_transport_from_nccl_i
     (warn,) = by_code(out.findings, "FLEET_TRANSPORT_SOCKET")
     assert warn.severity == "WARN" and len(warn.details["pairs"]) == 4
     assert by_code(out.findings, "FLEET_NO_SUSPECT")
+
+
+def test_a_secret_a_node_prints_is_not_stored(tmp_path: Path) -> None:
+    """A job's log and stderr stream into the run as they come (a launcher that echoes its
+    environment, say): the secret is scrubbed out of every file the fleet step keeps."""
+    secret = "hf_" + "Q" * 34
+    fs, run = fleet(tmp_path, 4, lambda nodes: 1.0, noise=f"env: HF_TOKEN={secret}\n")
+    assert by_code(fs, "FLEET_NO_SUSPECT"), [f.code for f in fs]
+    kept = [p for p in run.dir.rglob("*") if p.is_file()]
+    assert any(p.suffix == ".log" for p in kept)
+    assert not [p for p in kept if secret in p.read_text(errors="replace")]

@@ -121,6 +121,25 @@ def test_import_of_something_else_is_bad_input(tmp_path: Path, capsys: pytest.Ca
     assert not results.exists() or not [d for d in results.iterdir() if d.is_dir()]
 
 
+def test_an_imported_log_keeps_no_secret(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                         ) -> None:
+    """A log saved from a shell session: the environment it printed is scrubbed in the copy
+    the run keeps, in the finding that quotes the line and in the index."""
+    hf = "hf_" + "Zy9Xw8Vu7Ts6" * 2
+    wandb = "wb" + "0a1b2c3d" * 3
+    log = tmp_path / "round1.log"
+    log.write_text(f"+ export HF_TOKEN={hf} WANDB_API_KEY={wandb}\n"
+                   + ROUNDS[0].read_text())
+    results = tmp_path / "results"
+    res = gpuvet(capsys, "import", "nccl-tests", "-p", "lab", "--results", results, log)
+    assert res.returncode == 0, res.output
+    files = [p for p in results.rglob("*") if p.is_file()]
+    assert any(b"HF_TOKEN=***" in p.read_bytes() for p in files)  # the line was kept
+    for secret in (hf, wandb):
+        assert [p for p in files if secret.encode() in p.read_bytes()] == [], secret
+        assert secret not in res.output
+
+
 def _runs_row(capsys: pytest.CaptureFixture[str], results: Path, run_id: str) -> dict[str, str]:
     proc = gpuvet(capsys, "runs", "--results", results, "--json")
     assert proc.returncode == 0, proc.output

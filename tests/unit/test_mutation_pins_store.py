@@ -367,9 +367,21 @@ def test_inventory_copy_keeps_plain_values_and_nulls_and_reads_bad_bytes(tmp_pat
                     + b", COUNT: 8}\n")
     copy = store._inventory_copy(inv)
     assert "caf\ufffd" in copy
-    assert "NCCL_DEBUG: INFO" in copy and "COUNT: '8'" in copy
-    assert "EMPTY:" in copy and "EMPTY: '" not in copy and "None" not in copy
-    assert token not in copy and "HF_TOKEN: '***'" in copy
+    # a file the reader refuses is kept as written, line by line, scrubbed
+    assert "NCCL_DEBUG: INFO" in copy and "COUNT: 8" in copy
+    assert "EMPTY: null" in copy and "None" not in copy
+    assert token not in copy and "HF_TOKEN: ***" in copy
+
+
+def test_inventory_copy_of_a_refused_file_drops_plain_secret_values(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_bytes(b"# caf\xe9\nproviders:\n  p:\n    access:\n      env:\n"
+                    b"        DB_PASSWORD: hunter2-plain\n        NOTE: kept\n"
+                    b"      flow: {API_KEY: 'x y', COUNT: 8}\n")
+    copy = store._inventory_copy(inv)
+    assert "hunter2" not in copy and "x y" not in copy
+    assert "DB_PASSWORD: ***" in copy and "NOTE: kept" in copy and "COUNT: 8" in copy
+    assert copy.count("\n") == 8
 
 
 def test_inventory_copy_of_text_yaml_cannot_read_is_still_scrubbed(tmp_path: Path) -> None:

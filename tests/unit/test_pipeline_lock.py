@@ -140,3 +140,28 @@ def test_the_verdict_becomes_findings_of_the_run(tmp_path: Path) -> None:
                             min_size=16 << 20)
     assert [(f.code, f.severity) for f in fs3] == [("REGRESS_VERDICT", "INFO")]
     assert "NOT ENOUGH DATA" in fs3[0].message
+
+
+def test_a_step_resuming_a_pipeline_run_points_to_pipeline_resume_which_exists(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nproviders:\n  p:\n    executor: local\n    nodes:\n"
+                   f"      - {{name: n1, work_dir: {tmp_path}/w}}\n")
+    results = tmp_path / "results"
+    suite = Suite()
+    run = Run.create(results, command="pipeline", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=inv)
+    run.finish("interrupted")
+    res = gpuvet(capsys, "preflight", "-i", inv, "--results", results, "--resume", run.run_id)
+    assert res.returncode == 2
+    assert f"gpuvet pipeline --resume {run.run_id}" in res.stderr
+    assert "--resume RUN_ID" in gpuvet(capsys, "pipeline", "--help").stdout
+    # and the other way round: pipeline --resume of a step's run names that step
+    other = Run.create(results, command="nccl", suite_hash=suite.hash,
+                       suite=suite.model_dump(mode="json"), inventory_path=inv)
+    other.finish("interrupted")
+    res = gpuvet(capsys, "pipeline", "-i", inv, "--results", results, "--resume", other.run_id)
+    assert res.returncode == 2 and f"gpuvet nccl --resume {other.run_id}" in res.stderr

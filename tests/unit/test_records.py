@@ -45,3 +45,17 @@ def test_unit_keys_keep_their_stored_form_and_folders(key: str,
     # the form runs on disk already use: done.json paths and every record's unit_key
     assert key in ("node:gpu-1", "provider:alpha/multi", "provider:lab/single-n1+n2")
     assert unit_folder(key) == folder
+
+
+def test_a_finding_quoting_a_secret_keeps_none_of_it() -> None:
+    from orchestrator.records import finding
+
+    token = "hf_" + "Qw3Er4Ty5Ui6" * 2
+    f = finding("r", "train", provider="p", node="n", code="TRAIN_COMMAND_FAILED",
+                severity="FAIL", message=f"your command exited: HF_TOKEN={token} rejected",
+                line=f"Authorization: Bearer {token[3:]}", tokens_per_s=1234.5,
+                lines=[f"AccountKey={token};"])
+    text = f.model_dump_json()
+    assert token not in text and token[3:] not in text
+    assert f.message == "your command exited: HF_TOKEN=*** rejected"
+    assert f.details["tokens_per_s"] == 1234.5 and f.details["lines"] == ["AccountKey=***;"]

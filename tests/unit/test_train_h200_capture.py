@@ -91,6 +91,8 @@ def replay(name: str, tmp: Path) -> Replayed:
     suite = Suite.model_validate(run.meta.suite)
 
     folders = {(unit, phase, f.name): f for unit, phase, f in _phase_folders(d)}
+    # read now: the step clears each phase's local folder before its attempt
+    docs = {key: (f / "supervise.json").read_text() for key, f in folders.items()}
     files: dict[str, dict[str, bytes]] = {n.name: {} for n in nodes}
     for (unit, phase, node), folder in folders.items():
         job = train.Job(unit, inv.node(node), phase, folder, ckpt_root="")
@@ -101,7 +103,7 @@ def replay(name: str, tmp: Path) -> Replayed:
         def reply(call: Call) -> Reply:
             argv = shlex.split(call.command.split(" exec ", 1)[1].rsplit("; else ", 1)[0])
             unit, phase = argv[argv.index("--out") + 1].rsplit("/", 2)[1:]
-            return Reply(stdout=(folders[unit, phase, node] / "supervise.json").read_text())
+            return Reply(stdout=docs[unit, phase, node])
         return reply
 
     def probe(node: str) -> Any:

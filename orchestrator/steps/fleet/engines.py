@@ -29,10 +29,12 @@ from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import is_unreachable
+from orchestrator.files import scrub_in_place
 from orchestrator.inventory import Node
 from orchestrator.nccltests import BuildDoc
 from orchestrator.store import Run
 from orchestrator.suite import FleetParams, NcclParams
+from payload.scrub import scrub_text
 
 EngineName = Literal["nccl-tests", "torch"]
 ENGINES: tuple[EngineName, ...] = ("nccl-tests", "torch")
@@ -81,7 +83,7 @@ def free_port() -> int:
 def _keep_stderr(path: Path, text: str) -> Path | None:
     if not text.strip():
         return None
-    path.write_text(text)
+    path.write_text(scrub_text(text))
     return path
 
 
@@ -122,6 +124,7 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
     lost = [n for n, exc in group.failures.items() if is_unreachable(exc)]
     errs = "".join(f"== {n} ==\n{group.results[n][1]}" for n in group.results
                    if group.results[n][1].strip())
+    scrub_in_place(log)  # streamed as it came: scrubbed once complete, like the nccl step's
     stderr = _keep_stderr(out_dir / f"{label}.stderr.log", errs)
     files = [f for f in (log, stderr) if f is not None and f.is_file()]
     evidence = [run.rel(f) for f in files]
@@ -169,6 +172,7 @@ def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: 
         raise JobFailed(f"{label}: {exc.what}",
                         unreachable=[nodes[0].name] if is_unreachable(exc) else [],
                         hint=exc.hint) from exc
+    scrub_in_place(log)
     stderr = _keep_stderr(out_dir / f"{label}.stderr.log", res.stderr)
     files = [f for f in (log, stderr) if f is not None and f.is_file()]
     if res.timed_out or res.rc != 0:

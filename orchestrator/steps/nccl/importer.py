@@ -22,6 +22,7 @@ from orchestrator.records import Finding, Measurement, MeasureScope
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Index, Run
 from orchestrator.suite import Suite
+from payload.scrub import scrub_text
 
 _NOT_PARAMS: frozenset[str] = frozenset()  # every printed parameter makes the experiment
 
@@ -131,7 +132,7 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
         series_logs = []
         for i, (p, (text, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
             copy = dest / f"round{i}_{_file_name(p)}"
-            atomic_write(copy, text)
+            atomic_write(copy, scrub_text(text))  # what the run keeps
             series_logs.append((i, copy, False))
         scope: MeasureScope = "single" if n_nodes == 1 else "multi"
         series = Series(scope, [], series_logs, provider=provider, n_nodes=n_nodes,

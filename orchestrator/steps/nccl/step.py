@@ -24,6 +24,7 @@ from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
+from orchestrator.files import scrub_in_place
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
 from orchestrator.records import (
@@ -48,6 +49,7 @@ from orchestrator.steps.driver import (
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
+from payload.scrub import scrub_text
 
 STEP = "nccl"
 
@@ -97,8 +99,9 @@ def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
         log = out_dir / f"{label}_round{r}.log"
         res = ex.run(cmd, env=nccltests.run_env(suite.nccl), timeout=suite.nccl.timeout_s + 60,
                      stdout_path=log)
+        scrub_in_place(log)
         if res.stderr:
-            (out_dir / f"{label}_round{r}.stderr.log").write_text(res.stderr)
+            (out_dir / f"{label}_round{r}.stderr.log").write_text(scrub_text(res.stderr))
         if remote_json and res.ok:
             local_json = out_dir / f"{label}_round{r}.json"
             try:
@@ -169,8 +172,9 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
     if group.failures:
         raise next(iter(group.failures.values()))
     first = group.results[nodes[0].name]
+    scrub_in_place(log)
     if not first.ok:
-        (out_dir / f"{label}.stderr.log").write_text(first.stderr)
+        (out_dir / f"{label}.stderr.log").write_text(scrub_text(first.stderr))
         first.raise_for_status("torch.distributed all_reduce benchmark")
     return log
 

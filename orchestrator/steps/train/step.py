@@ -27,6 +27,7 @@ import functools
 import json
 import re
 import shlex
+import shutil
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -56,7 +57,7 @@ from orchestrator.steps.train.judge import Judge, Subject
 from orchestrator.steps.train.reading import PhaseOutput, read_phase
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite, TrainParams
-from payload.scrub import scrub_text
+from payload.scrub import scrub_doc, scrub_text
 from payload.train.config import param_count, resolve
 
 STEP = "train"
@@ -194,6 +195,9 @@ def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> None:
     """One supervisor on one node; its files come back into job.local_dir."""
     params = suite.train
     ex = pool(job.node)
+    # an earlier attempt's files (a run resumed after an interrupt or a full disk) must not
+    # be judged with this one's: the supervisor clears the node's folder, this clears ours
+    shutil.rmtree(job.local_dir, ignore_errors=True)
     job.local_dir.mkdir(parents=True, exist_ok=True)
     doc_path = job.local_dir / "supervise.json"
     res = payload_mod.run(ex, _supervise_args(job, run, params), staging=run.dir / ".staging",
@@ -205,10 +209,15 @@ def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> None:
     try:
         doc = json.loads(res.stdout)
     except json.JSONDecodeError as exc:
+        atomic_write(doc_path, scrub_text(res.stdout), durable=False)
         raise StepError(f"train-supervise printed invalid JSON ({exc})", node=job.node.name,
                         hint=f"see {run.rel(doc_path)}") from None
+    # the argv holds the user's command and its env (a supervisor of an older payload
+    # did not scrub it)
+    atomic_write(doc_path, json.dumps(scrub_doc(doc), indent=1, sort_keys=True) + "\n",
+                 durable=False)
     for name in doc.get("files") or []:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == doc_path.name:
             continue
         local = job.local_dir / name
         ex.get(f"{job.remote_out(run)}/{name}", local)

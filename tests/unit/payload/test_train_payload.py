@@ -465,3 +465,34 @@ def test_train_payload_compiles_and_probes_under_python38(tmp_path: Path) -> Non
     assert res.returncode == 0, res.stderr
     doc: dict[str, Any] = json.loads(res.stdout)
     assert doc["tokens"] == ["t1"] and doc["torch"] is False
+
+
+def _supervise(out: Path, phase: str, ckpt: Path) -> dict[str, Any]:
+    res = subprocess.run(
+        [sys.executable, "-m", "payload", "train-supervise", "--out", str(out), "--phase", phase,
+         "--ckpt-dir", str(ckpt), "--command=echo step=1", "--timeout", "60"],
+        cwd=str(ROOT), env={**os.environ, "PATH": "/usr/bin:/bin"}, capture_output=True,
+        text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return dict(json.loads(res.stdout))
+
+
+@pytest.mark.parametrize("phase", ["kill", "reference"])
+def test_an_attempt_sees_nothing_of_the_one_before(tmp_path: Path, phase: str) -> None:
+    """A run resumed after an interrupt or a full disk runs each phase again in the same
+    folder: the first attempt's progress files (appended to by the ranks) and, from the
+    reference phase on, its checkpoints must be gone before the job starts."""
+    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
+    (out / "sub").mkdir(parents=True)
+    (out / "rank0.jsonl").write_text('{"event": "commit", "step": 7}\n')
+    (out / "supervise.json").write_text("{}")
+    (out / "sub" / "x").write_text("x")
+    (ckpt / "step-00000005").mkdir(parents=True)
+    (ckpt / "step-00000005" / "manifest.json").write_text("{}")
+    doc = _supervise(out, phase, ckpt)
+    assert doc["removed_stale"] == (4 if phase == "reference" else 3)
+    assert "rank0.jsonl" not in doc["files"] and not (out / "rank0.jsonl").exists()
+    assert not (out / "sub").exists()
+    # the kill and restore phases use the checkpoints the reference attempt began with
+    assert (ckpt / "step-00000005").exists() == (phase != "reference")
+    assert doc["argv"] == ["/bin/sh", "-c", "echo step=1"] and doc["last_step"] == 1
