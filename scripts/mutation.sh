@@ -40,10 +40,11 @@ REGRESS_FAST="tests/unit/test_regress.py
 TRAIN_TESTS="tests/unit/test_mutation_pins_train.py tests/unit/test_train_judge.py tests/unit/test_train_command.py"
 declare -A TESTS=(
     [orchestrator/analysis/significance.py]="tests/unit/test_mutation_pins_significance.py $REGRESS_FAST"
-    [orchestrator/analysis/regress.py]="tests/unit/test_mutation_pins_significance.py $REGRESS_FAST tests/unit/test_baseline.py tests/unit/test_prom.py"
-    [orchestrator/analysis/compare.py]="tests/unit/test_compare.py tests/unit/test_compare_cli.py tests/unit/test_verdict.py"
-    [orchestrator/analysis/cost.py]="tests/unit/test_mutation_pins_cost.py tests/unit/test_cost.py tests/unit/test_compare.py tests/unit/test_compare_cli.py"
-    [orchestrator/analysis/verdict.py]="tests/unit/test_verdict.py tests/unit/test_poc_recipe.py tests/unit/test_compare.py"
+    [orchestrator/analysis/regress.py]="tests/unit/test_mutation_pins_regress.py tests/unit/test_mutation_pins_significance.py $REGRESS_FAST tests/unit/test_baseline.py tests/unit/test_prom.py"
+    [orchestrator/analysis/compare.py]="tests/unit/test_mutation_pins_compare.py tests/unit/test_compare.py tests/unit/test_compare_cli.py tests/unit/test_verdict.py"
+    [orchestrator/analysis/cost.py]="tests/unit/test_mutation_pins_cost_tables.py tests/unit/test_mutation_pins_cost.py tests/unit/test_cost.py tests/unit/test_compare.py tests/unit/test_compare_cli.py"
+    [orchestrator/analysis/billing.py]="tests/unit/test_mutation_pins_billing.py tests/unit/test_mutation_pins_cost.py tests/unit/test_cost.py tests/unit/test_compare.py tests/unit/test_compare_cli.py"
+    [orchestrator/analysis/verdict.py]="tests/unit/test_mutation_pins_verdict.py tests/unit/test_verdict.py tests/unit/test_poc_recipe.py tests/unit/test_compare.py"
     [orchestrator/steps/train/command.py]="$TRAIN_TESTS"
     [orchestrator/steps/train/failures.py]="$TRAIN_TESTS"
     [orchestrator/steps/train/judge.py]="$TRAIN_TESTS"
@@ -105,7 +106,7 @@ ORDER=(orchestrator/stats.py orchestrator/bands.py orchestrator/files.py orchest
        orchestrator/steps/preflight/links.py
        orchestrator/analysis/significance.py orchestrator/analysis/regress.py
        orchestrator/analysis/compare.py orchestrator/analysis/verdict.py
-       orchestrator/analysis/cost.py orchestrator/steps/train/*.py orchestrator/parsers/*.py)
+       orchestrator/analysis/cost.py orchestrator/analysis/billing.py orchestrator/steps/train/*.py orchestrator/parsers/*.py)
 
 if [ $# -gt 0 ]; then modules=("$@"); else modules=("${ORDER[@]}"); fi
 cd "$ROOT"

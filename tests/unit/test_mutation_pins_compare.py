@@ -1,0 +1,264 @@
+"""compare.py's tables pinned on exact values, from frames built by hand: which
+measurements each table reads (provider, metric, scope, engine, in-place, the
+16 MiB floor), every cell, and the suite gate's table of differing parameters
+(the survivors of `make mutation` on orchestrator/analysis/compare.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestrator.analysis import compare as C
+from orchestrator.records import Finding, finding
+
+MIB = 1 << 20
+
+
+def _m(provider: str, value: float, *, size: int = 64 * MIB, scope: str = "single",
+       metric: str = "busbw", engine: str = "nccl-tests", inplace: bool = False,
+       nodes: str = "n1", rnd: int = 1, run: str = "r") -> dict[str, Any]:
+    return {"run_id": run, "provider": provider, "nodes": nodes, "step": "nccl",
+            "scope": scope, "engine": engine, "metric": metric, "size": size,
+            "inplace": inplace, "round": rnd, "value": value}
+
+
+def _f(provider: str, code: str, sev: str = "INFO", step: str = "nccl", node: str | None = "n1",
+       msg: str = "said", **details: Any) -> Finding:
+    return finding("r", step, provider=provider, node=node, code=code,
+                   severity=sev,  # type: ignore[arg-type]
+                   message=msg, evidence=["x.txt"], **details)
+
+
+def test_busbw_values_reads_out_of_place_nccl_tests_busbw_of_one_scope() -> None:
+    ms = pd.DataFrame([_m("a", 1.0), _m("a", 2.0, rnd=2), _m("a", 3.0, size=128 * MIB),
+                       _m("b", 9.0), _m("a", 9.0, metric="algbw"), _m("a", 9.0, scope="multi"),
+                       _m("a", 9.0, engine="torch"), _m("a", 9.0, inplace=True)])
+    got = C.busbw_values(ms, "a", "single")
+    assert list(got) == [64 * MIB, 128 * MIB]
+    assert got[64 * MIB].tolist() == [1.0, 2.0] and got[128 * MIB].tolist() == [3.0]
+    assert all(isinstance(k, int) for k in got)
+
+
+def test_ratio_ci_point_and_interval() -> None:
+    a = np.array([100.0, 101.0, 99.0, 100.0])
+    b = np.array([90.0, 91.0, 89.0, 90.0])
+    point, lo, hi = C.ratio_ci(a, b)
+    assert point == 0.9
+    assert lo <= point <= hi and lo > 0.87 and hi < 0.93
+    assert C.ratio_ci(a, b) == C.ratio_ci(a, b, seed=C.SEED)  # the fixed seed
+    assert C.ratio_ci(a, b, n=200, seed=1) != C.ratio_ci(a, b, n=200, seed=2)
+    p, lo1, hi1 = C.ratio_ci(np.array([100.0]), b)
+    assert p == 0.9 and lo1 != lo1 and hi1 != hi1
+    p, lo1, hi1 = C.ratio_ci(a, np.array([90.0]))
+    assert p == 0.9 and lo1 != lo1 and hi1 != hi1
+    p, lo1, hi1 = C.ratio_ci(np.array([0.0, 0.0]), b)
+    assert p != p and lo1 != lo1 and hi1 != hi1
+    # two values on each side are enough for an interval
+    p, lo1, hi1 = C.ratio_ci(np.array([100.0, 100.0]), np.array([50.0, 50.0]))
+    assert (p, lo1, hi1) == (0.5, 0.5, 0.5)
+
+
+def test_ratio_ci_leaves_out_resamples_with_a_zero_median() -> None:
+    a = np.array([0.0, 0.0, 10.0])  # median 0: no ratio at all
+    assert np.isnan(C.ratio_ci(a, np.array([5.0, 5.0]))[0])
+    a = np.array([0.0, 10.0, 10.0])  # some resamples have a median of 0
+    point, lo, hi = C.ratio_ci(a, np.array([5.0, 5.0]))
+    assert point == 0.5 and (lo, hi) == (0.5, 0.5)
+
+
+@pytest.mark.parametrize(("n", "label"), [(1 << 30, "1 GiB"), (3 << 20, "3 MiB"),
+                                           (1 << 10, "1 KiB"), (1023, "1023 B"),
+                                           (1536, "1536 B"), ((1 << 30) + (1 << 20), "1025 MiB"),
+                                           (0, "0 B")])
+def test_size_label(n: int, label: str) -> None:
+    assert C.size_label(n) == label
+
+
+def test_busbw_table_cells() -> None:
+    ms = pd.DataFrame([_m("a", 100.0), _m("a", 102.0, rnd=2), _m("a", 101.0, rnd=3),
+                       _m("b", 50.0), _m("b", 51.0, rnd=2), _m("b", 49.0, rnd=3),
+                       _m("a", 10.0, size=MIB), _m("b", 5.0, size=MIB, rnd=1),
+                       _m("a", 1.0, size=MIB - 1),
+                       _m("a", 7.0, size=2 * MIB, scope="multi", nodes="n1,n2"),
+                       _m("c", 8.0, size=2 * MIB, scope="multi", nodes="m1,m2")])
+    t = C.busbw_table(ms, ["a", "b", "c"])
+    assert t.title == "busbw (all_reduce, out-of-place)"
+    assert t.columns == ("scope", "size", "a median GB/s", "a min-max", "b median GB/s",
+                         "b min-max", "c median GB/s", "c min-max", "b/a", "b/a 95% CI",
+                         "c/a", "c/a 95% CI")
+    a, b = np.array([100.0, 102.0, 101.0]), np.array([50.0, 51.0, 49.0])
+    _, lo, hi = C.ratio_ci(a, b)
+    assert t.rows == [
+        ("single", "1 MiB", 10.0, "10.00-10.00", 5.0, "5.00-5.00", None, None, 0.5, "-",
+         None, None),
+        ("single", "64 MiB", 101.0, "100.00-102.00", 50.0, "49.00-51.00", None, None,
+         0.495, f"{lo:.3f}-{hi:.3f}", None, None),
+        ("multi", "2 MiB", 7.0, "7.00-7.00", None, None, 8.0, "8.00-8.00", None, None,
+         1.143, "-"),
+    ]
+    assert [r[:2] for r in C.busbw_table(ms, ["a", "b"], min_size=1).rows] == [
+        ("single", "1048575 B"), ("single", "1 MiB"), ("single", "64 MiB"), ("multi", "2 MiB")]
+    assert C.busbw_table(ms, ["a", "b"], min_size=2 * MIB).rows[0][:2] == ("single", "64 MiB")
+    assert C._r(1.23456) == 1.235 and C._r(float("nan")) is None and C._r(1.23456, 1) == 1.2
+
+
+def test_stability_table_from_16_mib_per_scope_with_the_nccl_faults() -> None:
+    big = 16 * MIB
+    ms = pd.DataFrame([
+        _m("a", 100.0, size=big), _m("a", 110.0, size=big, rnd=2),
+        _m("a", 90.0, size=big, rnd=3),
+        _m("a", 50.0, size=32 * MIB), _m("a", 50.0, size=32 * MIB, rnd=2),
+        _m("a", 50.0, size=32 * MIB, rnd=3),
+        _m("a", 1.0, size=big - 1, rnd=4), _m("a", 1.0, size=big, rnd=5, inplace=True),
+        _m("a", 1.0, size=big, rnd=6, metric="algbw"), _m("a", 1.0, size=big, rnd=7,
+                                                          engine="torch"),
+        _m("a", 200.0, size=big, scope="multi", nodes="n1,n2"),
+        _m("b", 1.0, size=big, rnd=9)])
+    fs = [_f("a", "NCCL_ROUND_DROP", scope="single"), _f("a", "NCCL_ROUND_DROP"),
+          _f("a", "NCCL_TIMEOUT", scope="multi"), _f("a", "NCCL_TEST_FAILURE", scope="single"),
+          _f("a", "NCCL_TEST_FAILURE", scope="single"), _f("b", "NCCL_TIMEOUT"),
+          _f("a", "NCCL_TIMEOUT", step="train")]
+    t = C.stability_table(ms, fs, ["a", "c"])
+    assert t.title == "stability (busbw from 16 MiB)"
+    assert t.columns == ("provider", "scope", "rounds", "series", "cv median", "cv max",
+                         "round drops", "timeouts", "failures/#wrong")
+    assert t.rows == [("a", "single", 3, 1, 0.05, 0.1, 2, 0, 2),
+                      ("a", "multi", 1, 1, None, None, 1, 1, 0)]
+
+
+def test_transports_and_agreement_tables() -> None:
+    fs = [_f("a", "NCCL_TRANSPORTS", transports=["NVLS", "P2P"], msg="m1"),
+          _f("a", "NCCL_TRANSPORTS", node=None, msg="m2"),
+          _f("b", "NCCL_TRANSPORTS", transports=["NET"], msg="m3"),
+          _f("a", "TORCH_VS_NCCL_TESTS", "WARN", msg="m4"),
+          _f("c", "TORCH_VS_NCCL_TESTS", "PASS", msg="m5"), _f("a", "OTHER", msg="m6")]
+    t = C.transports_table(fs, ["b", "a"])
+    assert (t.title, t.columns) == ("transports NCCL used",
+                                    ("provider", "where", "transports", "message"))
+    assert t.rows == [("b", "n1", "NET", "m3"), ("a", "n1", "NVLS, P2P", "m1"),
+                      ("a", "provider a (all nodes)", "-", "m2")]
+    t = C.agreement_table(fs, ["a", "b"])
+    assert (t.title, t.columns) == ("torch.distributed vs nccl-tests",
+                                    ("provider", "where", "severity", "message"))
+    assert t.rows == [("a", "n1", "WARN", "m4")]
+
+
+def _t(provider: str, metric: str, value: float, scope: str = "train") -> dict[str, Any]:
+    return {"run_id": "r", "provider": provider, "nodes": "n1", "step": "train",
+            "scope": scope, "engine": "train", "metric": metric, "size": None,
+            "inplace": None, "round": None, "value": value}
+
+
+def test_train_table_rows() -> None:
+    ms = pd.DataFrame([_t("a", "step_time_s", 0.5), _t("a", "step_time_s", 0.7),
+                       _t("a", "step_time_s", 0.65), _t("b", "step_time_s", 0.123456),
+                       _t("a", "peak_mem_allocated_bytes", 2e9),
+                       _t("a", "peak_mem_allocated_bytes", 3e9),
+                       _t("b", "mfu", 0.4), _t("a", "mfu", 9.0, scope="single")])
+    fs = [_f("a", "TRAIN_RESTORE_OK", "PASS", "train"),
+          _f("a", "TRAIN_RESTORE_MISMATCH", "FAIL", "train"),
+          _f("b", "CKPT_DIR", "PASS", "preflight"), _f("b", "CKPT_SHARED", "PASS", "train"),
+          _f("a", "TRAIN_OOM", "FAIL", "train")]
+    t = C.train_table(ms, fs, ["a", "b"])
+    assert (t.title, t.columns) == ("training", ("what", "a", "b"))
+    assert t.rows == [("step time (median) (s)", 0.65, 0.1235),
+                      ("MFU (ratio)", None, 0.4),
+                      ("peak memory allocated (GB)", 3.0, None),
+                      ("restore", "PASS TRAIN_RESTORE_OK; FAIL TRAIN_RESTORE_MISMATCH",
+                       "not measured"),
+                      ("checkpoint storage", "not measured", "PASS CKPT_DIR; PASS CKPT_SHARED")]
+    assert C.train_table(pd.DataFrame([_t("a", "mfu", 1.0, scope="single")]), fs, ["a"]).rows \
+        == []
+    assert C.train_table(pd.DataFrame(), fs, ["a"]).rows == []
+
+
+def _h(provider: str, metric: str, value: float, scope: str = "health") -> dict[str, Any]:
+    return {**_t(provider, metric, value, scope), "step": "health", "engine": "health"}
+
+
+def test_health_table_rows() -> None:
+    ms = pd.DataFrame([_h("a", "health.membw.copy_gbps", 4000.04),
+                       _h("a", "health.membw.copy_gbps", 4100.0),
+                       _h("a", "health.membw.copy_gbps", 3000.0),
+                       _h("b", "health.peer.min_gbps", 55.55),
+                       _h("a", "health.peer.min_gbps", 1.0, scope="train")])
+    fs = [_f("a", "HEALTH_VARIANT", "INFO", "health", variant="H200 SXM"),
+          _f("a", "HEALTH_VARIANT", "INFO", "health", node="n2", variant="H100 SXM"),
+          _f("a", "HEALTH_VARIANT", "INFO", "health", node="n3", variant="H200 SXM"),
+          _f("a", "HEALTH_VARIANT", "INFO", "health", node="n4"),
+          _f("b", "HEALTH_VARIANT", "INFO", "train", variant="X"),
+          _f("a", "HEALTH_MEMBW", "FAIL", "health"), _f("a", "HEALTH_ECC", "FAIL", "health"),
+          _f("a", "HEALTH_ECC", "FAIL", "health", node="n2"),
+          _f("b", "HEALTH_PEER", "WARN", "health"), _f("b", "GPU_COUNT", "FAIL", "preflight")]
+    t = C.health_table(ms, fs, ["a", "b"])
+    assert (t.title, t.columns) == ("GPU health", ("what", "a", "b"))
+    assert t.rows == [("memory copy (read + written) (GB/s, median of the GPUs)", 4000.0, None),
+                      ("slowest peer pair, one way (GB/s, median of the GPUs)", None, 55.5),
+                      ("measures like", "H100 SXM, H200 SXM", "not measured"),
+                      ("FAIL findings", "HEALTH_ECC, HEALTH_MEMBW", "none")]
+    assert C.health_table(pd.DataFrame([_h("a", "x", 1.0, scope="train")]), fs, ["a"]).rows \
+        == []
+    assert C.health_table(pd.DataFrame(), fs, ["a"]).rows == []
+
+
+def test_flatten_and_shown() -> None:
+    assert C._flatten({"a": {"b": 1, "c": {"d": [1, 2]}}, "e": None}) == {
+        "a.b": 1, "a.c.d": [1, 2], "e": None}
+    assert C._flatten(5) == {"": 5}
+    assert C._shown(None) == "(not set)"
+    assert C._shown("text") == "text"
+    assert C._shown({"b": 1, "a": [1, "x"]}) == '{"a": [1, "x"], "b": 1}'
+    assert C._shown("x" * 40) == "x" * 40
+    assert C._shown("x" * 41) == "x" * 37 + "..."
+    assert C._shown("abcdef", width=5) == "ab..."
+
+
+def _sel(rows: list[tuple[str, str, str]]) -> C.Selection:
+    runs = pd.DataFrame([{"run_id": r, "provider": p, "suite_hash": h, "path": f"/x/{r}"}
+                         for r, p, h in rows])
+    chosen = {p: {"nccl": r} for r, p, _ in rows}
+    return C.Selection(list(chosen), runs, chosen, runs)
+
+
+def test_the_suite_gate_passes_one_suite_and_shows_what_differs() -> None:
+    C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h1")]), {})
+    docs = {"r1": {"suite": {"nccl": {"iters": 20, "sizes": [1, 2]}, "name": "x",
+                             "train": {"steps": 5}}},
+            "r2": {"suite": {"nccl": {"iters": 50, "sizes": [1, 2]}, "name": "x"}}}
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.suite_gate(_sel([("r1", "a", "0123456789abcdef"), ("r2", "b", "fedcba9876543210")]),
+                     docs)
+    assert e.value.what == (
+        "the runs were measured with different suites, so they are not compared; the "
+        "parameters that differ:\n"
+        "  parameter   | a (suite 0123456789ab) | b (suite fedcba987654)\n"
+        "  nccl.iters  | 20                     | 50\n"
+        "  train.steps | 5                      | (not set)")
+    assert e.value.hint == ("run every provider with the same --suite, or pick runs of one "
+                            "suite with --runs")
+
+
+def test_the_suite_gate_cuts_long_lists_and_says_when_nothing_reads_differently() -> None:
+    docs = {"r1": {"suite": {f"k{i:02}": 1 for i in range(14)}},
+            "r2": {"suite": {f"k{i:02}": 2 for i in range(14)}}}
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h2")]), docs, max_rows=12)
+    lines = e.value.what.split("\n")
+    assert lines[1] == "  parameter      | a (suite h1) | b (suite h2)"
+    assert lines[2] == "  k00            | 1            | 2"
+    assert lines[13] == "  k11            | 1            | 2"
+    assert lines[14] == "  ... and 2 more |              |"
+    assert len(lines) == 15
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h2")]), docs, max_rows=14)
+    assert len(e.value.what.split("\n")) == 16
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h2"), ("r3", "c", "h1")]),
+                     {"r1": {"suite": {"x": 1}}, "r2": {"suite": {"x": 1}}})
+    none = "(the suites hash differently but no parameter reads differently)"
+    assert e.value.what.split("\n")[1:] == [
+        f"  {'parameter'.ljust(len(none))} | a, c (suite h1) | b (suite h2)",
+        f"  {none} |                 |"]
