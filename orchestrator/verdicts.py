@@ -20,6 +20,11 @@ HEADLINE_CODES = frozenset({
     "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE", "NCCL_NOT_APPLICABLE",
     "TORCH_VS_NCCL_TESTS", "TRAIN_SUMMARY", "TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH",
     "CKPT_NOT_PERSISTENT",
+    # health: what each GPU measures like, and a node that had nothing to measure
+    "HEALTH_VARIANT", "HEALTH_NO_GPU", "HEALTH_NOT_RUN",
+    # fleet: the pairs table, the outcome of localisation, a provider too small for it
+    "FLEET_PAIRS", "FLEET_NO_SUSPECT", "FLEET_SUSPECT_CLEARED", "FLEET_NOT_APPLICABLE",
+    "FLEET_NOT_RUN",
 })
 
 

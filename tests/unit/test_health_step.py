@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
+
+import pytest
 
 from orchestrator import inventory
 from orchestrator.records import node_unit_key
@@ -15,6 +18,7 @@ from orchestrator.steps.health import step
 from orchestrator.store import Run
 from orchestrator.suite import HealthParams, Suite
 from orchestrator.testing import Script, scripted_pool
+from tests.unit.clirun import gpuvet
 from tests.unit.healthnode import write_node
 
 SUITE = Suite(health=HealthParams(level="quick"))
@@ -122,3 +126,17 @@ def test_an_order_that_needs_fp8_fails_an_a100_before_anything_runs(tmp_path: Pa
         driven = step.run_health(inv, inv.nodes, run2, SUITE, pool=pool)
     assert node_unit_key("n1") in driven.failed  # it ran (and failed): no FP8 finding
     assert "GPU_NO_FP8" not in [f.code for f in run2.findings()]
+
+
+def test_a_node_without_a_gpu_says_so_in_the_default_output(tmp_path: Path, capsys) -> None:
+    """`gpuvet health` on the demo's local nodes of a machine without GPUs: the default
+    findings table (no -v) says there was nothing to measure, rather than an empty table
+    under a PASS."""
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi: its local nodes have GPUs to measure")
+    inv = tmp_path / "local.yaml"
+    inv.write_text((Path(__file__).parents[2] / "inventories" / "local.yaml").read_text()
+                   .replace("/tmp/gpuvet-local", str(tmp_path / "nodes")))
+    r = gpuvet(capsys, "health", "-i", inv, "--results", tmp_path / "results")
+    assert r.returncode == 0, r.output
+    assert r.stdout.count("HEALTH_NO_GPU") == 2, r.stdout
