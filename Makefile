@@ -34,13 +34,14 @@ $(STAMP): $(RUNSTAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
-# The main job on the built-in local inventory. Exit code 1 from preflight/nccl
+# The main job on the built-in local inventory. Exit code 1 from preflight/health/nccl
 # means "a check FAILed" (on a machine without GPUs: no NVIDIA driver), which
 # is a result, not an error; 2 and 3 still stop the demo.
 demo: setup-run
 	$(BIN)/gpuvet inventory check inventories/local.yaml
 	$(BIN)/gpuvet ping -i inventories/local.yaml
 	$(BIN)/gpuvet preflight -i inventories/local.yaml || test $$? -eq 1
+	$(BIN)/gpuvet health -i inventories/local.yaml || test $$? -eq 1
 	$(BIN)/gpuvet nccl -i inventories/local.yaml || test $$? -eq 1
 	@echo "--- importing nccl-tests logs captured on a real 2 x H200 host (tests/fixtures/h200x2):"
 	@echo "--- they show what a healthy GPU node's results look like next to this machine's"
