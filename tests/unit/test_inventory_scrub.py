@@ -6,12 +6,15 @@ import pytest
 
 from orchestrator import inventory
 from orchestrator.errors import InventoryError
+from tests.unit.testkeys import frame_and_body, private_key
 
 # assembled here so that no secret-shaped string sits in the repository
 TOKEN = "ghp_" + "a1B2c3D4" * 5
 PASSWORD = "correct-horse-battery"
-PEM_BODY = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ"
-BEGIN, END = "-----BEGIN " + "OPENSSH PRIVATE KEY-----", "-----END " + "OPENSSH PRIVATE KEY-----"
+# a deploy key made when the tests run: no key sits in the repository
+BEGIN, PEM_BODY, END = frame_and_body(private_key("openssh"))
+PEM_BLOCK = "".join(f"            {line}\n" for line in PEM_BODY)  # indented for the YAML
+PEM_ESCAPED = "\\n".join(PEM_BODY)  # the same lines inside a double-quoted YAML string
 URL_SECRET = "s3cr3tpw"
 PLAIN_SECRET = "letmein-42"
 
@@ -30,11 +33,10 @@ providers:
           SHARED: &shared "{PASSWORD}"
           DEPLOY_KEY: |
             {BEGIN}
-            {PEM_BODY}
-            {END}
+{PEM_BLOCK}            {END}
 
           MIRROR: "https://ci:{URL_SECRET}@mirror.example.com/simple"
-          ODD_NAME: "{BEGIN}\\n{PEM_BODY}\\n{END}\\n"
+          ODD_NAME: "{BEGIN}\\n{PEM_ESCAPED}\\n{END}\\n"
           CUDA_VISIBLE_DEVICES: "0"
           GH_TOKEN: &tok {PLAIN_SECRET}
       - name: n2
@@ -52,7 +54,7 @@ def original(tmp_path: Path) -> Path:
 
 def test_no_secret_survives(original: Path) -> None:
     copy = inventory.scrubbed_copy(original)
-    for secret in (TOKEN, PASSWORD, PEM_BODY, URL_SECRET, PLAIN_SECRET, "PRIVATE KEY"):
+    for secret in (TOKEN, PASSWORD, *PEM_BODY, URL_SECRET, PLAIN_SECRET, "PRIVATE KEY"):
         assert secret not in copy, secret
     assert "https://ci:***@mirror.example.com/simple" in copy  # only the password goes
 
@@ -63,10 +65,12 @@ def test_line_numbers_and_other_lines_kept(original: Path) -> None:
     assert copy.count("\n") == text.count("\n")
     changed = [i for i, (old, new) in enumerate(
         zip(text.splitlines(), copy.splitlines(), strict=True), start=1) if old != new]
-    # the comment, the secret values, the PEM block's own lines (now empty); nothing else
-    assert changed == [1, 5, 10, 11, 12, 13, 14, 15, 17, 18, 20, 23]
+    # the comment, the secret values, the PEM block's own lines (now empty); nothing else.
+    # The block runs from line 13 (BEGIN) over the key's k body lines to its END line.
+    k = len(PEM_BODY)
+    assert changed == [1, 5, 10, 11, 12, *range(13, 15 + k), 16 + k, 17 + k, 19 + k, 22 + k]
     assert copy.splitlines()[11] == '          DEPLOY_KEY: "***"'
-    assert copy.splitlines()[12:15] == ["", "", ""]
+    assert copy.splitlines()[12:14 + k] == [""] * (k + 2)
 
 
 def test_copy_is_still_the_same_inventory(original: Path, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from payload.scrub import (  # noqa: E402
     scrub_env_list,
     scrub_text,
 )
+from tests.unit.testkeys import frame_and_body, private_key, storage_account_key  # noqa: E402
 
 GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
@@ -97,16 +98,8 @@ def test_redact_value_token_shapes_in_innocent_names() -> None:
         assert value not in redact_value("SOME_VAR", "x " + value + " y")  # type: ignore[operator]
 
 
-# Fake PEM blocks, assembled here so no file of the project looks like a key.
-OPENSSH_KEY = "OPENSSH " + "PRIVATE KEY"
-RSA_KEY = "RSA " + "PRIVATE KEY"
-
-
 def test_redact_value_pem_block() -> None:
-    pem = (
-        f"-----BEGIN {OPENSSH_KEY}-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
-        f"-----END {OPENSSH_KEY}-----"
-    )
+    pem = private_key("openssh")  # made now: no key sits in the repository
     assert redact_value("SOMETHING", pem) == REDACTED
     # a certificate is redacted too in an env value (conservative)
     assert redact_value("SOMETHING", "-----BEGIN CERTIFICATE-----abc") == REDACTED
@@ -189,6 +182,7 @@ def test_scrub_env_list_like_nccl_tests_json() -> None:
 
 
 def test_scrub_text() -> None:
+    rsa_pem = private_key("rsa")
     text = (
         "line1 https://user:hunter2-unique@git.example/repo.git\n"
         "export HF_TOKEN=" + HF + "\n"
@@ -197,12 +191,12 @@ def test_scrub_text() -> None:
         "Authorization: Bearer abcdefghijklmnopqrstuvwxyz012345\n"
         "key id " + AKIA + " and " + GHP + "\n"
         "NCCL_IB_PKEY=0x8001 NCCL_DEBUG=INFO\n"
-        f"-----BEGIN {RSA_KEY}-----\nMIIEowIBAAKCAQEA\n-----END {RSA_KEY}-----\n"
+        f"{rsa_pem}\n"
         "tail\n"
     )
     out = scrub_text(text)
-    for secret in ("hunter2-unique", HF, "quoted-unique", AWS_SECRET, AKIA, GHP, "MIIEowIBAAKCAQEA",
-                   "abcdefghijklmnopqrstuvwxyz012345"):
+    for secret in ("hunter2-unique", HF, "quoted-unique", AWS_SECRET, AKIA, GHP,
+                   *frame_and_body(rsa_pem)[1], "abcdefghijklmnopqrstuvwxyz012345"):
         assert secret not in out
     assert "https://user:***@git.example/repo.git" in out
     assert 'FOO_TOKEN="***"' in out
@@ -246,8 +240,8 @@ def test_scrub_env_list_on_nccl_tests_json_fixtures() -> None:
         pytest.skip("no nccl-tests JSON fixtures")
 
 
-# assembled here so that no secret-shaped string sits in the repository
-ACCOUNT_KEY = "Eby8vdM02xNOcqFl" + "qUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+# made when the tests run, so that no key sits in the repository
+ACCOUNT_KEY = storage_account_key()
 
 
 @pytest.mark.parametrize("name", ["AccountKey", "SharedAccessKey", "accountKey",
@@ -308,8 +302,10 @@ def test_scrub_doc_scrubs_every_string_and_secret_keys() -> None:
 def test_scrub_lines_keeps_the_line_count() -> None:
     from payload.scrub import scrub_lines
 
-    text = "a: 1\nkey: |\n  -----BEGIN RSA PRIVATE KEY-----\n  x\n  -----END RSA PRIVATE KEY-----\nb\n"
+    begin, body, end = frame_and_body(private_key("rsa"))
+    block = "".join(f"  {line}\n" for line in (begin, *body, end))
+    text = f"a: 1\nkey: |\n{block}b\n"
     out = scrub_lines(text)
-    assert out.count("\n") == text.count("\n") and "x\n" not in out
+    assert out.count("\n") == text.count("\n") and not [x for x in body if x in out]
     assert scrub_lines("DB_PASSWORD: p1\n") == "DB_PASSWORD: p1\n"  # data read elsewhere
     assert scrub_lines("DB_PASSWORD: p1\n", yaml_pairs=True) == "DB_PASSWORD: ***\n"

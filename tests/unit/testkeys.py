@@ -1,0 +1,36 @@
+"""Key material for the scrubber's tests, made when a test runs: no private key, real or
+fake, is kept in the repository. `cryptography` writes the same PEM frames ssh-keygen and
+OpenSSL do."""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Literal
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+
+def private_key(kind: Literal["openssh", "rsa"] = "openssh") -> str:
+    """A fresh, unencrypted private key as text: `-----BEGIN OPENSSH PRIVATE KEY-----`
+    (an Ed25519 key, as ssh-keygen writes it) or `-----BEGIN RSA PRIVATE KEY-----`."""
+    if kind == "openssh":
+        key: ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey = ed25519.Ed25519PrivateKey.generate()
+        fmt = serialization.PrivateFormat.OpenSSH
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=1024)
+        fmt = serialization.PrivateFormat.TraditionalOpenSSL
+    return key.private_bytes(serialization.Encoding.PEM, fmt,
+                             serialization.NoEncryption()).decode().rstrip("\n")
+
+
+def frame_and_body(pem: str) -> tuple[str, list[str], str]:
+    """The BEGIN line, the body lines and the END line of a PEM block."""
+    lines = pem.splitlines()
+    return lines[0], lines[1:-1], lines[-1]
+
+
+def storage_account_key() -> str:
+    """A key of the shape Azure storage connection strings carry (64 random bytes, base64)."""
+    return base64.b64encode(os.urandom(64)).decode()
