@@ -6,6 +6,8 @@ next. The CLI maps these to exit codes; the library never exits.
 
 from __future__ import annotations
 
+import re
+
 from orchestrator.command import CommandResult
 
 
@@ -144,14 +146,33 @@ class Terminated(BaseException):
 
 
 
+# C0 controls (ESC starts ANSI CSI and OSC sequences, BEL ends an OSC title), DEL, the C1
+# controls (0x9b is a one-byte CSI), the Unicode bidi controls that reorder what a line
+# appears to say, and lone surrogates (a file name's bytes that are not UTF-8, as Python
+# reads them with surrogateescape), which no terminal or JSON file can be sent
+_CONTROLS = "\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+_CONTROL_RE = re.compile(f"[\x00-\x1f{_CONTROLS}]")
+_CONTROL_BUT_LINES_RE = re.compile(f"[\x00-\x08\x0b-\x1f{_CONTROLS}]")  # tab, newline stay
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group(0))
+    if 0xDC80 <= c <= 0xDCFF:  # surrogateescape: the byte it stands for
+        return f"\\x{c - 0xDC00:02x}"
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def escaped(text: str, *, keep_lines: bool = False) -> str:
+    """Every control character written out (`\\x1b`, `\\x07`, `\\u202e`, a non-UTF-8
+    byte as `\\xff`), so that an escape sequence in a name or a node's output is seen,
+    never obeyed; with `keep_lines`, tabs and line breaks stay (text shown as it is laid
+    out, `render.terminal_text`)."""
+    rx = _CONTROL_BUT_LINES_RE if keep_lines else _CONTROL_RE
+    return rx.sub(_escape, text) if rx.search(text) else text
+
+
 def shown(text: str) -> str:
-    """A file or user name for a message: bytes that are not UTF-8 (a name read with
-    surrogateescape, as Python reads file names and argv) and control characters shown
-    as `\\xNN`, never an encoding error or a terminal escape when printed or stored."""
-    try:
-        data = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a lone surrogate no file name decodes to
-        data = text.encode("utf-8", "backslashreplace")
-    raw = data.decode("utf-8", "backslashreplace")
-    return "".join(f"\\x{ord(c):02x}" if ord(c) < 32 or 127 <= ord(c) < 160 else c
-                   for c in raw)
+    """A file or user name for a message, on one line: bytes that are not UTF-8 and
+    control characters shown as `\\xNN`, never an encoding error or a terminal escape
+    when printed or stored."""
+    return escaped(text)

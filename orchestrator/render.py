@@ -3,35 +3,21 @@ parser facts rendered for `gpuvet parse`."""
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.errors import escaped
+
 if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help stays light
     from pydantic import BaseModel
-
-# C0 controls but tab and newline (ESC starts ANSI CSI and OSC sequences, BEL ends an
-# OSC title), DEL, the C1 controls (0x9b is a one-byte CSI), the Unicode bidi
-# controls that reorder what a line appears to say; and lone surrogates (a file name's
-# bytes that are not UTF-8, as Python reads them), which no terminal can be sent
-_CONTROL_RE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e"
-                         "\u2066-\u2069\ud800-\udfff]")
-
-
-def _escape(m: re.Match[str]) -> str:
-    c = ord(m.group(0))
-    if 0xDC80 <= c <= 0xDCFF:  # surrogateescape: the byte it stands for
-        return f"\\x{c - 0xDC00:02x}"
-    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
-
 
 def terminal_text(text: str) -> str:
     """Text as it may be shown on a terminal: every control character written out as
     `\\x1b`, `\\x07`, `\\u202e`, so an escape sequence in an inventory value, a file name
     or a node's output is seen, never obeyed. Tabs and line breaks stay."""
-    return _CONTROL_RE.sub(_escape, text) if _CONTROL_RE.search(text) else text
+    return escaped(text, keep_lines=True)
 
 
 def _scalar(v: Any) -> str:
