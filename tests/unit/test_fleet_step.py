@@ -295,3 +295,13 @@ def test_a_secret_a_node_prints_is_not_stored(tmp_path: Path) -> None:
     kept = [p for p in run.dir.rglob("*") if p.is_file()]
     assert any(p.suffix == ".log" for p in kept)
     assert not [p for p in kept if secret in p.read_text(errors="replace")]
+
+
+def test_pairs_are_compared_on_busbw_from_the_time_not_its_two_printed_decimals() -> None:
+    """16 MiB in 700,000 us between two ranks is 0.02397 GB/s, printed "0.02"; nccl-tests'
+    own formula on the time keeps the digits that tell 0.024 from 0.016."""
+    from orchestrator.steps.fleet.step import _busbw_from_time
+
+    assert _busbw_from_time(16 << 20, 700_000.0, 2, 0.02) == pytest.approx(0.023968, rel=1e-4)
+    assert _busbw_from_time(16 << 20, 700_000.0, 4, 0.04) == pytest.approx(0.035951, rel=1e-4)
+    assert _busbw_from_time(16 << 20, 0.0, 2, 0.02) == 0.02  # no usable time: the printed one
