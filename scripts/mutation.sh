@@ -11,19 +11,26 @@
 #   make mutation MODULES="orchestrator/analysis/regress.py"   the same, through make
 #   MUTATION_TESTS="tests/unit/test_cost.py" scripts/mutation.sh orchestrator/analysis/cost.py
 #   MUTATION_MIN=90 MUTATION_OUT=DIR scripts/mutation.sh
+#   MUTATION_JOBS=2 scripts/mutation.sh ...   mutants run two at a time (default 1)
+#   MUTATION_SURVIVORS=DIR scripts/mutation.sh MODULE   only the mutants that survived in
+#                                            DIR/<module>.txt of an earlier run, against HEAD's tests
 #
 # mutmut rewrites source files, so everything runs in a temporary clone of HEAD
 # (committed code only; the working tree is never touched). One worker, since
 # the development machines are small. Per module it writes DIR/<module>.txt
 # (the surviving mutants as diffs) and prints a table of kill ratios; docs/
 # reliability.md says which survivors were judged harmless and why. Exit 1 when
-# the overall ratio is below MUTATION_MIN percent.
+# the overall ratio is below MUTATION_MIN percent. With MUTATION_SURVIVORS the
+# earlier run's killed mutants are counted as killed (tests were only added), so
+# the ratio printed is the module's new score.
 set -euo pipefail
 
 ROOT=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
 PY=${PY:-$ROOT/.venv/bin/python}
 OUT=${MUTATION_OUT:-$ROOT/results/mutation}
 MIN=${MUTATION_MIN:-90}
+JOBS=${MUTATION_JOBS:-1}
+PRIOR=${MUTATION_SURVIVORS:-}
 
 # module -> the unit tests that exercise it (mutmut runs, per mutant, only those
 # of them that reach the mutated function). Property tests (hypothesis) are left
@@ -178,18 +185,35 @@ for m in "${modules[@]}"; do
     (
         cd "$TMP/src"
         rm -rf mutants
-        "$PY" -m mutmut run --max-children 1 > "$OUT/$name.log" 2>&1 || {
+        names=()
+        if [ -n "$PRIOR" ]; then
+            [ -f "$PRIOR/$name.json" ] || { echo "mutation: no earlier run of $m in $PRIOR" >&2; exit 1; }
+            mapfile -t names < <(sed -n 's/^### \([^ ]*\) (.*/\1/p' "$PRIOR/$name.txt")
+            if [ ${#names[@]} -eq 0 ]; then
+                [ "$PRIOR" -ef "$OUT" ] || cp "$PRIOR/$name.json" "$OUT/$name.json"
+                : > "$OUT/$name.txt"; exit 0
+            fi
+        fi
+        "$PY" -m mutmut run --max-children "$JOBS" "${names[@]}" > "$OUT/$name.log" 2>&1 || {
             echo "mutation: mutmut failed on $m; see $OUT/$name.log" >&2; tail -5 "$OUT/$name.log" >&2; exit 1; }
         # one pass over mutmut's data (its `results` and `show` start a process per mutant)
-        "$PY" - "$OUT/$name.txt" "$OUT/$name.json" <<'EOF'
+        extra=()
+        [ -n "$PRIOR" ] && extra=("$PRIOR/$name.json" "$PRIOR/$name.txt")
+        "$PY" - "$OUT/$name.txt" "$OUT/$name.json" "${extra[@]}" <<'EOF'
 import json, sys
 from mutmut.__main__ import (SourceFileMutationData, get_diff_for_mutant, status_by_exit_code,
                              walk_mutatable_files)
+# with an earlier run's counts and survivors: only those survivors were run again
+prior = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
+rerun = ({ln[4:].split(" ")[0] for ln in open(sys.argv[4]) if ln.startswith("### ")}
+         if prior is not None else None)
 counts, survivors = {}, []
 for path in walk_mutatable_files():
     data = SourceFileMutationData(path=path)
     data.load()
     for mutant, code in data.exit_code_by_key.items():
+        if rerun is not None and mutant not in rerun:
+            continue
         status = status_by_exit_code[code]
         counts[status] = counts.get(status, 0) + 1
         if status not in ("killed", "timeout", "segfault", "skipped"):
@@ -197,6 +221,14 @@ for path in walk_mutatable_files():
                     if ln[:1] in "+-" and ln[:3] not in ("+++", "---")]
             survivors.append("### %s (%s)\n%s\n" % (mutant, status, "\n".join(diff)))
 open(sys.argv[1], "w").write("\n".join(survivors))
+if prior is not None:
+    # tests were only added: the earlier kills stand, the survivors run again
+    # count as this run found them
+    caught = ("killed", "timeout", "segfault", "skipped")
+    merged = {k: v for k, v in prior.items() if k in caught}
+    for k, v in counts.items():
+        merged[k] = merged.get(k, 0) + v
+    counts = merged
 json.dump(counts, open(sys.argv[2], "w"), indent=1, sort_keys=True)
 EOF
     ) || { rows+=("$(printf '%-40s mutmut failed, see %s' "$m" "$OUT/$name.log")")
