@@ -81,3 +81,26 @@ def test_unknown_results_and_lines_name_their_line(synth) -> None:
     assert exc.value.line_no == 29
     with pytest.raises(ParseError):
         parse_dcgmi_diag("")
+
+
+def test_an_unknown_result_is_an_error_naming_the_row_and_the_file(synth) -> None:
+    text = synth("dcgmi-diag-r1_4gpu-complete_3.3.txt")
+    bad = "| Inforom                   | Meh                                            |"
+    with pytest.raises(ParseError) as exc:
+        parse_dcgmi_diag(text.replace(
+            "| Inforom                   | Skip                                           |", bad),
+            source="raw/dcgmi-diag.txt")
+    e = exc.value
+    assert (e.kind, e.line_no, e.line, e.source) == ("dcgmi-diag", 21, bad, "raw/dcgmi-diag.txt")
+    assert e.what == ("cannot parse dcgmi-diag output at raw/dcgmi-diag.txt:21: result 'Meh' is "
+                      f"not Pass/Fail/Warn/Skip\n  line: {bad!r}")
+
+
+def test_a_cell_without_its_separator_space_keeps_its_first_character(synth) -> None:
+    """A continuation cell that fills its column starts at the `|`: nothing of it is cut."""
+    text = synth("dcgmi-diag-r1_4gpu-complete_3.3.txt").replace(
+        "| set it or reboot the node.                     |",
+        "|set it or reboot the node.                      |")
+    (err,) = parse_dcgmi_diag(text).errors
+    assert err.text == ("GPU 2 had uncorrectable memory errors and row remappings are pending. "
+                        "Drain the GPU and reset it or reboot the node.")
