@@ -121,19 +121,22 @@ def test_a_port_key_after_an_error_is_not_the_ports(public) -> None:
 
 
 def test_a_second_adapter_starts_without_a_port() -> None:
-    text = "CA 'a'\n\tPort 1:\n\t\tState: Active\nCA 'b'\n\t\tState: Down\n"
+    text = "CA 'a'\n\tPort 1:\n\t\tState: Active\n\nCA 'b'\n\t\tState: Down\n"
     a, b = parse_ibstat(text).cas
     assert a.ports[0].state == "Active" and b.ports == [] and b.other == {"State": "Down"}
 
 
 def test_every_error_names_the_kind_the_file_and_the_line() -> None:
     cases = [
-        ("CA 'a'\n  CA 'b'\n", 2, "indented `CA` line", "  CA 'b'"),
+        ("CA 'a'\n\tCA 'b'\n", 2, "indented `CA` line", "\tCA 'b'"),
         ("CA 'a'\nhca_id: mlx5_0\n", 2, "not a `CA '<name>'` line or a known error",
          "hca_id: mlx5_0"),
         ("\tState: Active  \n", 1, "adapter details before the first `CA` line",
          "\tState: Active  "),
         ("CA 'a'\n\tno colon here\n", 2, "not a `Key: value` line", "\tno colon here"),
+        # a GUID redacted in a paste, its colon lost
+        ("CA 'a'\n\tNode GUID 0xXXXXXXXX\n", 2, "not a `Key: value` line",
+         "\tNode GUID 0xXXXXXXXX"),
         ("CA 'a'\n\tPort 1:\n\t\tRate: fast\n", 3, "Rate is not a number", "\t\tRate: fast"),
         ("CA 'a'\n\tPort 1:\n\t\tBase lid: 0x1\n", 3, "Base lid is not a number",
          "\t\tBase lid: 0x1"),
