@@ -142,13 +142,13 @@ def test_a_matrix_is_found_by_every_filter(synth) -> None:
 
 
 def test_ids_are_hexadecimal_and_a_cut_matrix_is_incomplete() -> None:
-    text = ("Device: 3, NVIDIA A100-SXM4-80GB, pciBusID: c1, pciDeviceID: 1f, pciDomainID:a\n"
+    text = ("Device: 3, NVIDIA A100-SXM4-80GB, pciBusID: c1, pciDeviceID: 1f, pciDomainID:1a\n"
             "Unidirectional P2P=Enabled Bandwidth (P2P Reads) Matrix (GB/s)\n"
             "   D\\D     0      1      2\n     0 1.5 2 3\n     1 4 5.25 6\n")
     facts = parse_p2p(text)
     assert facts.devices[0].model_dump() == {"index": 3, "name": "NVIDIA A100-SXM4-80GB",
                                              "pci_bus": 0xc1, "pci_device": 0x1f,
-                                             "pci_domain": 0xa}
+                                             "pci_domain": 0x1a}
     (m,) = facts.matrices
     assert (m.method, m.complete, m.values) == ("reads", False, [[1.5, 2.0, 3.0], [4.0, 5.25, 6.0]])
     assert m.off_diagonal() == [2.0, 3.0, 4.0, 6.0]
@@ -168,6 +168,13 @@ def test_every_error_names_the_kind_the_file_and_the_line(synth) -> None:
          "row 0 does not fit a matrix of 2 columns", "     0   2.26  21.15 "),
         ("     0   2.26  21.15 \n", 1, "not a p2pBandwidthLatencyTest line",
          "     0   2.26  21.15 "),
+        # a row under a title with no heading, under the connectivity title, after a matrix
+        ("P2P=Disabled Latency Matrix (us)\n     0   2.26  21.15\n", 2,
+         "not a p2pBandwidthLatencyTest line", "     0   2.26  21.15"),
+        (title + "     0   2.26  21.15\nP2P Connectivity Matrix\n     0\t     1     1\n", 5,
+         "not a p2pBandwidthLatencyTest line", "     0\t     1     1"),
+        (title + "     0   2.26  21.15\n   GPU 0 1 (us)\n", 4,
+         "not a p2pBandwidthLatencyTest line", "   GPU 0 1 (us)"),
         ("P2P Connectivity Matrix\n  Device=0 MAYBE Access Peer Device=1  \n", 2,
          "not a p2pBandwidthLatencyTest line", "  Device=0 MAYBE Access Peer Device=1  "),
     ]

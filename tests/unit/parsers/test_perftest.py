@@ -96,13 +96,14 @@ def test_the_first_title_and_setting_stand_and_unknown_settings_keep_their_name(
             " Some New Knob   : 3 ways\n" + HEAD_MB + "\n"
             " 65536   5000   11000.50   10999.25   0.167834\n"
             " 2       5000   10.00      9.50       4.9\n"
-            " 65536   5000   11001.00   10999.25   0.167900\n")
+            " 65536   5000   11001.00   10999.25   0.167900\n"
+            " 2       5000   10.00      9.50       4.9\n")
     facts = parse_perftest_bw(text)
     assert facts.test == "Send Bidirectional BW Test" and facts.bidirectional
     assert facts.settings == {"tx_depth": "128", "Some New Knob": "3 ways"}
     assert [(r.bytes, r.line_no, r.bw_peak) for r in facts.rows] == [(65536, 7, 11000.5),
                                                                     (2, 8, 10.0)]
-    assert facts.repeated == 1 and facts.unit == "MB/sec"
+    assert facts.repeated == 2 and facts.unit == "MB/sec"
     assert facts.largest is not None and facts.largest.bytes == 65536
     assert facts.average_at(2) == 9.5
     assert parse_perftest_bw(" RDMA_Write BW Test\n").largest is None
