@@ -133,6 +133,14 @@ def test_two_matrices_with_their_running_lines_elided() -> None:
         None, "memcpy CE GPU(row) <- GPU(column)", 8, None, False, {0: [None, 21.0]})
 
 
+def test_rows_of_whole_numbers_are_rows_not_columns() -> None:
+    text = ("Running device_to_device_memcpy_write_ce.\n"
+            "memcpy CE GPU(row) -> GPU(column) bandwidth (GB/s)\n   0   1\n 0   0  26\n 1  25   0\n"
+            "SUM device_to_device_memcpy_write_ce 51\n")
+    (t,) = parse_nvbandwidth(text).tests
+    assert (t.columns, t.rows, t.sum) == ([0, 1], {0: [0.0, 26.0], 1: [25.0, 0.0]}, 51.0)
+
+
 def test_a_latency_matrix_and_an_error_outside_any_test() -> None:
     text = ("nvbandwidth Version: v0.7\nCUDA_ERROR_NO_DEVICE: no CUDA-capable device\n"
             "Running host_device_latency_sm.\nmemory latency SM CPU(row) <-> GPU(column) (ns)\n"
@@ -159,6 +167,14 @@ def test_every_error_names_the_kind_the_file_and_the_line(public) -> None:
         (one + "0 1 2\nCOEFFICIENT_OF_VARIATION device_to_host_memcpy_ce 0.01\n", 5,
          "a coefficient of variation for a test not run",
          "COEFFICIENT_OF_VARIATION device_to_host_memcpy_ce 0.01"),
+        # a line of numbers before any title, a line of words where the columns should be,
+        # a line of words after a matrix
+        ("Running host_to_device_memcpy_ce.\n0 1\n", 2,
+         "not an nvbandwidth line (preamble, test, matrix, SUM)", "0 1"),
+        (one.rsplit("\n", 2)[0] + "\nhello\n", 3,
+         "not an nvbandwidth line (preamble, test, matrix, SUM)", "hello"),
+        (one + "0 1 2\n  hello\n", 5,
+         "not an nvbandwidth line (preamble, test, matrix, SUM)", "  hello"),
         ("nvbandwidth Version: v0.7\n  hello  \n", 2,
          "not an nvbandwidth line (preamble, test, matrix, SUM)", "  hello  "),
         ("nvbandwidth Version: v0.7\n0 1 2\n", 2,
