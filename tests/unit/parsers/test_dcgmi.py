@@ -212,6 +212,12 @@ def test_every_error_of_the_table_names_the_kind_the_file_and_the_line() -> None
         ("|                           | Pass - GPU: 1 \n", 1,
          "a continuation row with nothing above it",
          "|                           | Pass - GPU: 1"),
+        ("|                           |  remappings are pending \n", 1,
+         "a continuation row with nothing above it",
+         "|                           |  remappings are pending"),
+        # a continuation row under a test, neither a result nor the rest of a message
+        ("| PCIe | Pass - GPU: 0\n\n|  | GPU 1 is slow\n", 3,
+         "result 'GPU 1 is slow' is not Pass/Fail/Warn/Skip", "|  | GPU 1 is slow"),
     ]
     for text, line_no, what, line in cases:
         assert _error(text) == ("dcgmi-diag", _what(line_no, what, line), line_no, line,
