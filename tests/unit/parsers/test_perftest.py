@@ -113,8 +113,9 @@ def test_the_first_title_and_setting_stand_and_unknown_settings_keep_their_name(
 
 
 def test_a_second_heading_in_the_same_unit_is_the_same_table() -> None:
-    text = " RDMA_Write BW Test\n" + HEAD_MB + "\n" + HEAD_MB + "\n 8  10  1.0  1.0  1.0\n"
-    assert parse_perftest_bw(text).unit == "MB/sec"
+    text = " RDMA_Write BW Test\n" + HEAD_MB + "\n\n" + HEAD_MB + "\n 8  10  1.0  1.0  1.0\n"
+    facts = parse_perftest_bw(text)
+    assert (facts.unit, [(r.bytes, r.line_no) for r in facts.rows]) == ("MB/sec", [(8, 5)])
 
 
 def test_every_error_names_the_kind_the_file_and_the_line() -> None:
