@@ -142,3 +142,22 @@ def test_every_error_names_the_kind_the_file_and_the_line() -> None:
                                 "raw/lspci.txt"), what
     assert _error(" \n") == ("lspci-vvv", _what(None, "empty output"), None, None,
                              "raw/lspci.txt")
+
+
+def test_what_counts_as_a_gpu_and_as_downgraded_without_marks() -> None:
+    """lspci before 3.8: the status is compared with the capability, equal is not
+    downgraded, an unknown speed on either side is not judged. An NVSwitch is an
+    NVIDIA bridge, the BMC's VGA is not NVIDIA's: neither is a GPU."""
+    text = ("17:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n"
+            "\t\tLnkCap:\tPort #0, Speed 32GT/s, Width x16\n\t\tLnkSta:\tSpeed 32GT/s, Width x8\n"
+            "2a:00.0 3D controller: NVIDIA Corporation GH100 [H100 SXM5 80GB] (rev a1)\n"
+            "\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16\n\t\tLnkSta:\tSpeed 16GT/s, Width x16\n"
+            "3b:00.0 3D controller: NVIDIA Corporation GA100 [A100 PCIe 40GB] (rev a1)\n"
+            "\t\tLnkCap:\tPort #0, Speed unknown, Width x16\n\t\tLnkSta:\tSpeed 8GT/s, Width x16\n"
+            "05:00.0 Bridge: NVIDIA Corporation Device 22a3 (rev a1)\n"
+            "03:00.0 VGA compatible controller: ASPEED Technology, Inc. ASPEED Graphics Family\n")
+    facts = parse_lspci(text)
+    assert [d.bdf for d in facts.gpus] == ["17:00.0", "2a:00.0", "3b:00.0"]
+    assert [(d.speed_downgraded, d.width_downgraded) for d in facts.devices[:3]] == [
+        (False, True), (False, False), (None, False)]
+    assert [d.bdf for d in facts.downgraded] == ["17:00.0"]

@@ -189,3 +189,12 @@ def test_every_error_names_the_kind_the_file_and_the_line(public) -> None:
         "nvbandwidth",
         _what(None, "no `nvbandwidth Version` and no test: not nvbandwidth's output"), None, None,
         "raw/nvbandwidth.txt")
+
+
+def test_a_test_with_its_sum_and_an_error_is_not_complete() -> None:
+    text = ("Running host_to_device_memcpy_ce.\nmemcpy CE CPU(row) -> GPU(column) bandwidth (GB/s)\n"
+            "   0\n 0   25.13\nCUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access\n"
+            "SUM host_to_device_memcpy_ce 25.13\n")
+    (t,) = parse_nvbandwidth(text).tests
+    assert (t.sum, t.errors, t.complete) == (
+        25.13, ["CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access"], False)
