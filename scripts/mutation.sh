@@ -90,18 +90,18 @@ declare -A TESTS=(
     [orchestrator/parsers/nvidia_smi_q.py]="tests/unit/parsers/test_nvidia_smi_q.py"
     [orchestrator/parsers/nvidia_smi_table.py]="tests/unit/parsers/test_nvidia_smi_table.py"
     [orchestrator/parsers/nvidia_smi_xml.py]="tests/unit/parsers/test_nvidia_smi.py"
-    [orchestrator/parsers/system.py]="tests/unit/parsers/test_system.py"
+    [orchestrator/parsers/system.py]="tests/unit/parsers/test_system.py tests/unit/parsers/test_mutation_pins_system.py"
     [orchestrator/parsers/topology.py]="tests/unit/parsers/test_topology.py"
     [orchestrator/parsers/_noise.py]="tests/unit/parsers/test_noise.py"
     [orchestrator/parsers/_smi_tree.py]="tests/unit/parsers/test_nvidia_smi_q.py tests/unit/parsers/test_nvidia_smi.py"
     [orchestrator/parsers/dcgmi.py]="tests/unit/parsers/test_dcgmi.py"
-    [orchestrator/parsers/kernel_log.py]="tests/unit/parsers/test_kernel_log.py"
+    [orchestrator/parsers/kernel_log.py]="tests/unit/parsers/test_kernel_log.py tests/unit/parsers/test_mutation_pins_kernel_log.py"
     [orchestrator/parsers/lspci.py]="tests/unit/parsers/test_lspci.py"
     [orchestrator/parsers/nvbandwidth.py]="tests/unit/parsers/test_nvbandwidth.py"
     [orchestrator/parsers/nvidia_smi_health.py]="tests/unit/parsers/test_nvidia_smi_health.py"
     [orchestrator/parsers/p2p_latency.py]="tests/unit/parsers/test_p2p_latency.py"
     [orchestrator/parsers/perftest.py]="tests/unit/parsers/test_perftest.py"
-    [orchestrator/parsers/recipe.py]="tests/unit/parsers/test_recipe.py tests/unit/test_gpu_state.py"
+    [orchestrator/parsers/recipe.py]="tests/unit/parsers/test_recipe.py tests/unit/test_gpu_state.py tests/unit/parsers/test_mutation_pins_recipe.py"
 )
 # Functions left out of a module (marked `# pragma: no mutate` in the clone only).
 # ncclbuild's source fetching and archive extraction are guarded by their own

@@ -1,0 +1,337 @@
+"""Exact-value pins for the host-fact parsers (orchestrator/parsers/system.py).
+
+Each parse function's whole record, and each error's kind, place, line and message, so a
+changed argument, bound or branch in them fails here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from orchestrator.errors import ParseError
+from orchestrator.parsers.system import (
+    DfEntry,
+    DfFacts,
+    IbDevice,
+    IbPort,
+    IbvDevinfoFacts,
+    LdconfigNcclFacts,
+    LscpuFacts,
+    MeminfoFacts,
+    MpiFacts,
+    NvccFacts,
+    OsReleaseFacts,
+    SharedLib,
+    UnameFacts,
+    parse_df,
+    parse_ibv_devinfo,
+    parse_ldconfig_nccl,
+    parse_lscpu,
+    parse_meminfo,
+    parse_mpirun_version,
+    parse_nvcc,
+    parse_os_release,
+    parse_torch_info,
+    parse_uname,
+)
+
+
+def _err(fn: Callable[..., object], text: str) -> tuple[str, int | None, str | None]:
+    """The error's rendered message (kind, source, line number, line) and its fields."""
+    with pytest.raises(ParseError) as exc:
+        fn(text, source="f.txt")
+    e = exc.value
+    return e.what, e.line_no, e.line
+
+
+def _empty(fn: Callable[..., object], kind: str) -> None:
+    with pytest.raises(ParseError) as exc:
+        fn(" \n\n", source="f.txt")
+    assert exc.value.what == f"cannot parse {kind} output at f.txt: empty output"
+    assert (exc.value.kind, exc.value.source, exc.value.line_no) == (kind, "f.txt", None)
+
+
+# --------------------------------------------------------------------------- uname
+
+def test_uname_records() -> None:
+    assert parse_uname("Linux vm 6.1.0 #1 SMP aarch64 GNU/Linux\n") == UnameFacts(
+        kernel_name="Linux", hostname="vm", kernel_release="6.1.0", machine="aarch64")
+    # five words, the last not an OS name: it is the machine
+    assert parse_uname("\nLinux h 5.15 #7 x86_64\n\n") == UnameFacts(
+        kernel_name="Linux", hostname="h", kernel_release="5.15", machine="x86_64")
+
+
+def test_uname_errors() -> None:
+    _empty(parse_uname, "uname")
+    msg = "cannot parse uname output at f.txt:{}: not one `uname -a` line\n  line: {!r}"
+    assert _err(parse_uname, "\nLinux h 5.15 x86_64\n") == (
+        msg.format(2, "Linux h 5.15 x86_64"), 2, "Linux h 5.15 x86_64")
+    two = "Linux h 5.15 #7 x86_64\nLinux g 5.15 #7 x86_64\n"
+    assert _err(parse_uname, two) == (
+        msg.format(1, "Linux h 5.15 #7 x86_64"), 1, "Linux h 5.15 #7 x86_64")
+    assert _err(parse_uname, "Linux h v5.15 #7 x86_64\n")[1] == 1
+
+
+# --------------------------------------------------------------------------- os-release
+
+def test_os_release_record() -> None:
+    text = ('# a comment\n  # indented comment\nNAME="Ubuntu"\nID=ubuntu  \n'
+            "VERSION_ID='24.04'\nEMPTY=\nQ=\"\"\nONE=\"\nTWO=ab\n")
+    assert parse_os_release(text) == OsReleaseFacts(
+        id="ubuntu", version_id="24.04", pretty_name=None,
+        fields={"NAME": "Ubuntu", "ID": "ubuntu", "VERSION_ID": "24.04", "EMPTY": "",
+                "Q": "", "ONE": '"', "TWO": "ab"})
+    assert parse_os_release('PRETTY_NAME="Rocky Linux 9.4 (Blue Onyx)"\n').pretty_name == (
+        "Rocky Linux 9.4 (Blue Onyx)")
+
+
+def test_os_release_errors() -> None:
+    _empty(parse_os_release, "os-release")
+    assert _err(parse_os_release, "ID=x\n\nid=lower\n") == (
+        "cannot parse os-release output at f.txt:3: not KEY=value\n  line: 'id=lower'",
+        3, "id=lower")
+    assert _err(parse_os_release, "ID=a b\n")[1] == 1
+
+
+# --------------------------------------------------------------------------- nvcc
+
+def test_nvcc_records(real) -> None:
+    assert parse_nvcc(real("nvcc-version.txt")) == NvccFacts(
+        release="13.0", version="13.0.88", build="cuda_13.0.r13.0/compiler.36424714_0")
+    assert parse_nvcc("Cuda compilation tools, release 11.8, V11.8.89\n") == NvccFacts(
+        release="11.8", version="11.8.89", build=None)
+    assert parse_nvcc("  Build cuda_12.4.r12.4/compiler.1_0  \n"
+                      "Cuda compilation tools, release 12.4, V12.4.131\n") == NvccFacts(
+        release="12.4", version="12.4.131", build="cuda_12.4.r12.4/compiler.1_0")
+
+
+def test_nvcc_errors() -> None:
+    _empty(parse_nvcc, "nvcc-version")
+    assert _err(parse_nvcc, "sh: 1: nvcc: not found\nsecond\n") == (
+        "cannot parse nvcc-version output at f.txt:1: no 'Cuda compilation tools, release X.Y' "
+        "line\n  line: 'sh: 1: nvcc: not found'", 1, "sh: 1: nvcc: not found")
+
+
+# --------------------------------------------------------------------------- ldconfig
+
+def test_ldconfig_record() -> None:
+    text = ("1234 libs found in cache `/etc/ld.so.cache'\n"
+            "\n"
+            "\tlibzstd.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libzstd.so.1\n"
+            "\tlibnccl.so.2 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnccl.so.2\n"
+            "\tlibnccl-net.so (libc6,AArch64) => /opt/lib/libnccl-net.so \n"
+            "Cache generated by: ldconfig (Ubuntu GLIBC 2.39) stable release version 2.39\n")
+    assert parse_ldconfig_nccl(text) == LdconfigNcclFacts(libraries=[
+        SharedLib(name="libnccl.so.2", flags="libc6,x86-64",
+                  path="/lib/x86_64-linux-gnu/libnccl.so.2"),
+        SharedLib(name="libnccl-net.so", flags="libc6,AArch64", path="/opt/lib/libnccl-net.so")])
+    assert parse_ldconfig_nccl("\n \n") == LdconfigNcclFacts(libraries=[])
+
+
+def test_ldconfig_errors() -> None:
+    assert _err(parse_ldconfig_nccl, "\n\tlibnccl.so.2 (libc6,x86-64) => /x\nldconfig: oops\n") == (
+        "cannot parse ldconfig-nccl output at f.txt:3: not an `ldconfig -p` entry\n"
+        "  line: 'ldconfig: oops'", 3, "ldconfig: oops")
+
+
+# --------------------------------------------------------------------------- torch
+
+_T = '{{"torch": "{}", "cuda": null, "nccl": null, "available": false, "count": 0, "devices": []}}'
+
+
+def test_torch_info_last_json_line_wins() -> None:
+    text = "\n".join([_T.format("1.0"), "UserWarning: x", "  " + _T.format("2.0"), "trailing"])
+    facts = parse_torch_info(text)
+    assert (facts.torch, facts.cuda, facts.count, facts.devices) == ("2.0", None, 0, [])
+
+
+def test_torch_info_errors() -> None:
+    _empty(parse_torch_info, "torch-info")
+    bad = '{"torch": "2.3"'
+    assert _err(parse_torch_info, "w\n" + bad + "\n") == (
+        "cannot parse torch-info output at f.txt:2: bad torch JSON: Expecting ',' delimiter: "
+        f"line 1 column 16 (char 15)\n  line: {bad!r}", 2, bad)
+    short = '{"torch": "2.3"}'
+    assert _err(parse_torch_info, short + "\n") == (
+        "cannot parse torch-info output at f.txt:1: bad torch JSON: 5 validation errors for "
+        f"TorchInfoFacts\n  line: {short!r}", 1, short)
+    assert _err(parse_torch_info, "Traceback\n\nImportError: no torch\n") == (
+        "cannot parse torch-info output at f.txt:3: no JSON line (torch missing or crashed?)\n"
+        "  line: 'ImportError: no torch'", 3, "ImportError: no torch")
+
+
+# --------------------------------------------------------------------------- ibv_devinfo
+
+def test_ibv_devinfo_verbose_record(synth) -> None:
+    assert parse_ibv_devinfo(synth("ibv_devinfo-v_hdr-roce.txt")) == IbvDevinfoFacts(devices=[
+        IbDevice(hca_id="mlx5_0", transport="InfiniBand", fw_ver="20.35.1012",
+                 node_guid="b83f:d203:00a6:4b10", vendor_id="0x02c9", vendor_part_id=4123,
+                 board_id="MT_0000000223", ports=[IbPort(
+                     port=1, state="PORT_ACTIVE", phys_state="LINK_UP", max_mtu=4096,
+                     active_mtu=4096, link_layer="InfiniBand", active_width="4X",
+                     active_speed_gbps=50.0, port_lid=100, sm_lid=1)]),
+        IbDevice(hca_id="mlx5_1", transport="InfiniBand", fw_ver="20.35.1012",
+                 node_guid="b83f:d203:00a6:4b11", vendor_id="0x02c9", vendor_part_id=4123,
+                 board_id="MT_0000000223", ports=[IbPort(
+                     port=1, state="PORT_DOWN", phys_state="DISABLED", max_mtu=4096,
+                     active_mtu=4096, link_layer="InfiniBand", active_width="4X",
+                     active_speed_gbps=2.5, port_lid=0, sm_lid=1)]),
+        IbDevice(hca_id="mlx5_2", transport="InfiniBand", fw_ver="22.36.1010",
+                 node_guid="1070:fd03:0015:8c2e", vendor_id="0x02c9", vendor_part_id=4125,
+                 board_id="MT_0000000359", ports=[IbPort(
+                     port=1, state="PORT_ACTIVE", phys_state="LINK_UP", max_mtu=4096,
+                     active_mtu=1024, link_layer="Ethernet", active_width="4X",
+                     active_speed_gbps=25.0, port_lid=0, sm_lid=0)])], message=None)
+
+
+def test_ibv_devinfo_keys_in_place() -> None:
+    # a port key before any port and a device key after a port are not theirs: left alone
+    text = ("hca_id:\tmlx5_0\n\tstate:\t\tPORT_ACTIVE (4)\n\tfw_ver:\t\t1.2 (7)\n"
+            "\t\tport:\t1\n\t\t\tfw_ver:\t9.9\n\t\t\tstate:\tPORT_INIT (2)\n"
+            "\t\tport:\t2\n\t\t\tstate:\tPORT_DOWN (1)\n"
+            "hca_id:\tmlx5_1\n\tfw_ver:\t3.4\n")
+    assert parse_ibv_devinfo(text) == IbvDevinfoFacts(devices=[
+        IbDevice(hca_id="mlx5_0", fw_ver="1.2",
+                 ports=[IbPort(port=1, state="PORT_INIT"), IbPort(port=2, state="PORT_DOWN")]),
+        IbDevice(hca_id="mlx5_1", fw_ver="3.4")])
+
+
+def test_ibv_devinfo_messages() -> None:
+    failed = "Failed to get IB devices list: Function not implemented"
+    assert parse_ibv_devinfo(f"\n  {failed}  \n") == IbvDevinfoFacts(devices=[], message=failed)
+    assert parse_ibv_devinfo("No IB devices found\n") == IbvDevinfoFacts(
+        devices=[], message="No IB devices found")
+    m = "cannot parse ibv-devinfo output at f.txt:{}: {}\n  line: {!r}"
+    assert _err(parse_ibv_devinfo, "hca_id:\tmlx5_0\nNo IB devices found\n") == (
+        m.format(2, "unexpected message", "No IB devices found"), 2, "No IB devices found")
+    assert _err(parse_ibv_devinfo, "hca_id:\tmlx5_0\n" + failed + "\n")[:2] == (
+        m.format(2, "unexpected message", failed), 2)
+
+
+def test_ibv_devinfo_errors() -> None:
+    _empty(parse_ibv_devinfo, "ibv-devinfo")
+    m = "cannot parse ibv-devinfo output at f.txt:{}: {}\n  line: {!r}"
+    assert _err(parse_ibv_devinfo, "hca_id:\n") == (
+        m.format(1, "expected `hca_id:`", "hca_id:"), 1, "hca_id:")
+    assert _err(parse_ibv_devinfo, "hca_id:\tmlx5_0\nport: 1\n") == (
+        m.format(2, "expected `hca_id:`", "port: 1"), 2, "port: 1")
+    assert _err(parse_ibv_devinfo, "\n\tport:\t1\n") == (
+        m.format(2, "text before the first hca_id", "\tport:\t1"), 2, "\tport:\t1")
+    assert _err(parse_ibv_devinfo, "hca_id:\tx\n\t\tport:\tone\n") == (
+        m.format(2, "bad port value", "\t\tport:\tone"), 2, "\t\tport:\tone")
+    assert _err(parse_ibv_devinfo, "hca_id:\tx\n\t\tport:\t1\n\t\t\tmax_mtu:\n")[:2] == (
+        m.format(3, "bad max_mtu value", "\t\t\tmax_mtu:"), 3)
+    assert _err(parse_ibv_devinfo, "hca_id:\tx\n\tvendor_part_id:\tCX7 (3)\n")[:2] == (
+        m.format(2, "bad vendor_part_id value", "\tvendor_part_id:\tCX7 (3)"), 2)
+
+
+# --------------------------------------------------------------------------- lscpu
+
+def test_lscpu_record() -> None:
+    text = ("Architecture:  aarch64\nCaches (sum of all):   \n  Model name:  Neoverse-V2\n"
+            "CPU(s): 72\nCPU(s): 99\nSocket(s): -\nCore(s) per socket:  72\n"
+            "Thread(s) per core:  1\nNUMA node(s):  1\n"
+            "Vulnerability Spectre v2:   Mitigation; CSV2, BHB: Not affected\n")
+    assert parse_lscpu(text) == LscpuFacts(
+        architecture="aarch64", model_name="Neoverse-V2", cpus=72, sockets=None,
+        cores_per_socket=72, threads_per_core=1, numa_nodes=1,
+        fields={"Architecture": "aarch64", "Model name": "Neoverse-V2", "CPU(s)": "72",
+                "Socket(s)": "-", "Core(s) per socket": "72", "Thread(s) per core": "1",
+                "NUMA node(s)": "1",
+                "Vulnerability Spectre v2": "Mitigation; CSV2, BHB: Not affected"})
+    assert parse_lscpu("Flags: fpu\n") == LscpuFacts(
+        architecture=None, model_name=None, cpus=None, sockets=None, cores_per_socket=None,
+        threads_per_core=None, numa_nodes=None, fields={"Flags": "fpu"})
+
+
+def test_lscpu_errors() -> None:
+    _empty(parse_lscpu, "lscpu")
+    m = "cannot parse lscpu output at f.txt:{}: not `Key: value`\n  line: {!r}"
+    assert _err(parse_lscpu, "CPU(s): 4\n\ngarbage\n") == (m.format(3, "garbage"), 3, "garbage")
+    assert _err(parse_lscpu, "  : 4\n") == (m.format(1, "  : 4"), 1, "  : 4")
+
+
+# --------------------------------------------------------------------------- meminfo
+
+def test_meminfo_record() -> None:
+    text = "MemTotal:  1000 kB\nActive(anon):   5 kB  \nHugePages_Total:       0\n"
+    assert parse_meminfo(text) == MeminfoFacts(
+        mem_total_kb=1000, mem_available_kb=None,
+        values={"MemTotal": 1000, "Active(anon)": 5, "HugePages_Total": 0})
+    assert parse_meminfo("MemAvailable: 7 kB\nMemTotal: 9 kB\n") == MeminfoFacts(
+        mem_total_kb=9, mem_available_kb=7, values={"MemAvailable": 7, "MemTotal": 9})
+
+
+def test_meminfo_errors() -> None:
+    _empty(parse_meminfo, "meminfo")
+    assert _err(parse_meminfo, "MemTotal: 1 kB\n\nMemFree: lots\n") == (
+        "cannot parse meminfo output at f.txt:3: not `Key: N kB`\n  line: 'MemFree: lots'",
+        3, "MemFree: lots")
+    assert _err(parse_meminfo, "MemFree: 1 kB\n") == (
+        "cannot parse meminfo output at f.txt: no MemTotal line", None, None)
+
+
+# --------------------------------------------------------------------------- df
+
+_DF_P = "Filesystem Type 1K-blocks Used Available Capacity Mounted on\n"
+
+
+def test_df_records() -> None:
+    text = _DF_P + "/dev/sda1 ext4 10 4 6 40% /mnt/my disk\ntmpfs tmpfs 2 0 2 0% /run\n"
+    assert parse_df(text) == DfFacts(rounded=False, entries=[
+        DfEntry(filesystem="/dev/sda1", fstype="ext4", size_bytes=10240, used_bytes=4096,
+                avail_bytes=6144, mount="/mnt/my disk"),
+        DfEntry(filesystem="tmpfs", fstype="tmpfs", size_bytes=2048, used_bytes=0,
+                avail_bytes=2048, mount="/run")])
+    wrapped = ("Filesystem Type Size Used Avail Use% Mounted on\n/dev/mapper/vg-long\n"
+               "   xfs  2G 1.5K 1M 1% /data/a b\n/dev/vdb ext4 1T 0 1T 0% /x\n")
+    assert parse_df(wrapped) == DfFacts(rounded=True, entries=[
+        DfEntry(filesystem="/dev/mapper/vg-long", fstype="xfs", size_bytes=2 << 30,
+                used_bytes=1536, avail_bytes=1 << 20, mount="/data/a b"),
+        DfEntry(filesystem="/dev/vdb", fstype="ext4", size_bytes=1 << 40, used_bytes=0,
+                avail_bytes=1 << 40, mount="/x")])
+    blocks = "Filesystem Type 512-blocks Used Available Capacity Mounted on\nd t 3 2 1 5% /\n"
+    assert parse_df(blocks).entries[0].size_bytes == 1536
+
+
+def test_df_errors() -> None:
+    _empty(parse_df, "df")
+    hdr = "cannot parse df output at f.txt:{}: not a `df -PT`/`df -hT` header\n  line: {!r}"
+    for bad in ("Filesystem Type 1K-blocks Used Available Mounted",
+                "Filesystem Typ 1K-blocks Used Available Capacity Mounted on",
+                "Filesystm Type 1K-blocks Used Available Capacity Mounted on",
+                "Filesystem Type Blocks Used Available Capacity Mounted on",
+                "Filesystem Type"):
+        assert _err(parse_df, "\n" + bad + "\n") == (hdr.format(2, bad), 2, bad)
+    row = "cannot parse df output at f.txt:{}: not a df row\n  line: {!r}"
+    assert _err(parse_df, _DF_P + "/dev/vda ext4 1 1 1 1% /\n/dev/lonely\n") == (
+        row.format(3, "/dev/lonely"), 3, "/dev/lonely")
+    assert _err(parse_df, _DF_P + "/dev/vda ext4 1 1 1%\n") == (
+        row.format(2, "/dev/vda ext4 1 1 1%"), 2, "/dev/vda ext4 1 1 1%")
+    assert _err(parse_df, _DF_P + "/dev/vda ext4 1 x 1 1% /\n")[1] == 2
+    assert _err(parse_df, "Filesystem Type Size Used Avail Use% Mounted on\n"
+                          "/dev/vda ext4 1Q 1 1 1% /\n")[1] == 2
+
+
+# --------------------------------------------------------------------------- mpirun
+
+def test_mpirun_records() -> None:
+    assert parse_mpirun_version("warning: x\nmpirun (Open MPI) 5.0.3\n") == MpiFacts(
+        implementation="Open MPI", version="5.0.3")
+    assert parse_mpirun_version("Intel(R) MPI Library for Linux* OS, Version 2021.13 Build 1\n"
+                                ) == MpiFacts(implementation="Intel MPI", version="2021.13")
+    assert parse_mpirun_version("HYDRA build details:\n    Version:    4.1.2\n") == MpiFacts(
+        implementation="MPICH", version="4.1.2")
+
+
+def test_mpirun_errors() -> None:
+    _empty(parse_mpirun_version, "mpirun-version")
+    m = ("cannot parse mpirun-version output at f.txt:{}: not an Open MPI, MPICH or Intel MPI "
+         "version banner\n  line: {!r}")
+    assert _err(parse_mpirun_version, "\nHYDRA build details:\n  Release: 4\n") == (
+        m.format(2, "HYDRA build details:"), 2, "HYDRA build details:")
+    assert _err(parse_mpirun_version, "mpich\n    Version:    4.1.2\n") == (
+        m.format(1, "mpich"), 1, "mpich")
+    assert _err(parse_mpirun_version, "x mpirun (Open MPI) 5.0.3\n")[1] == 1
