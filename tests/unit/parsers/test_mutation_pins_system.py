@@ -78,11 +78,11 @@ def test_uname_errors() -> None:
 
 def test_os_release_record() -> None:
     text = ('# a comment\n  # indented comment\nNAME="Ubuntu"\nID=ubuntu  \n'
-            "VERSION_ID='24.04'\nEMPTY=\nQ=\"\"\nONE=\"\nTWO=ab\n")
+            "VERSION_ID='24.04'\nEMPTY=\nQ=\"\"\nONE=\"\nTWO=ab\nVERSION_CODENAME=Xenial\n")
     assert parse_os_release(text) == OsReleaseFacts(
         id="ubuntu", version_id="24.04", pretty_name=None,
         fields={"NAME": "Ubuntu", "ID": "ubuntu", "VERSION_ID": "24.04", "EMPTY": "",
-                "Q": "", "ONE": '"', "TWO": "ab"})
+                "Q": "", "ONE": '"', "TWO": "ab", "VERSION_CODENAME": "Xenial"})
     assert parse_os_release('PRETTY_NAME="Rocky Linux 9.4 (Blue Onyx)"\n').pretty_name == (
         "Rocky Linux 9.4 (Blue Onyx)")
 
@@ -157,9 +157,9 @@ def test_torch_info_errors() -> None:
     assert _err(parse_torch_info, short + "\n") == (
         "cannot parse torch-info output at f.txt:1: bad torch JSON: 5 validation errors for "
         f"TorchInfoFacts\n  line: {short!r}", 1, short)
-    assert _err(parse_torch_info, "Traceback\n\nImportError: no torch\n") == (
-        "cannot parse torch-info output at f.txt:3: no JSON line (torch missing or crashed?)\n"
-        "  line: 'ImportError: no torch'", 3, "ImportError: no torch")
+    assert _err(parse_torch_info, "Traceback\n\n  File x\nImportError: no torch\n") == (
+        "cannot parse torch-info output at f.txt:4: no JSON line (torch missing or crashed?)\n"
+        "  line: 'ImportError: no torch'", 4, "ImportError: no torch")
 
 
 # --------------------------------------------------------------------------- ibv_devinfo
@@ -292,6 +292,14 @@ def test_df_records() -> None:
                 used_bytes=1536, avail_bytes=1 << 20, mount="/data/a b"),
         DfEntry(filesystem="/dev/vdb", fstype="ext4", size_bytes=1 << 40, used_bytes=0,
                 avail_bytes=1 << 40, mount="/x")])
+    # a long device name wrapped on the last row, after a plain one
+    last = ("Filesystem Type Size Used Avail Use% Mounted on\n/dev/vdb ext4 1T 0 1T 0% /x\n"
+            "/dev/mapper/vg-long\n   xfs  2G 1.5K 1M 1% /data\n")
+    assert [(e.filesystem, e.mount) for e in parse_df(last).entries] == [
+        ("/dev/vdb", "/x"), ("/dev/mapper/vg-long", "/data")]
+    # seven header words are enough (the row has seven cells); the names after Type are not read
+    seven = "Filesystem Type 1K-blocks Used Available Capacity Mounted\nd t 3 2 1 5% /\n"
+    assert parse_df(seven).entries[0].mount == "/"
     blocks = "Filesystem Type 512-blocks Used Available Capacity Mounted on\nd t 3 2 1 5% /\n"
     assert parse_df(blocks).entries[0].size_bytes == 1536
 
