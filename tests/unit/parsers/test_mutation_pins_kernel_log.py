@@ -69,12 +69,12 @@ def test_kernel_log_errors() -> None:
     with pytest.raises(ParseError) as exc:
         parse_kernel_log(" \n\n", source="f.txt")
     assert exc.value.what == "cannot parse xid output at f.txt: empty output"
-    bad = "[ 2.0] NVRM: Xid 79 GPU fell off"
+    bad = "[ 2.0] NVRM: Xid 79 GPU fell off "  # the line as printed, less the \\r of a CRLF
     with pytest.raises(ParseError) as exc:
-        parse_kernel_log("[ 1.0] ok\n" + bad + "\n", source="f.txt")
+        parse_kernel_log("[ 1.0] ok\n" + bad + "\r\n", source="f.txt")
     assert (exc.value.what, exc.value.line_no, exc.value.line) == (
         "cannot parse xid output at f.txt:2: an `NVRM: Xid` line without `Xid (PCI:<bus id>): "
-        f"<number>`\n  line: {bad!r}", 2, bad)
+        f"<number>`\n  line: {bad.rstrip()!r}", 2, bad)
 
 
 _LIMITED = ("pci 0000:04:00.0: 252.048 Gb/s available PCIe bandwidth, limited by 16.0 GT/s PCIe "
@@ -83,7 +83,7 @@ _FULL = "pci 0000:17:00.0: 31.504 Gb/s available PCIe bandwidth (8.0 GT/s PCIe x
 
 
 def test_pcie_bandwidth_record() -> None:
-    text = f"[ 1.5] {_LIMITED}X\r\n[...]\nunrelated\n{_FULL}\r\n"
+    text = f"[ 1.5] {_LIMITED}X\r\nunrelated\n\n{_FULL}\r\n[...]\n"
     assert parse_pcie_bandwidth(text) == PcieBandwidthFacts(links=[
         PcieLink(line_no=1, bdf="0000:04:00.0", available_gbps=252.048, speed_gts=16.0,
                  width=16, gen=4, limited=True, limited_at="0000:01:00.0", capable_gbps=504.112,
@@ -92,7 +92,7 @@ def test_pcie_bandwidth_record() -> None:
         PcieLink(line_no=4, bdf="0000:17:00.0", available_gbps=31.504, speed_gts=8.0, width=4,
                  gen=3, limited=False, limited_at=None, capable_gbps=None,
                  capable_speed_gts=None, capable_width=None, capable_gen=None,
-                 stamp=Stamp(raw=None, uptime_s=None))], lines=4, elided=True)
+                 stamp=Stamp(raw=None, uptime_s=None))], lines=5, elided=True)
     odd = parse_pcie_bandwidth(_FULL.replace("8.0 GT/s", "9.0 GT/s") + "\n")
     assert (odd.links[0].gen, odd.elided, odd.lines) == (None, False, 1)
     odd = parse_pcie_bandwidth(_LIMITED.replace("32.0 GT/s", "33 GT/s") + "\n")
@@ -109,3 +109,8 @@ def test_pcie_bandwidth_errors() -> None:
     assert (exc.value.what, exc.value.line_no, exc.value.line) == (
         "cannot parse pcie-bandwidth output at f.txt:2: an `available PCIe bandwidth` line not "
         f"in the kernel's layout\n  line: {bad!r}", 2, bad)
+    # a CRLF line is reported less its \r only: its own trailing blank or X stays
+    for tail in (" ", " X"):
+        with pytest.raises(ParseError) as exc:
+            parse_pcie_bandwidth(bad + tail + "\r\n")
+        assert exc.value.line == bad + tail
