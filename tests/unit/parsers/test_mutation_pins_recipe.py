@@ -63,6 +63,9 @@ def test_torch_check_records() -> None:
     assert parse_torch_check(TORCH) == TorchCheckFacts(
         torch="2.11.0+cu130", cuda="13.0", nccl=None, available=True, count=1,
         devices=[_H200], ignored_lines=[])
+    # a device line printed indented is still one
+    indented = TORCH.replace("\n{", "\n   {")
+    assert parse_torch_check(indented).devices == [_H200]
     text = (SSH + "\nsome warning\n  torch_version:  2.4.0  \ntorch_cuda: None\n"
             "cuda_available: False\ndevice_count: 0\n")
     assert parse_torch_check(text) == TorchCheckFacts(
@@ -120,8 +123,9 @@ def test_smi_version_record() -> None:
         nvidia_smi="580.159.04", driver="580.159.04", cuda="13.0",
         fields={"nvidia-smi version": "580.159.04", "nvml version": "580.159",
                 "driver version": "580.159.04", "cuda version": "13.0"})
-    assert parse_smi_version("  NVIDIA-SMI version :  535.1  \n") == SmiVersionFacts(
-        nvidia_smi="535.1", driver=None, cuda=None, fields={"nvidia-smi version": "535.1"})
+    assert parse_smi_version("  NVIDIA-SMI version :  535.1  \ncuda version: 12.2\n") == (
+        SmiVersionFacts(nvidia_smi="535.1", driver=None, cuda="12.2",
+                        fields={"nvidia-smi version": "535.1", "cuda version": "12.2"}))
 
 
 def test_smi_version_errors() -> None:
@@ -244,6 +248,9 @@ def test_build_log_record() -> None:
                        IgnoredLine(line_no=7, kind="unknown", text="something odd")])
     assert parse_build_log("make: *** Error 2\n") == BuildLogFacts(
         binaries=[], compiled=0, errors=["make: *** Error 2"], ignored_lines=[])
+    # a make cut short after compiling: no program linked yet, no error
+    assert parse_build_log("Compiling  a.cu > /b/a.o\n") == BuildLogFacts(
+        binaries=[], compiled=1, errors=[], ignored_lines=[])
 
 
 def test_build_log_errors() -> None:
