@@ -5,6 +5,7 @@ measurements each table reads (provider, metric, scope, engine, in-place, the
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.analysis import compare as C
+from orchestrator.errors import UsageError
 from orchestrator.records import Finding, finding
 
 MIB = 1 << 20
@@ -262,3 +264,108 @@ def test_the_suite_gate_cuts_long_lists_and_says_when_nothing_reads_differently(
     assert e.value.what.split("\n")[1:] == [
         f"  {'parameter'.ljust(len(none))} | a, c (suite h1) | b (suite h2)",
         f"  {none} |                 |"]
+
+
+# --- select, on a hand-built runs frame (no results store) -----------------------------------
+
+# oldest first; the ids do not sort in time order
+_RUNS = [("x3", ["a"], "passed"), ("x1", ["a", "b"], "failed"), ("x4", ["b"], "running"),
+         ("x2", ["a"], "passed"), ("x0", ["c"], "interrupted"), ("x5", [], "passed")]
+# (run_id, provider, step) of every record, in no particular order
+_STEPS = [("x2", "a", "preflight"), ("x3", "a", "nccl"), ("x1", "a", "nccl"),
+          ("x3", "a", "preflight"), ("x2", "a", "health"), ("x1", "b", "train"),
+          ("x1", "b", "nccl"), ("x4", "b", "nccl"), ("x4", "b", "train"),
+          ("x0", "c", "nccl"), ("x5", "a", "nccl")]
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> tuple[Any, list[list[str]]]:
+    runs = pd.DataFrame([{"run_id": r, "providers": ps, "status": st, "suite_hash": "s",
+                          "path": f"/there/{r}"} for r, ps, st in _RUNS])
+    asked: list[list[str]] = []
+
+    def steps_of(root: Any, ids: list[str]) -> pd.DataFrame:
+        assert root == tmp_path and ids, "steps_of is asked about some runs"
+        asked.append(list(ids))
+        return pd.DataFrame([s for s in _STEPS if s[0] in ids],
+                            columns=["run_id", "provider", "step"])
+
+    monkeypatch.setattr(C.frames, "runs", lambda root: runs.copy())
+    monkeypatch.setattr(C.frames, "steps_of", steps_of)
+    return tmp_path, asked
+
+
+def test_select_takes_each_providers_latest_complete_run_per_step(store) -> None:
+    root, asked = store
+    sel = C.select(root, ["b", "a"])
+    assert asked == [["x3", "x1", "x2"]]  # the complete runs of a or b, oldest first
+    assert sel.providers == ["b", "a"]
+    assert sel.chosen == {"b": {"nccl": "x1", "train": "x1"},
+                          "a": {"preflight": "x2", "health": "x2", "nccl": "x1"}}
+    assert [list(c) for c in sel.chosen.values()] == [["nccl", "train"],
+                                                      ["preflight", "health", "nccl"]]
+    assert sel.run_ids("a") == ["x2", "x1"] and sel.run_ids("b") == ["x1"]
+    assert sel.run_ids() == ["x1", "x2"] and sel.run_ids("c") == []
+    assert list(sel.runs["run_id"]) == ["x1", "x2"] and list(sel.runs.index) == [0, 1]
+    assert sel.paths == {"x1": Path("/there/x1"), "x2": Path("/there/x2")}
+    # every run of these providers, the running one too (cost counts attempts)
+    assert list(sel.all_runs["run_id"]) == ["x3", "x1", "x4", "x2"]
+    assert list(sel.all_runs.index) == [0, 1, 2, 3]
+    # no providers named: those of the complete runs (c has none), sorted
+    assert C.select(root).providers == ["a", "b"]
+
+
+def test_select_of_named_runs_takes_them_whatever_their_status(store) -> None:
+    root, asked = store
+    sel = C.select(root, [], ["x4", "x3"])
+    assert asked == [["x3", "x4"]]
+    assert sel.providers == ["a", "b"]
+    assert sel.chosen == {"a": {"preflight": "x3", "nccl": "x3"},
+                          "b": {"nccl": "x4", "train": "x4"}}
+    assert list(sel.runs["run_id"]) == ["x3", "x4"]
+    sel = C.select(root, ["b"], ["x1", "x4"])
+    assert sel.chosen == {"b": {"nccl": "x4", "train": "x4"}}  # the later of the two
+
+
+def test_select_refusals_in_words(store) -> None:
+    root, asked = store
+    with pytest.raises(UsageError) as e:
+        C.select(root, [], ["x1", "zz", "yy", "x2"])
+    assert (e.value.what, e.value.hint) == (f"no run zz, yy under {root}",
+                                            f"see `gpuvet runs --results {root}`")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["q", "b", "q", "a", "b"])  # named twice comes before unknown
+    assert (e.value.what, e.value.hint) == (
+        "provider b, q is named twice: a provider is not compared with itself",
+        "name two different providers with -p")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["a", "r", "q"])
+    assert e.value.what == (f"no runs of provider r, q under {root} "
+                            "(providers with runs: a, b, c)")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["a", "c"])  # c has runs, none complete
+    assert (e.value.what, e.value.hint) == (
+        f"provider c has no complete (passed or failed) run with records under {root}",
+        "finish a run (`--resume`) or name runs with --runs")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["a"], ["x4"])  # a run of b only
+    assert e.value.what == (f"provider a has no run among the runs named with records "
+                            f"under {root}")
+    assert asked == [["x3", "x1", "x2"]]  # only the pool with runs was asked about
+
+
+def test_select_of_a_store_without_runs_or_providers(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Any) -> None:
+    empty = pd.DataFrame(columns=["run_id", "providers", "status", "suite_hash", "path"])
+    monkeypatch.setattr(C.frames, "runs", lambda root: empty)
+    with pytest.raises(UsageError) as e:
+        C.select(tmp_path)
+    assert (e.value.what, e.value.hint) == (
+        f"the results store {tmp_path} holds no runs",
+        "run `gpuvet preflight` / `gpuvet nccl` first")
+    bare = pd.DataFrame([{"run_id": "x1", "providers": [], "status": "passed",
+                          "suite_hash": "s", "path": "/p"}])
+    monkeypatch.setattr(C.frames, "runs", lambda root: bare)
+    with pytest.raises(UsageError) as e:
+        C.select(tmp_path, ["q"])
+    assert e.value.what == f"no runs of provider q under {tmp_path} (providers with runs: none)"
