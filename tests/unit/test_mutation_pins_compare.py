@@ -6,6 +6,7 @@ measurements each table reads (provider, metric, scope, engine, in-place, the
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,8 @@ def _m(provider: str, value: float, *, size: int = 64 * MIB, scope: str = "singl
 
 
 def _f(provider: str, code: str, sev: str = "INFO", step: str = "nccl", node: str | None = "n1",
-       msg: str = "said", **details: Any) -> Finding:
-    return finding("r", step, provider=provider, node=node, code=code,
+       msg: str = "said", run: str = "r", **details: Any) -> Finding:
+    return finding(run, step, provider=provider, node=node, code=code,
                    severity=sev,  # type: ignore[arg-type]
                    message=msg, evidence=["x.txt"], **details)
 
@@ -369,3 +370,122 @@ def test_select_of_a_store_without_runs_or_providers(monkeypatch: pytest.MonkeyP
     with pytest.raises(UsageError) as e:
         C.select(tmp_path, ["q"])
     assert e.value.what == f"no runs of provider q under {tmp_path} (providers with runs: none)"
+
+
+# --- build, with the store's readers and the other modules' parts replaced ------------------
+
+@pytest.fixture
+def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    root, _ = store
+    calls: dict[str, list[Any]] = {}
+
+    def rec(name: str, out: Any) -> Any:
+        def f(*args: Any) -> Any:
+            calls.setdefault(name, []).append(args)
+            return out(*args) if callable(out) else out
+        return f
+
+    docs = {"x1": {"suite": {"nccl": {"iters": 20}}}, "x2": {"suite": {"nccl": {"iters": 20}}}}
+    found = [_f("a", "NCCL_TRANSPORTS", run="x1", transports=["NVLS"]),
+             _f("b", "NCCL_TRANSPORTS", run="x2", transports=["IB"]),  # b's x2 is not chosen
+             _f("b", "NCCL_TRANSPORTS", run="x1", transports=["P2P"])]
+    ms = pd.DataFrame([_m("a", 100.0, run="x1"), _m("b", 1.0, run="x2"),
+                       _m("b", 80.0, run="x1")])
+    env = pd.DataFrame({"provider": ["a"], "key": ["k"], "value": ["v"]})
+
+    def pv(p: str, *_: Any) -> SimpleNamespace:
+        return SimpleNamespace(provider=p, verdict="GO", reasons=[
+            SimpleNamespace(check="c", outcome="ok", text="fine", evidence=["e"])])
+
+    monkeypatch.setattr(C.frames, "run_documents", rec("docs", docs))
+    monkeypatch.setattr(C.frames, "finding_records", rec("findings", found))
+    monkeypatch.setattr(C.frames, "measurements", rec("ms", lambda *a: ms.copy()))
+    monkeypatch.setattr(C.environment, "environment", rec("env", "every fact"))
+    monkeypatch.setattr(C.environment, "latest", rec("latest", env))
+    monkeypatch.setattr(C.environment, "diff_table", rec("diff", C.Table("environment", ())))
+    monkeypatch.setattr(C.billing, "costs_of", rec("costs", (["poc"], ["unit"])))
+    monkeypatch.setattr(C.verdict, "provider_verdict", rec("verdict", pv))
+    monkeypatch.setattr(C.cost, "currencies_apart", rec("apart", ["JPY"]))
+    monkeypatch.setattr(C.cost, "cost_table", rec("cost", C.Table("cost", ())))
+    monkeypatch.setattr(C.cost, "sources_table", rec("sources", C.Table("sources", ())))
+    monkeypatch.setattr(C.cost, "unit_table", rec("units", C.Table("units", ())))
+    return {"root": root, "calls": calls, "docs": docs, "found": found, "env": env}
+
+
+TABLES = ["verdict per provider", "verdict reasons", "environment",
+          "busbw (all_reduce, out-of-place)", "stability (busbw from 16 MiB)",
+          "transports NCCL used", "torch.distributed vs nccl-tests", "GPU health", "training"]
+
+
+def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> None:
+    root, calls, found = parts["root"], parts["calls"], parts["found"]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("providers: {}\n", encoding="utf-8")
+    override = object()
+    c = C.build(root, ["b", "a"], inventory=inv, rates={"EUR": 1.1},
+                override=override)  # type: ignore[arg-type]
+    assert c.root == root and c.providers == ["b", "a"]
+    sel = c.selection
+    assert sel.chosen == {"b": {"nccl": "x1", "train": "x1"},
+                          "a": {"preflight": "x2", "health": "x2", "nccl": "x1"}}
+    assert calls["docs"] == [(root, ["x1", "x2"])] and calls["findings"] == [(root, ["x1", "x2"])]
+    assert calls["ms"] == [(root, ["x1", "x2"])]
+    assert c.findings == [found[0], found[2]]
+    assert [(p, r) for p, r in zip(c.measurements["provider"], c.measurements["run_id"],
+                                   strict=True)] == [("a", "x1"), ("b", "x1")]
+    assert calls["env"][0][0] is sel.runs and calls["latest"] == [("every fact", sel.runs)]
+    assert c.env is parts["env"] and calls["diff"] == [(parts["env"], ["b", "a"])]
+    ((s, ms, env, docs, text, name, ov),) = calls["costs"]
+    assert (s, env, docs, text, name, ov) == (sel, parts["env"], parts["docs"],
+                                              "providers: {}\n", str(inv), override)
+    assert ms.equals(c.measurements)
+    assert [a[0] for a in calls["verdict"]] == ["b", "a"]
+    for _, fs, m, e, paths in calls["verdict"]:
+        assert fs == c.findings and m.equals(c.measurements) and e is parts["env"]
+        assert paths == sel.paths
+    assert (c.costs, c.units, c.currencies_apart) == (["poc"], ["unit"], ["JPY"])
+    assert calls["apart"] == [(["poc"], {"EUR": 1.1})] and calls["cost"] == [(["poc"],
+                                                                              {"EUR": 1.1})]
+    assert calls["sources"] == [(["poc"],)] and calls["units"] == [(["unit"],)]
+    assert [t.title for t in c.tables] == [*TABLES, "cost", "sources", "units"]
+    busbw = c.tables[3]
+    assert busbw.rows[0][:6] == ("single", "64 MiB", 80.0, "80.00-80.00", 100.0, "100.00-100.00")
+    assert c.tables[5].rows == [("b", "n1", "P2P", "said"), ("a", "n1", "NVLS", "said")]
+    assert c.tables[0].rows == [("b", "GO", 0, 0, 1), ("a", "GO", 0, 0, 1)]
+    assert c.empty_sections == ["environment", "torch.distributed vs nccl-tests", "GPU health", "training",
+                                "cost", "sources", "units"]
+    assert c.as_json() == {
+        "providers": ["b", "a"], "runs": sel.chosen,
+        "verdicts": [{"provider": p, "verdict": "GO",
+                      "reasons": [{"check": "c", "outcome": "ok", "text": "fine",
+                                   "evidence": ["e"]}]} for p in "ba"],
+        "currencies_apart": ["JPY"], "empty_sections": c.empty_sections,
+        "tables": [t.as_json() for t in c.tables]}
+
+
+def test_build_without_cost_and_with_an_unreadable_inventory(parts, tmp_path: Any) -> None:
+    root, calls = parts["root"], parts["calls"]
+    c = C.build(root, [], ["x1"], with_cost=False)
+    assert "costs" not in calls and "cost" not in calls
+    assert (c.costs, c.units) == ([], [])
+    assert calls["apart"] == [([], {})]
+    assert [t.title for t in c.tables] == TABLES
+    assert c.providers == ["a", "b"] and c.selection.chosen == {"a": {"nccl": "x1"},
+                                                                "b": {"nccl": "x1", "train": "x1"}}
+    C.build(root, ["a"])
+    ((*_, text, name, ov),) = calls["costs"]
+    assert (text, name, ov) == (None, "None", None)
+    assert calls["cost"] == [(["poc"], {})]
+    with pytest.raises(UsageError) as e:
+        C.build(root, ["a"], inventory=tmp_path / "nope.yaml")
+    assert e.value.what == f"cannot read {tmp_path / 'nope.yaml'}: No such file or directory"
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_build_of_runs_without_measurements(parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    cols = ["run_id", "provider", "nodes", "step", "scope", "engine", "metric", "size",
+            "inplace", "round", "value"]
+    monkeypatch.setattr(C.frames, "measurements",
+                        lambda root, ids: pd.DataFrame(columns=cols))
+    c = C.build(parts["root"], ["a"], with_cost=False)
+    assert c.measurements.empty and list(c.measurements.columns) == cols
