@@ -489,3 +489,60 @@ def test_build_of_runs_without_measurements(parts, monkeypatch: pytest.MonkeyPat
                         lambda root, ids: pd.DataFrame(columns=cols))
     c = C.build(parts["root"], ["a"], with_cost=False)
     assert c.measurements.empty and list(c.measurements.columns) == cols
+
+
+# --- the pins' survivors: values below 1, digits kept, empty tables -------------------------
+
+def test_ratio_ci_of_values_below_one_and_its_bootstrap() -> None:
+    a, b = np.array([0.5, 0.4, 0.6]), np.array([0.25, 0.2, 0.3, 0.35])
+    point, lo, hi = C.ratio_ci(a, b)
+    assert point == 0.55  # 0.275 / 0.5: a median under 1 is still a median
+    draw = np.random.default_rng(C.SEED)
+    ra = np.median(a[draw.integers(0, 3, (C.BOOTSTRAP, 3))], axis=1)
+    rb = np.median(b[draw.integers(0, 4, (C.BOOTSTRAP, 4))], axis=1)
+    assert (lo, hi) == tuple(float(x) for x in np.percentile(rb / ra, [2.5, 97.5]))
+    point, lo, hi = C.ratio_ci(np.array([0.5, 0.5]), np.array([0.25, 0.25]))
+    assert (point, lo, hi) == (0.5, 0.5, 0.5)
+
+
+def test_busbw_values_are_floats_and_medians_keep_two_digits() -> None:
+    ms = pd.DataFrame([_m("a", 3), _m("a", 4, rnd=2)])
+    assert ms["value"].dtype.kind == "i"
+    assert C.busbw_values(ms, "a", "single")[64 * MIB].dtype == np.float64
+    ms = pd.DataFrame([_m("a", 100.123456), _m("a", 100.123456, rnd=2)])
+    assert C.busbw_table(ms, ["a"]).rows == [("single", "64 MiB", 100.12, "100.12-100.12")]
+
+
+def test_stability_of_a_provider_measured_on_several_nodes_only() -> None:
+    big = 16 * MIB
+    ms = pd.DataFrame([_m("a", v, size=big, scope="multi", nodes="n1,n2", rnd=i)
+                       for i, v in enumerate((100.0, 101.0, 103.0))]
+                      + [_m("a", v, size=2 * big, scope="multi", nodes="n1,n2", rnd=i)
+                         for i, v in enumerate((100.0, 100.0, 107.0))])
+    t = C.stability_table(ms, [], ["a"])
+    cvs = [float(np.std(v, ddof=1) / np.mean(v)) for v in ((100.0, 101.0, 103.0),
+                                                           (100.0, 100.0, 107.0))]
+    assert t.rows == [("a", "multi", 3, 1, round(float(np.median(cvs)), 4),
+                       round(max(cvs), 4), 0, 0, 0)]
+    assert t.rows[0][4:6] == (0.0273, 0.0395)
+
+
+def test_empty_training_and_health_tables_keep_their_title_and_columns() -> None:
+    for ms in (pd.DataFrame(), pd.DataFrame([_h("a", "x", 1.0, scope="single")])):
+        assert C.train_table(ms, [], ["a", "b"]) == C.Table("training", ("what", "a", "b"), [])
+        assert C.health_table(ms, [], ["a", "b"]) == C.Table("GPU health", ("what", "a", "b"),
+                                                             [])
+
+
+def test_flatten_and_shown_of_odd_keys_and_values() -> None:
+    assert C._flatten({"nccl": {"maX": 1}, "X": 2}) == {"nccl.maX": 1, "X": 2}
+    assert C._shown({"path": Path("/a")}) == '{"path": "/a"}'  # anything else as its text
+
+
+def test_the_suite_gate_shows_twelve_parameters_unless_told() -> None:
+    docs = {"r1": {"suite": {f"k{i:02}": 1 for i in range(13)}},
+            "r2": {"suite": {f"k{i:02}": 2 for i in range(13)}}}
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h2")]), docs)
+    lines = e.value.what.split("\n")
+    assert len(lines) == 15 and lines[-1].startswith("  ... and 1 more |")
