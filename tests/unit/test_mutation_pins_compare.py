@@ -291,7 +291,11 @@ def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> tuple[Any, list[lis
         return pd.DataFrame([s for s in _STEPS if s[0] in ids],
                             columns=["run_id", "provider", "step"])
 
-    monkeypatch.setattr(C.frames, "runs", lambda root: runs.copy())
+    def all_runs(root: Any) -> pd.DataFrame:
+        assert root == tmp_path
+        return runs.copy()
+
+    monkeypatch.setattr(C.frames, "runs", all_runs)
     monkeypatch.setattr(C.frames, "steps_of", steps_of)
     return tmp_path, asked
 
@@ -312,6 +316,8 @@ def test_select_takes_each_providers_latest_complete_run_per_step(store) -> None
     # every run of these providers, the running one too (cost counts attempts)
     assert list(sel.all_runs["run_id"]) == ["x3", "x1", "x4", "x2"]
     assert list(sel.all_runs.index) == [0, 1, 2, 3]
+    cols = ["run_id", "providers", "status", "suite_hash", "path"]
+    assert list(sel.runs.columns) == cols and list(sel.all_runs.columns) == cols
     # no providers named: those of the complete runs (c has none), sorted
     assert C.select(root).providers == ["a", "b"]
 
@@ -387,10 +393,15 @@ def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     docs = {"x1": {"suite": {"nccl": {"iters": 20}}}, "x2": {"suite": {"nccl": {"iters": 20}}}}
     found = [_f("a", "NCCL_TRANSPORTS", run="x1", transports=["NVLS"]),
+             _f("a", "HEALTH_MEMBW", "FAIL", step="health", run="x2"),
+             _f("b", "TRAIN_RESTORE_OK", "PASS", step="train", run="x1"),
              _f("b", "NCCL_TRANSPORTS", run="x2", transports=["IB"]),  # b's x2 is not chosen
              _f("b", "NCCL_TRANSPORTS", run="x1", transports=["P2P"])]
     ms = pd.DataFrame([_m("a", 100.0, run="x1"), _m("b", 1.0, run="x2"),
-                       _m("b", 80.0, run="x1")])
+                       _m("b", 80.0, run="x1"),
+                       {**_h("a", "health.membw.copy_gbps", 3000.0), "run_id": "x2"},
+                       {**_t("b", "mfu", 0.5), "run_id": "x1"}],
+                      index=[10, 11, 12, 13, 14])  # a frame as filtered, not from 0
     env = pd.DataFrame({"provider": ["a"], "key": ["k"], "value": ["v"]})
 
     def pv(p: str, *_: Any) -> SimpleNamespace:
@@ -430,9 +441,11 @@ def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> Non
                           "a": {"preflight": "x2", "health": "x2", "nccl": "x1"}}
     assert calls["docs"] == [(root, ["x1", "x2"])] and calls["findings"] == [(root, ["x1", "x2"])]
     assert calls["ms"] == [(root, ["x1", "x2"])]
-    assert c.findings == [found[0], found[2]]
+    assert c.findings == [found[0], found[1], found[2], found[4]]
     assert [(p, r) for p, r in zip(c.measurements["provider"], c.measurements["run_id"],
-                                   strict=True)] == [("a", "x1"), ("b", "x1")]
+                                   strict=True)] == [("a", "x1"), ("b", "x1"), ("a", "x2"),
+                                                     ("b", "x1")]
+    assert list(c.measurements.index) == [10, 12, 13, 14]
     assert calls["env"][0][0] is sel.runs and calls["latest"] == [("every fact", sel.runs)]
     assert c.env is parts["env"] and calls["diff"] == [(parts["env"], ["b", "a"])]
     ((s, ms, env, docs, text, name, ov),) = calls["costs"]
@@ -451,9 +464,14 @@ def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> Non
     busbw = c.tables[3]
     assert busbw.rows[0][:6] == ("single", "64 MiB", 80.0, "80.00-80.00", 100.0, "100.00-100.00")
     assert c.tables[5].rows == [("b", "n1", "P2P", "said"), ("a", "n1", "NVLS", "said")]
+    health = {r[0]: r[1:] for r in c.tables[7].rows}
+    assert health["FAIL findings"] == ("none", "HEALTH_MEMBW")
+    train = {r[0]: r[1:] for r in c.tables[8].rows}
+    assert train["MFU (ratio)"] == (0.5, None)
+    assert train["restore"] == ("PASS TRAIN_RESTORE_OK", "not measured")
     assert c.tables[0].rows == [("b", "GO", 0, 0, 1), ("a", "GO", 0, 0, 1)]
-    assert c.empty_sections == ["environment", "torch.distributed vs nccl-tests", "GPU health", "training",
-                                "cost", "sources", "units"]
+    assert c.empty_sections == ["environment", "torch.distributed vs nccl-tests", "cost",
+                                "sources", "units"]
     assert c.as_json() == {
         "providers": ["b", "a"], "runs": sel.chosen,
         "verdicts": [{"provider": p, "verdict": "GO",
@@ -497,9 +515,12 @@ def test_ratio_ci_of_values_below_one_and_its_bootstrap() -> None:
     a, b = np.array([0.5, 0.4, 0.6]), np.array([0.25, 0.2, 0.3, 0.35])
     point, lo, hi = C.ratio_ci(a, b)
     assert point == 0.55  # 0.275 / 0.5: a median under 1 is still a median
+    rng = np.random.default_rng(3)
+    a, b = 0.5 * rng.normal(1, 0.1, 12), 0.4 * rng.normal(1, 0.1, 9)
+    point, lo, hi = C.ratio_ci(a, b)
     draw = np.random.default_rng(C.SEED)
-    ra = np.median(a[draw.integers(0, 3, (C.BOOTSTRAP, 3))], axis=1)
-    rb = np.median(b[draw.integers(0, 4, (C.BOOTSTRAP, 4))], axis=1)
+    ra = np.median(a[draw.integers(0, 12, (C.BOOTSTRAP, 12))], axis=1)
+    rb = np.median(b[draw.integers(0, 9, (C.BOOTSTRAP, 9))], axis=1)
     assert (lo, hi) == tuple(float(x) for x in np.percentile(rb / ra, [2.5, 97.5]))
     point, lo, hi = C.ratio_ci(np.array([0.5, 0.5]), np.array([0.25, 0.25]))
     assert (point, lo, hi) == (0.5, 0.5, 0.5)

@@ -538,6 +538,9 @@ def test_evaluate_of_a_named_run_and_the_defaults(ev_store) -> None:
     assert z.verdict.summary == "no comparable measurements in this run"
     (z,) = R.evaluate(root, None, ["z"]).providers
     assert z.run_id == "q2"
+    # a provider with nothing measured does not end the others' evaluation
+    ev = R.evaluate(root, None, ["y", "p"])
+    assert [(e.provider, e.run_id) for e in ev.providers] == [("y", None), ("p", "q4")]
 
 
 def test_the_worst_lone_node_weighs_each_metrics_direction() -> None:
