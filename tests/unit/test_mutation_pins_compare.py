@@ -567,3 +567,14 @@ def test_the_suite_gate_shows_twelve_parameters_unless_told() -> None:
         C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h2")]), docs)
     lines = e.value.what.split("\n")
     assert len(lines) == 15 and lines[-1].startswith("  ... and 1 more |")
+
+
+def test_build_refuses_runs_of_different_suites(parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = pd.DataFrame([{"run_id": r, "providers": ps, "status": st,
+                          "suite_hash": "t" if r == "x2" else "s", "path": f"/there/{r}"}
+                         for r, ps, st in _RUNS])
+    monkeypatch.setattr(C.frames, "runs", lambda root: runs)
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.build(parts["root"], ["b", "a"])
+    assert "(the suites hash differently but no parameter reads differently)" in e.value.what
+    assert "findings" not in parts["calls"]  # refused before anything is read
