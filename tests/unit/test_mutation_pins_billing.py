@@ -285,3 +285,24 @@ def test_costs_of_every_window_and_the_unit_cost(tmp_path: Path) -> None:
                                                       ("gpu_model", "NVIDIA H100"))])])
     _, (u2,) = B.costs_of(sel, ms, env2, {}, None, "-i", ov)
     assert u2.gpu_model is None and u2.per_gpu_month is None and u2.per_job_hour == 40.0
+
+
+def test_boot_times_skip_other_providers_nodes_and_unreadable_facts(tmp_path: Path) -> None:
+    (tmp_path / "r3").mkdir()  # a selected run without nodes/: the next one is still read
+    run = tmp_path / "r5"
+    facts = {"n1": _t(8, 30), "n2": _t(7), "n3": _t(8)}
+    for node, bt in facts.items():
+        d = run / "nodes" / node / "preflight"
+        d.mkdir(parents=True)
+        (d / "facts.json").write_text(json.dumps({"boot_time": bt}))
+    (run / "nodes" / "a" / "preflight" / "facts.json").mkdir(parents=True)  # not a file
+    (run / "nodes" / "b" / "preflight").mkdir(parents=True)
+    (run / "nodes" / "b" / "preflight" / "facts.json").write_text("{")
+    # n2 is q's; n3 is named by no provider of the run's inventory: taken as p's
+    (run / "inventory.yaml").write_text("providers:\n  p: {nodes: [{name: n1}]}\n"
+                                        "  q: {nodes: [{name: n2}]}\n")
+    runs = [dict(r, path=str(tmp_path / r["run_id"])) for r in RUNS]
+    sel = _sel(["r3", "r5"], runs)
+    assert B.boot_times(sel, "p") == [_t(8, 30), _t(8)]
+    ws = B.windows(sel, "p", {}, None, B.Override())
+    assert ws[1].name == "instance up since boot" and ws[1].hours == 3.0

@@ -183,3 +183,19 @@ def test_as_json() -> None:
         "per_unit": [{"provider": "a", "currency": "USD", "per_1m_tokens": None,
                       "per_job_hour": 4.0, "per_gpu_month": None, "hourly_month": 1460.0,
                       "breakeven_hours": None, "gpu_model": None}]}
+
+
+def test_cost_table_rounds_hours_to_four_places_and_names_only_what_is_unpriced() -> None:
+    full = Pricing(gpu_hour=1.0, currency="USD", billing_granularity="minute",
+                   storage_gb_month=1.0, egress_gb=1.0, download_gb=2.0)
+    cny = Pricing(gpu_hour=1.0, currency="CNY")
+    costs = [C.poc_cost("a", full, 1, _w(1.0123456, 0.1234567, 3), ckpt_gb=7.3),
+             C.poc_cost("b", cny, 1, _w(1.0)),
+             C.poc_cost("c", Pricing(gpu_hour=1.0), None, _w(2.3456789, 0.5, 2))]
+    rows = C.cost_table(costs).rows  # no rates given: none is used
+    assert rows[0][:6] == ("a", "w", 1.0123, "3 (0.123 h)", 1.0167, 1)
+    assert rows[0][10:] == ("3.03 USD", "3.03 USD")
+    assert rows[1][10:] == ("1.00 CNY + storage, transfer not priced",
+                            "no CNY->USD rate: shown apart")
+    assert rows[2] == ("c", "w", 2.3457, 2, "-", "unknown", "-", "-", "-", "-",
+                       "GPU count unknown (no node reported it)", "-")
