@@ -199,3 +199,33 @@ def test_cost_table_rounds_hours_to_four_places_and_names_only_what_is_unpriced(
                             "no CNY->USD rate: shown apart")
     assert rows[2] == ("c", "w", 2.3457, 2, "-", "unknown", "-", "-", "-", "-",
                        "GPU count unknown (no node reported it)", "-")
+
+
+def test_poc_cost_without_a_figure_keeps_its_terms() -> None:
+    p = Pricing(gpu_hour=1.0, storage_gb_month=0.5, egress_gb=1.0, download_gb=2.0,
+                retention_days=73)
+    c = C.poc_cost("x", p, None, _w(1.0), ckpt_gb=10.0)
+    assert c.why == "GPU count unknown (no node reported it)" and c.total is None
+    assert c.storage == C.Term(0.5 * 10 * 73 * 24 / 730, "checkpoint 10 GB (measured) x "
+                               "0.5/GB-month x 73 days (pricing.retention_days)")
+    assert c.transfer == C.Term(2.0, "downloads 2 GB (inventory) x 1/GB")
+    c = C.poc_cost("x", None, 1, _w(1.0))
+    assert (c.storage, c.transfer) == (C.storage_term(None, None, 1.0), C.transfer_term(None))
+
+
+def test_a_throughput_below_one_token_a_second_is_still_priced() -> None:
+    u = C.unit_cost("x", Pricing(gpu_hour=3.6), 1, 1, 0.5)
+    assert u.per_1m_tokens == pytest.approx(2000.0)
+    assert C.unit_cost("x", Pricing(gpu_hour=3.6), 1, 1, -1.0).per_1m_tokens is None
+
+
+def test_convert_nothing_at_a_rate_is_nothing() -> None:
+    assert C.convert(None, "CNY", "USD", {"CNY": 0.25}) is None
+
+
+def test_a_priced_provider_after_an_unpriced_one_keeps_its_rows() -> None:
+    usd = Pricing(gpu_hour=2.5, currency="USD")
+    costs = [C.poc_cost("z", None, 2, _w(1.0)), C.poc_cost("a", usd, 2, _w(1.0))]
+    assert [r[0] for r in C.sources_table(costs).rows] == ["a", "z"]
+    units = [C.unit_cost("z", None, 1, 1, None), C.unit_cost("a", usd, 1, 1, None)]
+    assert [r[0] for r in C.unit_table(units).rows] == ["z", "a"]
