@@ -245,3 +245,41 @@ def test_the_nccl_version_line_and_the_library_code() -> None:
     assert (run.nccl_version, run.nccl_cuda) == ("2.27.3", None)
     run = _read(_replace(8, "NCCL version 2.27.3-1"))
     assert (run.nccl_version, run.nccl_cuda) == ("2.27.3", None)
+
+
+NEW = ["time", "algbw", "busbw", "#wrong"]
+OLD = ["time", "algbw", "busbw", "error"]
+_HALF_NEW_ROW = "23.67 0.00 0.00 0 25.68 0.00 0.00 0"
+_HALF_OLD_ROW = "23.67 0.00 0.00 0e+00 25.68 0.00 0.00 0e+00"
+
+
+@pytest.mark.parametrize(("row", "names"), [
+    (f"8 2 float sum -1 {_HALF_NEW_ROW}", ["size", "count", "type", "redop", "root", *NEW, *NEW]),
+    (f"8 2 float sum {_HALF_OLD_ROW}", ["size", "count", "type", "redop", *OLD, *OLD]),
+    (f"8 2 float 0 {_HALF_OLD_ROW}", ["size", "count", "type", "root", *OLD, *OLD]),
+    (f"8 2 float -1 {_HALF_OLD_ROW}", ["size", "count", "type", "root", *OLD, *OLD]),
+    (f"8 2 float {_HALF_OLD_ROW}", ["size", "count", "type", *OLD, *OLD]),
+    (f"8 2 float sum x {_HALF_NEW_ROW}", None),  # 13 fields, no root where it belongs
+    (f"8 2 float 0 -1 {_HALF_NEW_ROW}", None),  # 13 fields, a number where the redop is
+    (f"8 2 float 1.5 {_HALF_OLD_ROW}", None),  # 12 fields, no root and no redop
+    (f"8 2 float sum -1 {_HALF_NEW_ROW} 2026-11-30 04:30:26", None),  # a timestamp: 15
+    (f"8 2 float sum -1 {_HALF_NEW_ROW} 0", None),  # 14
+    ("8 2 float 23.67 0.00 0.00 0e+00 25.68 0.00 0.00", None),  # 10
+    (f"x 2 float {_HALF_OLD_ROW}", None),
+    (f"8 x float {_HALF_OLD_ROW}", None),
+    (f"8 2 3 sum {_HALF_OLD_ROW}", None),  # a number for the type
+])
+def test_the_columns_of_a_headerless_row_from_its_shape(row: str, names: list[str] | None) -> None:
+    assert nccl_tests._inferred_columns(row.split()) == names
+
+
+def test_a_table_pasted_without_its_header_says_how_it_was_read() -> None:
+    lines = _lines()[ROW1 - 1:ROW1 + 24]
+    run = _read(lines)
+    assert (len(run.rows), run.rows[0].redop, run.rows[0].root, run.rows[0].line_no) == (
+        25, "sum", None, 1)
+    assert [(e.line_no, e.what) for e in run.edits] == [
+        (1, "no column header above the first row: the columns were read from the rows' shape "
+         "(size count type redop root + time algbw busbw #wrong twice)"),
+        (1, "no parameters line (`# nThread ...`): the paste starts below it, so the GPU count "
+         "and iterations are unknown")]
