@@ -283,3 +283,70 @@ def test_a_table_pasted_without_its_header_says_how_it_was_read() -> None:
          "(size count type redop root + time algbw busbw #wrong twice)"),
         (1, "no parameters line (`# nThread ...`): the paste starts below it, so the GPU count "
          "and iterations are unknown")]
+
+
+def test_text_between_two_parameters_is_refused() -> None:
+    line = BASE[2].replace(" graph: 0", " colour: blue graph: 0")
+    assert _refusal(_replace(3, line)) == (
+        _at(3) + "unexpected text in the parameters line", 3, line, SRC)
+
+
+@pytest.mark.parametrize(("banner", "binary", "op"), [
+    ("# Collective test starting: ./build/all_reduce_perf", "./build/all_reduce_perf",
+     "all_reduce"),
+    ("# Collective test starting: /opt/nccl-tests/build/sendrecv_perf_mpi",
+     "/opt/nccl-tests/build/sendrecv_perf_mpi", "sendrecv"),
+    ("# Collective test starting: mytest", "mytest", None),
+])
+def test_the_op_is_the_binary_s_name_before_perf(banner: str, binary: str, op: str | None) -> None:
+    run = _read(_replace(2, banner))
+    assert (run.binary, run.op) == (binary, op)
+
+
+def test_a_short_last_row_without_a_redop_column_is_a_truncation() -> None:
+    lines = (FIX / "nccl-tests" / "broadcast_2.11-era_check0_na.log").read_text().splitlines()[:17]
+    lines[-1] = lines[-1].rsplit(None, 1)[0]  # one field short, and no redop cell to blame
+    run = _read(lines)
+    assert (len(run.rows), run.truncated, run.rows[-1].size_bytes) == (5, True, 268435456)
+
+
+def test_nccl_s_own_lines_in_the_table_and_their_levels() -> None:
+    lines = _lines()
+    lines[19:19] = [
+        "vm:1406:1410 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM",
+        "vm:1406:1410 [0] NCCL TRACE proxy.cc:77 progress",
+        "vm:1406:1410 [0] NCCL ABORT transport/net_ib.cc:1696 cqe error",
+        "vm:1406:1410 [1] NCCL ERROR init.cc:1120 -> 3",
+        "vm:1406:1410 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: timed out",
+    ]
+    run = _read(lines)
+    assert run.nccl_lines == 5 and len(run.rows) == 25
+    assert [(f.line_no, f.kind, f.text) for f in run.failures] == [
+        (22, "nccl-warn", "vm:1406:1410 [0] NCCL ABORT transport/net_ib.cc:1696 cqe error"),
+        (23, "nccl-warn", "vm:1406:1410 [1] NCCL ERROR init.cc:1120 -> 3"),
+        (24, "nccl-warn", "vm:1406:1410 [1] misc/socket.cc:484 NCCL WARN socketStartConnect: "
+         "timed out")]
+
+
+def test_the_nccl_version_from_an_info_line_only_once() -> None:
+    lines = _lines()
+    lines[7] = "vm:1406:1406 [0] NCCL INFO NCCL version 2.27.3+cuda12.9"
+    lines.insert(8, "vm:1406:1406 [1] NCCL INFO NCCL version 2.28.9+cuda13.0")
+    run = _read(lines)
+    assert (run.nccl_version, run.nccl_cuda, run.nccl_lines) == ("2.27.3", "12.9", 2)
+    lines = _lines()
+    lines.insert(8, "NCCL version 2.27.3+cuda12.9")
+    assert (_read(lines).nccl_version, _read(lines).nccl_cuda) == ("2.28.9", "13.0")
+
+
+def test_comments_and_decoration_around_the_table() -> None:
+    lines = _lines()
+    lines.insert(3, "# a note someone added")
+    lines.insert(4, "####")
+    lines.append("# after the end")
+    lines.append("trailing words")
+    run = _read(lines)
+    assert [(i.line_no, i.kind, i.text) for i in run.ignored_lines] == [
+        (4, "comment", "# a note someone added"), (len(lines) - 1, "comment", "# after the end"),
+        (len(lines), "unknown", "trailing words")]
+    assert run.edits == [] and len(run.rows) == 25
