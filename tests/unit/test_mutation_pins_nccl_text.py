@@ -64,6 +64,7 @@ def _cols(old: str, new: str, count: int = -1) -> str:
 
 UNKNOWN_HEADERS = [
     _cols("time", "foo", 1),  # no time column before the halves
+    _cols("time", "foo"),  # no time column at all
     _cols("redop", "color"),  # a lead column nccl-tests never printed
     _COLS.rstrip().rsplit(None, 1)[0],  # an odd number of columns
     _COLS.rstrip().rsplit(None, 1)[0] + "  error",  # halves that differ
@@ -350,3 +351,75 @@ def test_comments_and_decoration_around_the_table() -> None:
         (4, "comment", "# a note someone added"), (len(lines) - 1, "comment", "# after the end"),
         (len(lines), "unknown", "trailing words")]
     assert run.edits == [] and len(run.rows) == 25
+
+
+def test_each_per_iteration_column_is_read_from_its_own_place() -> None:
+    lines = (FIX / "nccl-tests" / "all_reduce_2.19.6_per-iter_h100.log").read_text().splitlines()
+    row = lines[20].split()
+    row[11] = "91.00"  # out-of-place i_p99, below its i_max of 91.46
+    lines[20] = "  ".join(row)
+    per = _read(lines).rows[0].out_of_place.per_iter
+    assert per is not None
+    assert (per.min_us, per.max_us, per.p99_us, per.cv_pct) == (86.87, 91.46, 91.00, 1.52)
+
+
+def test_indented_footer_lines_are_read_and_are_no_edit() -> None:
+    lines = _lines()
+    lines[OOB - 1] = "  " + lines[OOB - 1]
+    lines[OOB] = "  " + lines[OOB]
+    run = _read(lines)
+    assert (run.out_of_bounds is not None, run.avg_busbw_reported, run.edits) == (
+        True, 58.5009, [])
+
+
+_LOST = ("the `#` that starts nccl-tests' header lines is missing (GitHub Markdown makes such "
+         "lines headings)")
+
+
+@pytest.mark.parametrize("n", [12, OOB, OOB + 1, OOB + 3])
+def test_one_header_line_without_its_hash_is_an_edit_at_that_line(n: int) -> None:
+    run = _read(_replace(n, BASE[n - 1].lstrip("#")))
+    assert [(e.line_no, e.what) for e in run.edits] == [(n, _LOST)]
+
+
+def test_a_rank_line_without_a_pid() -> None:
+    run = _read(_replace(6, "#   Rank  0 on         vm device  0 [0x06] NVIDIA H200"))
+    assert [(r.rank, r.group, r.pid, r.host, r.device, r.bus_id) for r in run.ranks] == [
+        (0, None, None, "vm", 0, "0x06"), (1, 0, 1406, "vm", 1, "0000:00:07")]
+
+
+def test_numbers_before_the_header_that_are_no_row() -> None:
+    run = _read(_insert(4, "12 34 hello"))
+    assert [(i.line_no, i.kind, i.text) for i in run.ignored_lines] == [(4, "unknown", "12 34 hello")]
+    assert len(run.rows) == 25
+
+
+def test_a_row_with_a_crash_glued_on_then_another_row() -> None:
+    glued = BASE[20] + "vm: Test NCCL failure common.cu:477 'unhandled cuda error'"
+    lines = _replace(21, glued)
+    assert _refusal(lines) == (
+        _at(21) + "table row has 20 fields, the header announces 13", 21, glued, SRC)
+    run = _read(lines[:21])
+    assert (len(run.rows), run.truncated) == (8, True)
+    assert [(f.line_no, f.kind) for f in run.failures] == [(21, "nccl-failure")]
+
+
+def test_a_last_row_one_field_short_is_a_truncation_not_an_empty_redop() -> None:
+    lines = _lines()[:37]
+    lines[-1] = lines[-1].rsplit(None, 1)[0]
+    run = _read(lines)
+    assert (len(run.rows), run.truncated) == (24, True)
+
+
+def test_a_line_ending_in_capital_x_and_a_line_of_them() -> None:
+    lines = [*_lines(), "XXX", "see rank X"]
+    run = _read(lines)
+    assert [(i.kind, i.text) for i in run.ignored_lines] == [
+        ("unknown", "XXX"), ("unknown", "see rank X")]
+
+
+def test_past_the_listed_limit_ignored_lines_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.parsers import _noise
+    monkeypatch.setattr(_noise, "MAX_LISTED", 2)
+    run = _read([*_lines(), "one", "two", "three", "four"])
+    assert ([i.text for i in run.ignored_lines], run.ignored_lines_dropped) == (["one", "two"], 2)
