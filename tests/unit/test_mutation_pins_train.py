@@ -458,3 +458,173 @@ def test_a_rank_without_a_step_record_is_passed_over(fx: Path) -> None:
     memory(sink, phase(fx, "reference"))  # rank 0 (read first) has no step: rank 1 still counts
     assert [(m.metric, m.tags) for m in sink.measurements] == [
         ("peak_rss_bytes", {"rank": 1, "node": "b"})]
+
+
+# --------------------------------------------------------------------------- your own command
+
+
+def _cmd_judge(**train: Any) -> Any:
+    from orchestrator.steps.train.judge import Judge, Subject
+    from orchestrator.suite import Suite, TrainParams
+
+    return Judge("r", Suite(train=TrainParams(command="python train.py", **train)),
+                 Subject("p", "n1", ["n1"], "single"), rel=lambda p: p.name)
+
+
+def _cmd_phase(root: Path, phase: str, lines: str, stderr: str = "", sup: Any = None,
+               **more: Any) -> Any:
+    from orchestrator.steps.train.reading import read_phase
+
+    d = root / phase / "n1"
+    d.mkdir(parents=True)
+    (d / "command.stdout").write_text(lines)
+    (d / "command.stderr").write_text(stderr)
+    doc = {"rc": 0, "wall_s": 3.5, "start_time": 0, "end_time": 3, "killed": False,
+           "telemetry": {"note": "no GPU telemetry: nvidia-smi not found"}, **more}
+    (d / "supervise.json").write_text(json.dumps(doc if sup is None else sup))
+    return read_phase(phase, [("n1", d)])
+
+
+_RESUME = {"resume_flag": "--resume", "command_kill_after_step": 6}
+
+
+def test_command_steps_reads_step_and_save_lines(tmp_path: Path) -> None:
+    from orchestrator.steps.train.command import command_steps
+
+    log = tmp_path / "out"
+    log.write_bytes(b"step=1\nstep = 2 \xff\nsaved step=3\nSAVING at step=4\nsave step=5\n"
+                    b"saves step=6\nno step here\nsaved, no number\nstep=7\n")
+    assert command_steps(log) == ([1, 2, 6, 7], [3, 4, 5])
+
+
+def test_a_command_without_a_supervisor_document_fails(tmp_path: Path) -> None:
+    j = _cmd_judge()
+    assert not j.command(_cmd_phase(tmp_path, "reference", "step=1\n", sup=[1]))
+    [f] = j.findings
+    assert (f.code, f.severity, f.message) == (
+        "TRAIN_FAILED", "FAIL", "[single] reference: no supervisor document from n1")
+    assert f.evidence == ["command.stdout", "command.stderr", "supervise.json"]
+    assert f.details == {"phase": "reference"} and j.measurements == []
+
+
+def test_a_commands_wall_time_and_status_are_measured(tmp_path: Path) -> None:
+    j = _cmd_judge()
+    assert j.command(_cmd_phase(tmp_path, "reference", "step=1\nstep=2\nsaved step=2\n"))
+    [m] = [m for m in j.measurements if m.metric == "command_wall_s"]
+    assert (m.value, m.unit, m.tags) == (3.5, "s", {"phase": "reference", "rc": 0})
+    [ok] = [f for f in j.findings if f.code == "TRAIN_COMMAND_OK"]
+    assert ok.severity == "INFO" and ok.message == (
+        "[single] your command finished in 3.5 s (2 step lines)")
+    assert ok.evidence == ["command.stdout", "command.stderr", "supervise.json"]
+    j2 = _cmd_judge()
+    j2.command(_cmd_phase(tmp_path / "2", "reference", "", wall_s=None))
+    assert [m.value for m in j2.measurements if m.metric == "command_wall_s"] == [0.0]
+
+
+def test_a_command_that_ran_past_its_time_fails(tmp_path: Path) -> None:
+    j = _cmd_judge(timeout_s=12.6)
+    assert not j.command(_cmd_phase(tmp_path, "kill", "step=1\n", timed_out=True, killed=True))
+    [f] = [f for f in j.findings if f.code == "TRAIN_TIMEOUT"]
+    assert f.severity == "FAIL" and f.message == (
+        "[single] kill: your command ran past 13 s and was killed")
+    assert f.details == {"phase": "kill"} and j.earlier.kill_out is None
+
+
+def test_a_command_that_ended_before_its_kill_fails(tmp_path: Path) -> None:
+    j = _cmd_judge(**_RESUME)
+    assert not j.command(_cmd_phase(tmp_path, "kill", "step=1\n"))
+    [f] = [f for f in j.findings if f.code == "TRAIN_KILL_MISSED"]
+    assert (f.code, f.severity, f.message) == (
+        "TRAIN_KILL_MISSED", "FAIL", "[single] kill: your command ended before it logged step=6")
+    assert f.evidence == ["command.stdout", "command.stderr", "supervise.json"]
+    assert j.earlier.kill_out is None
+
+
+def test_the_kill_of_a_command_says_its_last_step_and_save(tmp_path: Path) -> None:
+    j = _cmd_judge(**_RESUME)
+    out = _cmd_phase(tmp_path, "kill", "step=7\nsaved step=4\nstep=6\nsaved step=2\n",
+                     killed=True, rc=-9)
+    assert j.command(out) and j.earlier.kill_out is out
+    [f] = [f for f in j.findings if f.code == "TRAIN_KILLED"]
+    assert f.severity == "INFO" and f.message == (
+        "[single] kill: SIGKILLed after step=7; last save logged at step=4")
+    assert f.evidence == ["command.stdout", "command.stderr", "supervise.json"]
+    assert f.details == {}
+    j2 = _cmd_judge(**_RESUME)
+    assert j2.command(_cmd_phase(tmp_path / "2", "kill", "", killed=True))
+    assert [f.message for f in j2.findings if f.code == "TRAIN_KILLED"] == [
+        "[single] kill: SIGKILLed after step=0; no `saved ... step=N` line seen"]
+
+
+def test_a_command_that_exits_nonzero_fails_with_its_stderr(tmp_path: Path) -> None:
+    j = _cmd_judge()
+    assert not j.command(_cmd_phase(tmp_path, "reference", "step=1\n", rc=3,
+                                    stderr="a\nb\nc\nTraceback: boom\n"))
+    [f] = [f for f in j.findings if f.code == "TRAIN_COMMAND_FAILED"]
+    assert f.severity == "FAIL" and f.message == (
+        "[single] reference: your command exited with status 3: b | c | Traceback: boom")
+    assert f.details == {}
+    assert not [f for f in j.findings if f.code == "TRAIN_COMMAND_OK"]
+
+
+def _killed(j: Any, root: Path, lines: str) -> None:
+    assert j.command(_cmd_phase(root, "kill", lines, killed=True, rc=-9))
+
+
+def test_a_restore_that_logged_no_step_expects_the_first(tmp_path: Path) -> None:
+    j = _cmd_judge(**_RESUME)
+    assert j.command(_cmd_phase(tmp_path, "restore", "resuming\n"))
+    [f] = [f for f in j.findings if f.code == "TRAIN_RESTORE_MISMATCH"]
+    assert f.severity == "FAIL" and f.message == (
+        "[single] restore: your command logged no step, expected step=1 or later "
+        "(it started over)")
+    assert f.details == {"first_step": None, "expected": 1}
+    assert f.evidence == ["command.stdout", "command.stderr", "supervise.json"]
+
+
+def test_a_restore_without_a_save_must_go_past_the_first_killed_step(tmp_path: Path) -> None:
+    j = _cmd_judge(**_RESUME)
+    _killed(j, tmp_path, "step=3\nstep=4\nstep=5\n")
+    assert j.command(_cmd_phase(tmp_path, "restore", "step=3\nstep=4\n"))
+    [f] = [f for f in j.findings if f.code == "TRAIN_RESTORE_MISMATCH"]
+    assert f.message == ("[single] restore: your command started again at step=3, expected "
+                         "step=4 or later (it started over)")
+    assert f.details == {"first_step": 3, "expected": 4}
+    j2 = _cmd_judge(**_RESUME)
+    _killed(j2, tmp_path / "2", "step=3\nstep=4\nstep=5\n")
+    assert j2.command(_cmd_phase(tmp_path / "2", "restore", "step=5\nstep=4\n"))
+    [ok] = [f for f in j2.findings if f.code == "TRAIN_RESTORE_OK"]
+    assert ok.severity == "PASS" and ok.message == (
+        "[single] restore: your command resumed at step=4 (last saved unknown); finished "
+        "in 3.5 s")
+    assert ok.details == {"first_step": 4}
+    assert [(m.value, m.unit, m.tags) for m in j2.measurements if m.metric == "steps_lost"] == [
+        (1.0, "steps", {})]
+
+
+def test_a_restore_at_its_last_save_is_ok_and_one_before_it_is_not(tmp_path: Path) -> None:
+    j = _cmd_judge(**_RESUME)
+    _killed(j, tmp_path, "step=1\nsaved step=2\nsaved step=4\nstep=5\n")
+    assert j.command(_cmd_phase(tmp_path, "restore", "step=4\nstep=5\n"))
+    [ok] = [f for f in j.findings if f.code == "TRAIN_RESTORE_OK"]
+    assert "resumed at step=4 (last saved 4)" in ok.message
+    assert [m.value for m in j.measurements if m.metric == "steps_lost"] == [1.0]
+    j2 = _cmd_judge(**_RESUME)
+    _killed(j2, tmp_path / "2", "step=1\nsaved step=2\nsaved step=4\nstep=5\n")
+    assert j2.command(_cmd_phase(tmp_path / "2", "restore", "step=3\nstep=5\n"))
+    [f] = [f for f in j2.findings if f.code == "TRAIN_RESTORE_MISMATCH"]
+    assert f.message == ("[single] restore: your command started again at step=3, expected "
+                         "step=4 or later (the last saved step)")
+    assert f.details == {"first_step": 3, "expected": 4}
+    assert not [m for m in j2.measurements if m.metric == "steps_lost"]
+
+
+def test_a_restore_past_the_killed_runs_last_step_loses_nothing(tmp_path: Path) -> None:
+    j = _cmd_judge(**_RESUME)
+    _killed(j, tmp_path, "saved step=4\nstep=5\n")
+    assert j.command(_cmd_phase(tmp_path, "restore", "step=7\n"))
+    assert [m.value for m in j.measurements if m.metric == "steps_lost"] == [0.0]
+    j2 = _cmd_judge(**_RESUME)
+    _killed(j2, tmp_path / "2", "saved step=4\n")  # saves alone: nothing to count from
+    assert j2.command(_cmd_phase(tmp_path / "2", "restore", "step=5\n"))
+    assert not [m for m in j2.measurements if m.metric == "steps_lost"]
