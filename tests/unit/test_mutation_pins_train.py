@@ -628,3 +628,80 @@ def test_a_restore_past_the_killed_runs_last_step_loses_nothing(tmp_path: Path) 
     _killed(j2, tmp_path / "2", "saved step=4\n")  # saves alone: nothing to count from
     assert j2.command(_cmd_phase(tmp_path / "2", "restore", "step=5\n"))
     assert not [m for m in j2.measurements if m.metric == "steps_lost"]
+
+
+# --------------------------------------------------------------------------- reading a phase
+
+
+def test_a_node_folder_read_back(tmp_path: Path) -> None:
+    from orchestrator.judging.telemetry import NodeTelemetry
+    from orchestrator.steps.train.reading import read_node
+
+    d = tmp_path / "n"
+    d.mkdir()
+    (d / "supervise.json").write_text(json.dumps({"rc": 0, "telemetry": {"source": "dmon"}}))
+    (d / "rank3.jsonl").write_bytes(b'{"event": "start", "rank": 3}\ntorn {\n\xff\n'
+                                    b'{"event": "step", "step": 1}\n')
+    (d / "rank10.jsonl").write_text('{"event": "end"}\n')
+    (d / "rankx.jsonl").write_text('{"event": "end"}\n')
+    (d / "rank2.jsonl.bak").write_text('{"event": "end"}\n')
+    n = read_node("a", d)
+    assert (n.node, n.dir, n.supervise) == ("a", d, {"rc": 0, "telemetry": {"source": "dmon"}})
+    assert n.events == {3: [{"event": "start", "rank": 3}, {"event": "step", "step": 1}],
+                        10: [{"event": "end"}]}
+    assert list(n.events) == [10, 3]  # the files in name order
+    assert n.file("x.txt") == d / "x.txt"
+    assert n.telemetry() == NodeTelemetry("a", {"source": "dmon"}, d, d / "supervise.json")
+    (d / "supervise.json").write_text(json.dumps({"rc": 0, "telemetry": None}))
+    assert read_node("a", d).telemetry().doc == {}
+    for bad in ("[1, 2]", "{torn", ""):
+        (d / "supervise.json").write_text(bad)
+        assert read_node("a", d).supervise == {}
+    (d / "supervise.json").unlink()
+    assert read_node("a", d).supervise == {}
+
+
+def test_a_phase_read_back_in_rank_order(tmp_path: Path) -> None:
+    from orchestrator.steps.train.reading import read_phase
+
+    for node, ranks in (("b", (2, 0)), ("a", (1,))):
+        (tmp_path / node).mkdir()
+        for r in ranks:
+            (tmp_path / node / f"rank{r}.jsonl").write_text("".join(
+                json.dumps(e) + "\n" for e in (
+                    {"event": "start", "rank": r, "n": 1}, {"event": "step", "step": "2", "r": r},
+                    {"event": "start", "rank": r, "n": 2}, {"event": "step", "step": 1, "r": r})))
+    out = read_phase("kill", [("b", tmp_path / "b"), ("a", tmp_path / "a")])
+    assert out.phase == "kill" and [n.node for n in out.nodes] == ["b", "a"]
+    assert list(out.ranks) == [0, 1, 2]
+    assert [out.node_of(r) for r in (0, 1, 2, 7)] == ["b", "a", "b", "?"]
+    assert out.rank0() == out.ranks[0] and len(out.rank0()) == 4
+    assert out.steps(1) == {2: {"event": "step", "step": "2", "r": 1},
+                            1: {"event": "step", "step": 1, "r": 1}}
+    assert out.steps() == {2: {"event": "step", "step": "2", "r": 0},
+                           1: {"event": "step", "step": 1, "r": 0}}
+    assert out.steps(9) == {}
+    assert out.first("start", 2) == {"event": "start", "rank": 2, "n": 1}
+    assert out.first("start") == {"event": "start", "rank": 0, "n": 1}
+    assert out.first("end") is None and out.first("start", 9) is None
+    assert [(e["rank"], e["n"]) for e in out.all("start")] == [(0, 1), (0, 2), (1, 1), (1, 2),
+                                                              (2, 1), (2, 2)]
+    assert out.rank_file(1) == tmp_path / "a" / "rank1.jsonl"
+    assert out.rank_file(2) == tmp_path / "b" / "rank2.jsonl"
+    assert out.rank_file(5) == tmp_path / "b" / "rank5.jsonl"  # where it would be
+    empty = read_phase("kill", [])
+    assert empty.rank_file(0) == Path("?") and empty.rank0() == [] and empty.ranks == {}
+
+
+def test_a_logs_tail_for_a_message(tmp_path: Path) -> None:
+    from orchestrator.steps.train.reading import tail
+
+    log = tmp_path / "err"
+    assert tail(log) == ""
+    log.write_bytes(b"one\n  two  \n\n*** banner\n   \nthree \xff\nfour\n")
+    assert tail(log) == "two | three \ufffd | four"
+    assert tail(log, 1) == "four" and tail(log, 5) == "one | two | three \ufffd | four"
+    log.write_text("".join(f"{k:03d}" + "x" * 200 + "\n" for k in range(3)))
+    got = tail(log)
+    assert len(got) == 400 and got.endswith("002" + "x" * 200)
+    assert got == (" | ".join(f"{k:03d}" + "x" * 200 for k in range(3)))[-400:]
