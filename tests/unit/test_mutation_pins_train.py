@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.steps.train.throughput import p90
+from orchestrator.suite import TrainParams
 from tests.unit.test_train_judge import FIX, SUITE, codes, edit, fx, judge
 
 __all__ = ["fx"]  # the fixture, imported for pytest
@@ -705,3 +706,301 @@ def test_a_logs_tail_for_a_message(tmp_path: Path) -> None:
     got = tail(log)
     assert len(got) == 400 and got.endswith("002" + "x" * 200)
     assert got == (" | ".join(f"{k:03d}" + "x" * 200 for k in range(3)))[-400:]
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def _fsink() -> Any:
+    from orchestrator.judging.sink import Sink
+
+    return Sink("r", "train", "h", "p", None, ["a", "b"], "", lambda p: p.name, "train", "train")
+
+
+def _fnode(root: Path, name: str, sup: dict[str, Any] | None,
+           events: dict[int, list[dict[str, Any]]], **logs: str) -> Any:
+    from orchestrator.steps.train.reading import NodeOutput
+
+    d = root / name
+    d.mkdir(parents=True, exist_ok=True)
+    for r in events:
+        (d / f"rank{r}.jsonl").write_text("")
+    if sup is not None:
+        (d / "supervise.json").write_text("{}")
+    for log, text in logs.items():
+        (d / f"torchrun.{log}").write_text(text)
+    return NodeOutput(name, d, sup or {}, events)
+
+
+def _fphase(phase: str, *nodes: Any) -> Any:
+    from orchestrator.steps.train.reading import PhaseOutput
+
+    return PhaseOutput(phase, list(nodes))
+
+
+_END = {"event": "end"}
+_OK = {"rc": 0}
+
+
+def _err(rank: int, kind: str, **more: Any) -> dict[str, Any]:
+    return {"event": "error", "rank": rank, "kind": kind, "type": "RuntimeError",
+            "message": f"boom {rank}", **more}
+
+
+def test_an_oom_of_one_rank_is_reported_once(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    long = "x" * 400
+    out = _fphase("reference", _fnode(tmp_path, "a", _OK, {0: [_END]}),
+                  _fnode(tmp_path, "b", _OK, {1: [_err(1, "oom", message=long)],
+                                              2: [_err(2, "oom")]}))
+    assert failed(sink, TrainParams(), out) is True
+    [f] = sink.findings
+    assert (f.code, f.severity, f.message) == (
+        "TRAIN_OOM", "FAIL", f"reference: CUDA out of memory on rank 1 on b: {'x' * 300}")
+    assert f.evidence == ["rank1.jsonl"] and f.details == {"phase": "reference"}
+
+
+def test_a_nonfinite_loss_names_its_rank_and_step(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    out = _fphase("kill", _fnode(tmp_path, "a", _OK, {
+        0: [_END], 3: [_err(3, "nonfinite", message="loss is nan", step=4),
+                       _err(3, "exception")]}))
+    assert failed(sink, TrainParams(), out)
+    [f] = sink.findings
+    assert (f.code, f.message, f.details) == (
+        "TRAIN_NAN", "kill: loss is nan (rank 3 on a)", {"phase": "kill", "first_step": 4})
+    assert f.evidence == ["rank3.jsonl"]
+
+
+def test_errors_of_other_ranks_are_each_reported_until_rank_0s(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    out = _fphase("reference", _fnode(tmp_path, "a", _OK, {
+        0: [_END, _err(0, "exception", type=None, message="y" * 301)],
+        1: [_err(1, "exception")], 2: [_err(2, "exception")]}),
+        _fnode(tmp_path, "b", _OK, {3: [{"event": "error", "message": "no rank"}]}))
+    assert failed(sink, TrainParams(), out)
+    assert [(f.code, f.message, f.evidence) for f in sink.findings] == [
+        ("TRAIN_FAILED", f"reference: None on rank 0 on a: {'y' * 300}", ["rank0.jsonl"])]
+    sink = _fsink()
+    out = _fphase("reference", _fnode(tmp_path / "2", "a", _OK, {
+        0: [_END], 1: [_err(1, "exception")], 2: [_err(2, "exception")]}),
+        _fnode(tmp_path / "2", "b", _OK, {3: [{"event": "error", "message": "no rank"}]}))
+    assert failed(sink, TrainParams(), out)
+    assert [(f.message, f.evidence) for f in sink.findings] == [
+        ("reference: RuntimeError on rank 1 on a: boom 1", ["rank1.jsonl"]),
+        ("reference: RuntimeError on rank 2 on a: boom 2", ["rank2.jsonl"]),
+        ("reference: None on rank -1 on ?: no rank", []),
+    ] and all(f.details == {"phase": "reference"} for f in sink.findings)
+
+
+def test_no_checkpoint_is_left_to_the_restore(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    out = _fphase("restore", _fnode(tmp_path, "a", _OK, {
+        0: [_err(0, "no_checkpoint"), _END], 1: [_err(1, "exception")]}))
+    assert failed(sink, TrainParams(), out)  # rank 0's no_checkpoint does not stop the loop
+    assert [f.message for f in sink.findings] == [
+        "restore: RuntimeError on rank 1 on a: boom 1"]
+    sink = _fsink()
+    out = _fphase("restore", _fnode(tmp_path / "2", "a", _OK, {0: [_err(0, "no_checkpoint"),
+                                                                  _END]}))
+    assert failed(sink, TrainParams(), out) is False and sink.findings == []
+
+
+def _kill_events(rank: int, upto: list[tuple[str, int]], error: bool = True
+                 ) -> list[dict[str, Any]]:
+    evs: list[dict[str, Any]] = [{"event": k, "step": s} for k, s in upto]
+    return evs + ([_err(rank, "peer", type=None)] if error else [])
+
+
+@pytest.mark.parametrize("kill,at,short", [
+    ("after-step", [("step", 6), ("step", 8)], [("step", 6), ("saving", 7), ("commit", 7)]),
+    ("mid-save", [("saving", 7)], [("saving", 6), ("saving", 8), ("step", 7), ("commit", 7)]),
+    ("before-manifest", [("commit", 7)], [("commit", 6), ("commit", 8), ("saving", 7),
+                                          ("step", 7)]),
+])
+def test_the_kill_point_of_each_kind_exactly(kill: str, at: list[tuple[str, int]],
+                                             short: list[tuple[str, int]]) -> None:
+    from orchestrator.steps.train.failures import past_kill_point
+
+    params = TrainParams(ckpt_step=5, kill_offset=2, kill=kill)  # type: ignore[arg-type]
+    for upto, want in ((at, True), (short, False)):
+        evs = _kill_events(1, upto)
+        out = _fphase("kill")
+        out.nodes.append(type("N", (), {"events": {1: evs}})())
+        assert past_kill_point(params, out, 1, evs[-1]) is want, (kill, upto)
+    evs = _kill_events(1, [])
+    later = at + [("end", 0)]
+    out = _fphase("kill")
+    out.nodes.append(type("N", (), {"events": {1: evs + [{"event": k, "step": s}
+                                                         for k, s in later]}})())
+    assert past_kill_point(params, out, 1, evs[-1]) is False  # only what came before it
+    assert past_kill_point(params, out, 1, {"event": "error"}) is True  # not among them
+    assert past_kill_point(params, out, 2, evs[-1]) is False
+
+
+def test_a_step_record_without_a_step_is_not_past_the_kill() -> None:
+    from orchestrator.steps.train.failures import past_kill_point
+
+    params = TrainParams(ckpt_step=1, kill_offset=1, kill="after-step")
+    out = _fphase("kill")
+    err = _err(1, "exception")
+    out.nodes.append(type("N", (), {"events": {1: [{"event": "step"}, err]}})())
+    assert past_kill_point(params, out, 1, err) is False
+
+
+def test_an_echo_of_the_kill_is_noted_not_failed(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    params = TrainParams(ckpt_step=5, kill_offset=2, kill="before-manifest")
+    evs = _kill_events(1, [("commit", 7)])
+    evs2 = _kill_events(2, [("commit", 7)])
+    evs2[-1]["type"] = "DistBackendError"
+    nodes = (_fnode(tmp_path, "a", {"killed": True}, {0: [{"event": "commit", "step": 7}]}),
+             _fnode(tmp_path, "b", {"killed": False}, {1: evs, 2: evs2}))
+    echoes: list[str] = []
+    sink = _fsink()
+    assert failed(sink, params, _fphase("kill", *nodes), killed_ok=True, echoes=echoes) is False
+    assert sink.findings == []
+    assert echoes == ["rank 1 on b saw it (peer)", "rank 2 on b saw it (DistBackendError)"]
+    assert failed(sink, params, _fphase("kill", *nodes), killed_ok=True) is False
+    # not the kill phase's judging: the same errors fail
+    sink = _fsink()
+    assert failed(sink, params, _fphase("kill", *nodes), echoes=echoes)
+    assert [f.message for f in sink.findings] == ["kill: None on rank 1 on b: boom 1",
+                                                  "kill: DistBackendError on rank 2 on b: boom 2"]
+    assert len(echoes) == 2
+
+
+def test_no_supervisor_document_ends_the_check(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    out = _fphase("reference", _fnode(tmp_path, "a", None, {0: [_END]}),
+                  _fnode(tmp_path, "b", {"timed_out": True}, {1: []}, stderr=""))
+    assert failed(sink, TrainParams(), out) is True
+    [f] = sink.findings
+    assert (f.code, f.severity, f.message, f.evidence, f.details) == (
+        "TRAIN_FAILED", "FAIL", "reference: no supervisor document from a", [],
+        {"phase": "reference"})
+
+
+def test_a_phase_that_ran_past_its_time_fails_on_each_node(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    out = _fphase("kill", _fnode(tmp_path, "a", {"timed_out": True}, {0: [_END]}, stderr="x"),
+                  _fnode(tmp_path, "b", {"timed_out": 1}, {1: []}))
+    assert failed(sink, TrainParams(timeout_s=59.5), out) is True
+    assert [(f.code, f.severity, f.message, f.evidence, f.details) for f in sink.findings] == [
+        ("TRAIN_TIMEOUT", "FAIL", "kill: still running on a after 60 s; killed",
+         ["torchrun.stderr"], {"phase": "kill"}),
+        ("TRAIN_TIMEOUT", "FAIL", "kill: still running on b after 60 s; killed", [],
+         {"phase": "kill"})]
+
+
+def test_a_job_that_ended_without_finishing(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    out = _fphase("reference", _fnode(tmp_path, "a", {"rc": 1}, {0: []},
+                                      stderr="Traceback\n  File x\nValueError: bad\n"),
+                  _fnode(tmp_path, "b", {"rc": None}, {1: [_END]}, stderr=""))
+    assert failed(sink, TrainParams(), out) is True
+    [f] = sink.findings
+    assert (f.code, f.severity, f.message, f.details) == (
+        "TRAIN_FAILED", "FAIL", "reference: the job ended without finishing (exit status "
+        "{'a': 1, 'b': None}): Traceback | File x | ValueError: bad", {"phase": "reference"})
+    assert f.evidence == ["torchrun.stderr", "torchrun.stderr"]
+    sink = _fsink()
+    out = _fphase("reference", _fnode(tmp_path / "2", "a", {"rc": 1}, {0: []}))
+    assert failed(sink, TrainParams(), out)
+    assert [f.message for f in sink.findings] == [
+        "reference: the job ended without finishing (exit status {'a': 1})"]
+    # the kill phase that was killed need not end; one that was not must
+    killed = _fphase("kill", _fnode(tmp_path / "3", "a", {"killed": True}, {0: []}))
+    assert failed(_fsink(), TrainParams(), killed, killed_ok=True) is False
+    assert failed(_fsink(), TrainParams(), killed) is True
+    unkilled = _fphase("kill", _fnode(tmp_path / "4", "a", {"rc": 0}, {0: []}))
+    assert failed(_fsink(), TrainParams(), unkilled, killed_ok=True) is True
+    # rank 0's end is the one that counts
+    other = _fphase("reference", _fnode(tmp_path / "5", "a", {"rc": 0}, {0: [], 1: [_END]}))
+    assert failed(_fsink(), TrainParams(), other) is True
+
+
+def test_collective_timeouts_are_found_in_either_log(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import scan_logs
+
+    line = "  [E] Watchdog caught collective operation timeout: " + "z" * 300 + "  "
+    for text, hit in (("NCCL op Timeout", True), ("NCCL timeout", True),
+                      ("collective operation timeout", True),
+                      ("DistBackendError: ... Timed out", True), ("DistBackendError", False),
+                      ("timeout NCCL", False), ("a Timeout", False)):
+        sink = _fsink()
+        out = _fphase("reference", _fnode(tmp_path / text, "a", _OK, {}, stdout=text))
+        assert scan_logs(sink, out) is hit, text
+        assert [f.code for f in sink.findings] == (["TRAIN_NCCL_TIMEOUT"] if hit else [])
+    sink = _fsink()
+    out = _fphase("reference", _fnode(tmp_path, "a", _OK, {}, stderr=f"ok\n{line}\n{line}\n",
+                                      stdout="NCCL timeout"),
+                  _fnode(tmp_path, "b", _OK, {}))
+    assert scan_logs(sink, out) is True
+    assert [(f.code, f.severity, f.message, f.evidence, f.details) for f in sink.findings] == [
+        ("TRAIN_NCCL_TIMEOUT", "FAIL", "reference: collective timeout on a (torchrun.stderr:2): "
+         + line.strip()[:240], ["torchrun.stderr"], {"phase": "reference", "line": 2}),
+        ("TRAIN_NCCL_TIMEOUT", "FAIL", "reference: collective timeout on a (torchrun.stdout:1): "
+         "NCCL timeout", ["torchrun.stdout"], {"phase": "reference", "line": 1})]
+
+
+def test_nccl_warn_lines_are_counted_and_a_lost_peer_after_the_kill_is_not_one(
+        tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import scan_logs
+
+    lost = ["x NCCL WARN Connection closed by remote peer", "x NCCL WARN connection RESET by peer",
+            "x NCCL WARN Broken pipe", "x NCCL WARN remote process exited",
+            "x NCCL WARN Connection refused"]
+    warn = "  y NCCL WARN net: " + "w" * 300
+    text = "\n".join(["info", *lost, warn, "z NCCL WARN again"]) + "\n"
+    sink = _fsink()
+    out = _fphase("kill", _fnode(tmp_path, "a", {"killed": True}, {}, stderr=text))
+    assert scan_logs(sink, out) is False
+    [f] = sink.findings
+    assert (f.code, f.severity, f.message, f.evidence, f.details) == (
+        "TRAIN_NCCL_WARN", "WARN", "kill: 2 NCCL WARN line(s) on a, first at torchrun.stderr:7: "
+        + warn.strip()[:240], ["torchrun.stderr"], {"phase": "kill", "line": 7, "count": 2})
+    for phase, sup in (("kill", {"killed": False}), ("reference", {"killed": True})):
+        sink = _fsink()
+        out = _fphase(phase, _fnode(tmp_path / phase, "a", sup, {}, stdout=text))
+        assert scan_logs(sink, out) is False
+        [f] = sink.findings
+        assert f.message == (f"{phase}: 7 NCCL WARN line(s) on a, first at torchrun.stdout:2: "
+                             + lost[0]) and f.details == {"phase": phase, "line": 2, "count": 7}
+    sink = _fsink()
+    out = _fphase("kill", _fnode(tmp_path / "k2", "a", {"killed": False}, {}),
+                  _fnode(tmp_path / "k2", "b", {"killed": True}, {}, stdout=lost[0]))
+    assert scan_logs(sink, out) is False and sink.findings == []  # any node's kill counts
+
+
+def test_an_oom_in_the_logs_counts_where_no_rank_said_so(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import scan_logs
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried " + "m" * 300
+    sink = _fsink()
+    out = _fphase("restore", _fnode(tmp_path, "a", _OK, {0: [_END]},
+                                    stdout=f"a\nb\n {oom}\nCUDA out of memory\n"))
+    assert scan_logs(sink, out) is True
+    [f] = sink.findings
+    assert (f.code, f.severity, f.message, f.evidence, f.details) == (
+        "TRAIN_OOM", "FAIL", "restore: CUDA out of memory on a (torchrun.stdout:3): "
+        + oom[:240], ["torchrun.stdout"], {"phase": "restore", "line": 3})
+    sink = _fsink()
+    out = _fphase("restore", _fnode(tmp_path / "2", "a", _OK, {0: [_err(0, "no_checkpoint")]},
+                                    stdout="OutOfMemoryError\n"))
+    assert scan_logs(sink, out) is False and sink.findings == []
