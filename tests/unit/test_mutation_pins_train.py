@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from orchestrator.steps.train.throughput import p90
-from orchestrator.suite import TrainParams
+from orchestrator.suite import Suite, TrainParams
 from tests.unit.test_train_judge import FIX, SUITE, codes, edit, fx, judge
 
 __all__ = ["fx"]  # the fixture, imported for pytest
@@ -1004,3 +1004,95 @@ def test_an_oom_in_the_logs_counts_where_no_rank_said_so(tmp_path: Path) -> None
     out = _fphase("restore", _fnode(tmp_path / "2", "a", _OK, {0: [_err(0, "no_checkpoint")]},
                                     stdout="OutOfMemoryError\n"))
     assert scan_logs(sink, out) is False and sink.findings == []
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+def test_the_judges_records_are_stamped_with_the_run_and_subject() -> None:
+    from orchestrator.judging.telemetry import TelemetryRules
+    from orchestrator.steps.train.judge import Judge, Subject, telemetry_rules
+
+    j = Judge("run-9", SUITE, Subject("lab", "n1", ["n1", "n2"], "single"), rel=lambda p: p.name)
+    s = j.sink
+    assert (s.run_id, s.step, s.suite_hash, s.provider, s.node, s.nodes, s.label, s.scope,
+            s.engine) == ("run-9", "train", SUITE.hash, "lab", "n1", ["n1", "n2"], "single",
+                          "train", "train")
+    assert j.params is SUITE.train
+    j.add("X", "WARN", "m", [Path("/nonexistent")], k=1)
+    j.measure("y", 2, "s", t=3)
+    assert [(f.code, f.severity, f.message, f.evidence, f.details) for f in j.findings] == [
+        ("X", "WARN", "[single] m", [], {"k": 1})]
+    assert [(m.metric, m.value, m.unit, m.tags) for m in j.measurements] == [("y", 2.0, "s",
+                                                                             {"t": 3})]
+    th = TrainParams().thresholds.model_copy(update={"gpu_idle_util_pct": 7.5,
+                                                     "power_violation_pct": 2.5})
+    assert telemetry_rules(TrainParams(thresholds=th)) == TelemetryRules(
+        idle_util_pct=7.5, power_violation_pct=2.5)
+
+
+def test_the_reference_line_of_the_captured_run(fx: Path) -> None:
+    j = judge(fx, through="reference")
+    ref = codes(j)["TRAIN_REFERENCE"]
+    assert (ref.severity, ref.evidence, ref.details) == ("INFO", ["reference/a/rank0.jsonl"], {})
+    assert ref.message == (
+        "[multi] reference: 12 steps on 2 rank(s) (cpu, ddp), loss 5.5378 -> 4.7290; step "
+        "0.05697 s median (p90 0.07482 s), 4,494 tokens/s per rank")
+    assert {m.tags["steps_timed"] for m in j.measurements if m.metric.startswith("step_")} == {10}
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: {**ev, "compiled": True}
+         if ev["event"] == "start" else ev)
+    assert ", ddp, compiled), loss" in codes(judge(fx, through="reference"))[
+        "TRAIN_REFERENCE"].message
+
+
+def _losses(root: Path, values: list[float]) -> None:
+    """Rank 0's reference steps 1..len(values) with these losses, the later steps dropped."""
+    def put(ev: dict[str, Any]) -> dict[str, Any] | None:
+        if ev["event"] == "step":
+            if ev["step"] > len(values):
+                return None
+            v = values[ev["step"] - 1]
+            ev.update(loss=repr(v), loss_hex=v.hex())
+        return ev
+
+    edit(root / "reference/a/rank0.jsonl", put)
+
+
+def _drop(tol: float) -> Suite:
+    th = SUITE.train.thresholds.model_copy(update={"loss_drop_min": tol})
+    return SUITE.model_copy(update={"train": SUITE.train.model_copy(update={"thresholds": th})})
+
+
+def test_a_loss_that_fell_exactly_the_minimum_has_not_fallen(fx: Path) -> None:
+    """First and last quarter (3 of 12 steps each): 2.0 and 1.5, a drop of exactly 0.5."""
+    _losses(fx, [2.0, 2.0, 2.0, 9.0, 1.75, 1.75, 1.75, 1.75, 1.75, 1.5, 1.5, 1.5])
+    f = codes(judge(fx, _drop(0.5), through="reference"))["TRAIN_LOSS_NOT_DECREASING"]
+    assert (f.severity, f.evidence, f.details) == ("WARN", ["reference/a/rank0.jsonl"],
+                                                   {"first": 2.0, "last": 1.5})
+    assert f.message == ("[multi] loss did not fall: first quarter mean 2.0000, last quarter "
+                         "1.5000")
+    assert "TRAIN_LOSS_NOT_DECREASING" not in codes(judge(fx, _drop(0.4375),
+                                                          through="reference"))
+
+
+def test_three_steps_compare_the_first_with_the_last(fx: Path) -> None:
+    _losses(fx, [2.0, 1.0, 2.0])
+    j = judge(fx, through="reference")
+    assert codes(j)["TRAIN_LOSS_NOT_DECREASING"].details == {"first": 2.0, "last": 2.0}
+    assert {m.tags["steps_timed"] for m in j.measurements if m.metric.startswith("step_")} == {3}
+    assert "reference: 3 steps on 2 rank(s)" in codes(j)["TRAIN_REFERENCE"].message
+    assert "loss 2.0000 -> 2.0000;" in codes(j)["TRAIN_REFERENCE"].message
+
+
+def test_five_steps_leave_out_two(fx: Path) -> None:
+    _losses(fx, [5.0, 4.0, 3.0, 2.0, 1.0])
+    j = judge(fx, through="reference")
+    assert {m.tags["steps_timed"] for m in j.measurements if m.metric.startswith("step_")} == {3}
+    assert "TRAIN_LOSS_NOT_DECREASING" not in codes(j)
+
+
+def test_a_slow_rank_on_cpus_is_no_straggler(fx: Path) -> None:
+    from tests.unit.test_train_judge import _fwd
+
+    _fwd(fx, 1.0)
+    assert "TRAIN_STRAGGLER" not in codes(judge(fx, through="reference"))
