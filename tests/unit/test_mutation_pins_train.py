@@ -1096,3 +1096,81 @@ def test_a_slow_rank_on_cpus_is_no_straggler(fx: Path) -> None:
 
     _fwd(fx, 1.0)
     assert "TRAIN_STRAGGLER" not in codes(judge(fx, through="reference"))
+
+
+# --------------------------------------------------------------------------- speed, exactly
+
+
+def _gpu_steps(root: Path, fn: Any) -> None:
+    """The GPU reference (as_gpu) with `fn(rank, ev)` applied to each step of each rank."""
+    from tests.unit.test_train_judge import as_gpu, idle_dmon
+
+    as_gpu(root, idle_dmon(2))
+    for n, r in (("a", 0), ("b", 1)):
+        edit(root / "reference" / n / f"rank{r}.jsonl",
+             lambda ev, r=r: fn(r, ev) if ev["event"] == "step" else ev)
+
+
+def test_a_straggler_whole_and_the_steps_it_is_timed_on(fx: Path) -> None:
+    skip = SUITE.train.stats_skip_steps
+
+    def fwd(r: int, ev: dict[str, Any]) -> dict[str, Any]:
+        # the skipped steps: rank 0 slow; after them rank 1 is 1.5x; one step without a time
+        ev["fwd_s"] = (9.0 if r == 0 else 0.25) if ev["step"] <= skip else (
+            0.375 if r == 1 else 0.25)
+        if ev["step"] == skip + 1 and r == 1:
+            ev["fwd_s"] = None
+        return ev
+
+    _gpu_steps(fx, fwd)
+    f = codes(judge(fx, through="reference"))["TRAIN_STRAGGLER"]
+    assert (f.severity, f.evidence) == ("WARN", ["reference/b/rank1.jsonl"])
+    assert f.details == {"rank": 1, "node_of_rank": "b", "ratio": 1.5}
+    assert f.message == ("[multi] rank 1 on b is slow: forward 0.375 s median vs 0.25 s on "
+                         "the other ranks (1.50x)")
+
+
+def test_no_straggler_where_the_others_took_no_time_or_one_rank_was_timed(fx: Path) -> None:
+    _gpu_steps(fx, lambda r, ev: {**ev, "fwd_s": 0.5 if r == 1 else 0.0})
+    assert "TRAIN_STRAGGLER" not in codes(judge(fx, through="reference"))
+    _gpu_steps(fx, lambda r, ev: {**ev, "fwd_s": 0.5 if r == 1 else None})
+    assert "TRAIN_STRAGGLER" not in codes(judge(fx, through="reference"))
+
+
+def test_a_step_of_no_time_is_left_out_of_the_input_share(fx: Path) -> None:
+    skip = SUITE.train.stats_skip_steps
+
+    def wait(ev: dict[str, Any]) -> dict[str, Any]:
+        if ev["event"] == "step":
+            # the skipped steps wait for everything; one timed step took no time
+            ev.update(step_time_s=1.0, data_wait_s=1.0 if ev["step"] <= skip else 0.0)
+            if ev["step"] == skip + 1:
+                ev.update(step_time_s=0.0, data_wait_s=5.0)
+            if ev["step"] in (skip + 2, skip + 3, skip + 4, skip + 5, skip + 6):
+                ev["data_wait_s"] = 0.5
+        return ev
+
+    edit(fx / "reference/a/rank0.jsonl", wait)
+    # the 9 timed steps with a time: 5 at 0.5, 4 at 0: the median is 0.5
+    f = codes(judge(fx, through="reference"))["TRAIN_INPUT_BOUND"]
+    assert f.details == {"share": 0.5} and f.evidence == ["reference/a/rank0.jsonl"]
+    assert f.message == "[multi] input pipeline: waiting for data takes 50% of a step (median)"
+    # 4 at 0.5 and 5 at 0: the median is 0 (the skipped step's 1.0 would make it 0.25)
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: {**ev, "data_wait_s": 0.0}
+         if ev["event"] == "step" and ev["step"] == skip + 6 else ev)
+    assert "TRAIN_INPUT_BOUND" not in codes(judge(fx, through="reference"))
+
+
+def test_tokens_per_second_are_the_first_timed_steps_tokens(fx: Path) -> None:
+    skip = SUITE.train.stats_skip_steps
+
+    def tokens(r: int, ev: dict[str, Any]) -> dict[str, Any]:
+        ev["tokens"] = 8192 if ev["step"] == skip + 1 else 4096
+        return ev
+
+    _gpu_steps(fx, tokens)
+    edit(fx / "reference/a/rank0.jsonl", lambda ev: {k: v for k, v in ev.items()
+                                                     if k != "flops_per_token"})
+    m = {mm.metric: mm for mm in judge(fx, through="reference").measurements}
+    assert m["tokens_per_s_per_gpu"].value == 8192.0
+    assert m["mfu"].value == 0.0 and m["mfu"].tags["achieved_tflops"] == 0.0
