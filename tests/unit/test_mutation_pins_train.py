@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.steps.train.throughput import p90
 from orchestrator.suite import Suite, TrainParams
-from tests.unit.test_train_judge import FIX, SUITE, codes, edit, fx, judge
+from tests.unit.test_train_judge import FIX, SUITE, codes, edit, fx, judge, metrics
 
 __all__ = ["fx"]  # the fixture, imported for pytest
 
@@ -1174,3 +1174,128 @@ def test_tokens_per_second_are_the_first_timed_steps_tokens(fx: Path) -> None:
     m = {mm.metric: mm for mm in judge(fx, through="reference").measurements}
     assert m["tokens_per_s_per_gpu"].value == 8192.0
     assert m["mfu"].value == 0.0 and m["mfu"].tags["achieved_tflops"] == 0.0
+
+
+# --------------------------------------------------------------------------- the kill and the restore
+
+
+def _sup_edit(root: Path, phase: str, fn: Any) -> None:
+    for n in ("a", "b"):
+        p = root / phase / n / "supervise.json"
+        p.write_text(json.dumps(fn(json.loads(p.read_text()))))
+
+
+def test_a_kill_that_never_came_says_where_it_was_due(fx: Path) -> None:
+    _sup_edit(fx, "kill", lambda d: {**d, "killed": False, "kill_time": None, "rc": 0})
+    for n, r in (("a", 0), ("b", 1)):
+        with (fx / "kill" / n / f"rank{r}.jsonl").open("a") as f:
+            f.write(json.dumps({"event": "end", "rank": r, "t": 0, "steps": 12}) + "\n")
+    f = codes(judge(fx))["TRAIN_KILL_MISSED"]
+    assert f.message == ("[multi] kill: the job finished before the kill point "
+                         "(before-manifest at step 7)")
+    assert f.evidence == ["kill/a/supervise.json", "kill/b/supervise.json"]
+    assert f.details == {}
+
+
+def test_a_save_written_in_no_time_has_no_write_speed(fx: Path) -> None:
+    edit(fx / "kill/a/rank0.jsonl", lambda ev: {**ev, "write_s": 0}
+         if ev["event"] == "saved" else ev)
+    j = judge(fx)
+    assert "ckpt_write_gbs" not in metrics(j)
+    saved = next(e for e in _events(FIX / "kill/a/rank0.jsonl") if e["event"] == "saved")
+    assert (f"written at {saved['bytes'] / 1e-9 / 1e9:.2f} GB/s)"
+            in codes(j)["TRAIN_KILLED"].message)
+
+
+def test_the_newest_complete_save_of_rank_0_is_the_one_to_restore(fx: Path) -> None:
+    kill = fx / "kill" / "a" / "rank0.jsonl"
+    saved5 = next(e for e in _events(kill) if e["event"] == "saved")
+    with kill.open("a") as f:
+        for extra in ({**saved5, "step": 9, "problems": ["torn"]}, {**saved5, "step": 8, "rank": 1}):
+            f.write(json.dumps(extra) + "\n")
+    c = codes(judge(fx))
+    assert "TRAIN_RESTORE_OK" in c and "step 5 restored" in c["TRAIN_RESTORE_OK"].message
+
+
+def test_a_restored_lr_for_the_next_step_that_differs_fails(fx: Path) -> None:
+    ref6 = next(e for e in _events(FIX / "reference/a/rank0.jsonl")
+                if e["event"] == "step" and e["step"] == 6)
+    edit(fx / "restore/b/rank0.jsonl", lambda ev: {**ev, "lr_next": 0.25}
+         if ev["event"] == "loaded" else ev)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f.details["problems"] == [f"LR for step 6: restored 0.25, reference {ref6['lr']!r}"]
+
+
+def test_a_restored_run_that_broke_without_a_difference_did_not_finish(fx: Path) -> None:
+    (fx / "restore" / "a" / "torchrun.stderr").write_text("NCCL timeout\n")
+    j = judge(fx)
+    f = codes(j)["TRAIN_RESTORE_MISMATCH"]
+    assert f.message == ("[multi] restore (saved on a+b, restored on b+a): the restored run "
+                         "did not finish")
+    assert f.details == {"problems": []} and f.severity == "FAIL"
+    assert f.evidence == ["restore/b/rank0.jsonl", "reference/a/rank0.jsonl"]
+    assert "TRAIN_RESTORE_OK" not in codes(j) and "ckpt_load_s" in metrics(j)
+
+
+def test_a_restore_within_the_tolerance_says_so_whole(fx: Path) -> None:
+    suite = _inexact(fx, 2 ** -10)
+    _set_loss(fx, "reference", "a/rank0.jsonl", {6: 4.0})
+    _set_loss(fx, "kill", "a/rank0.jsonl", {6: 4.0})
+    _set_loss(fx, "restore", "b/rank0.jsonl", {6: 4.0 + 2 ** -10})
+    j = judge(fx, suite)
+    ok = codes(j)["TRAIN_RESTORE_OK"]
+    reasons = ("an operation without a deterministic kernel: index_add_; an operation without "
+               "a deterministic kernel: scatter_add_")
+    assert ok.message == (
+        "[multi] restore verified (saved on a+b, restored on b+a): step 5 restored, "
+        "model/optimizer/RNG state hashes equal on every rank, LR equal, losses of steps "
+        f"6..12 within 0.000976562 of the reference (not exact: {reasons}); restart "
+        f"{metrics(j)['restart_s']:.1f} s, 2 step(s) of work lost")
+    assert ok.severity == "WARN" and ok.details["inexact"] == reasons.split("; ")
+
+
+def test_a_kill_that_came_after_the_save_completed_has_nothing_to_skip(fx: Path) -> None:
+    kill = fx / "kill" / "a" / "rank0.jsonl"
+    saved5 = next(e for e in _events(kill) if e["event"] == "saved")
+    with kill.open("a") as f:
+        f.write(json.dumps({**saved5, "step": 7}) + "\n")
+    for r, n in ((0, "b"), (1, "a")):
+        edit(fx / "restore" / n / f"rank{r}.jsonl",
+             lambda ev: None if ev["event"] == "skip_ckpt" else ev)
+    [f] = [f for f in judge(fx).findings if f.code == "TRAIN_CKPT_SKIPPED"]
+    assert f.message == ("[multi] restore: nothing to skip: the kill landed after the save of "
+                         "step 7 completed (raise train.manifest_delay_s to catch it open)")
+    assert f.details == {"late": True} and f.evidence == ["restore/b/rank0.jsonl"]
+
+
+def test_a_skipped_checkpoint_without_reasons(fx: Path) -> None:
+    edit(fx / "restore/b/rank0.jsonl", lambda ev: {**ev, "reasons": None}
+         if ev["event"] == "skip_ckpt" else ev)
+    f = codes(judge(fx))["TRAIN_CKPT_SKIPPED"]
+    assert f.message == "[multi] restore: checkpoint of step 7 skipped: "
+
+
+def test_no_restart_time_without_the_kill_or_the_relaunch_clock(fx: Path) -> None:
+    _sup_edit(fx, "kill", lambda d: {**d, "kill_time": None})
+    m = metrics(judge(fx))
+    assert "restart_s" not in m and "steps_lost" not in m and "ckpt_load_s" in m
+    fx2 = Path(__import__("shutil").copytree(FIX, fx.parent / "fx2"))
+    _sup_edit(fx2, "restore", lambda d: {**d, "start_time": 0})
+    assert "restart_s" not in metrics(judge(fx2))
+    fx3 = Path(__import__("shutil").copytree(FIX, fx.parent / "fx3"))
+    _sup_edit(fx3, "kill", lambda d: {**d, "end_time": None} if d.get("node") != "x" else d)
+    assert "restart_s" not in metrics(judge(fx3))
+
+
+def test_the_restart_is_the_slowest_death_plus_the_relaunch(fx: Path) -> None:
+    sups = {n: _sup("kill", n) for n in ("a", "b")}
+    _sup_edit(fx, "kill", lambda d: {**d, "end_time": d["kill_time"] + (
+        3.0 if d["kill_time"] == sups["a"]["kill_time"] else 1.0)})
+    start = _sup("restore", "b")["start_time"]
+    step6 = next(e for e in _events(FIX / "restore/b/rank0.jsonl")
+                 if e["event"] == "step" and e["step"] == 6)
+    [r] = [m for m in judge(fx).measurements if m.metric == "restart_s"]
+    dying = max(3.0 if sups[n]["kill_time"] == sups["a"]["kill_time"] else 1.0 for n in "ab")
+    assert r.tags["dying_s"] == pytest.approx(dying)
+    assert r.value == pytest.approx(dying + step6["t"] - start)
+    assert r.unit == "s"
