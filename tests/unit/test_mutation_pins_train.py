@@ -529,6 +529,7 @@ def test_a_command_that_ran_past_its_time_fails(tmp_path: Path) -> None:
     assert f.severity == "FAIL" and f.message == (
         "[single] kill: your command ran past 13 s and was killed")
     assert f.details == {"phase": "kill"} and j.earlier.kill_out is None
+    assert f.evidence == ["command.stdout", "command.stderr", "supervise.json"]
 
 
 def test_a_command_that_ended_before_its_kill_fails(tmp_path: Path) -> None:
@@ -564,6 +565,7 @@ def test_a_command_that_exits_nonzero_fails_with_its_stderr(tmp_path: Path) -> N
     [f] = [f for f in j.findings if f.code == "TRAIN_COMMAND_FAILED"]
     assert f.severity == "FAIL" and f.message == (
         "[single] reference: your command exited with status 3: b | c | Traceback: boom")
+    assert f.evidence == ["command.stdout", "command.stderr", "supervise.json"]
     assert f.details == {}
     assert not [f for f in j.findings if f.code == "TRAIN_COMMAND_OK"]
 
@@ -599,6 +601,7 @@ def test_a_restore_without_a_save_must_go_past_the_first_killed_step(tmp_path: P
         "[single] restore: your command resumed at step=4 (last saved unknown); finished "
         "in 3.5 s")
     assert ok.details == {"first_step": 4}
+    assert ok.evidence == ["command.stdout", "command.stderr", "supervise.json"]
     assert [(m.value, m.unit, m.tags) for m in j2.measurements if m.metric == "steps_lost"] == [
         (1.0, "steps", {})]
 
