@@ -1302,3 +1302,40 @@ def test_the_restart_is_the_slowest_death_plus_the_relaunch(fx: Path) -> None:
     assert r.tags["dying_s"] == pytest.approx(dying)
     assert r.value == pytest.approx(dying + step6["t"] - start)
     assert r.unit == "s"
+
+
+def test_an_error_before_the_kill_point_fails_though_the_point_came_after(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    params = TrainParams(ckpt_step=5, kill_offset=2, kill="before-manifest")
+    evs = [{"event": "step", "step": 6}, _err(1, "exception"), {"event": "commit", "step": 7}]
+    nodes = (_fnode(tmp_path, "a", {"killed": True}, {0: []}),
+             _fnode(tmp_path, "b", {"killed": False}, {1: evs}))
+    sink = _fsink()
+    echoes: list[str] = []
+    assert failed(sink, params, _fphase("kill", *nodes), killed_ok=True, echoes=echoes)
+    assert [f.message for f in sink.findings] == ["kill: RuntimeError on rank 1 on b: boom 1"]
+    assert echoes == []
+
+
+def test_an_unreadable_supervisor_document_is_the_evidence(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import failed
+
+    sink = _fsink()
+    node = _fnode(tmp_path, "a", {}, {0: [_END]})  # the file is there, its document is not
+    assert failed(sink, TrainParams(), _fphase("reference", node))
+    [f] = sink.findings
+    assert f.message == "reference: no supervisor document from a"
+    assert f.evidence == ["supervise.json"]
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path: Path) -> None:
+    from orchestrator.steps.train.failures import scan_logs
+
+    d = tmp_path / "a"
+    node = _fnode(tmp_path, "a", _OK, {})
+    (d / "torchrun.stderr").write_bytes(b"\xff\xfe NCCL timeout\n")
+    sink = _fsink()
+    assert scan_logs(sink, _fphase("reference", node)) is True
+    assert [f.message for f in sink.findings] == [
+        "reference: collective timeout on a (torchrun.stderr:1): \ufffd\ufffd NCCL timeout"]
