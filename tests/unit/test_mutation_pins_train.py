@@ -1339,3 +1339,59 @@ def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path: Path) -> Non
     assert scan_logs(sink, _fphase("reference", node)) is True
     assert [f.message for f in sink.findings] == [
         "reference: collective timeout on a (torchrun.stderr:1): \ufffd\ufffd NCCL timeout"]
+
+
+def test_recorded_hashes_that_differ_name_the_rank(fx: Path) -> None:
+    edit(fx / "kill/b/rank1.jsonl", lambda ev: {**ev, "hashes": {**ev["hashes"], "rng": "0"}}
+         if ev["event"] == "saved" and ev["step"] == 5 else ev)
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    assert f.details["problems"] == [
+        "rank 1: the checkpoint's recorded hashes differ from those the saving run logged"]
+
+
+def test_no_checkpoint_to_load_says_the_ranks_words(fx: Path) -> None:
+    with (fx / "restore/a/rank1.jsonl").open("a") as f:
+        f.write(json.dumps({"event": "error", "kind": "no_checkpoint", "rank": 1, "t": 0,
+                            "message": "nothing under /ck"}) + "\n")
+    j = judge(fx)
+    [f] = [f for f in j.findings if f.code == "TRAIN_RESTORE_FAILED"]
+    assert f.message == ("[multi] restore: nothing under /ck (saved on a+b, restored on b+a)")
+    assert f.evidence == ["restore/b/rank0.jsonl"] and f.severity == "FAIL"
+    assert "TRAIN_RESTORE_OK" not in codes(j) and "TRAIN_CKPT_SKIPPED" in codes(j)
+
+
+def test_a_skip_gives_each_of_its_reasons(fx: Path) -> None:
+    edit(fx / "restore/b/rank0.jsonl", lambda ev: {**ev, "reasons": ["r1", "r2"]}
+         if ev["event"] == "skip_ckpt" else ev)
+    f = codes(judge(fx))["TRAIN_CKPT_SKIPPED"]
+    assert f.message == "[multi] restore: checkpoint of step 7 skipped: r1; r2"
+    assert f.details == {"ckpt_step": 7}
+
+
+def test_a_kill_judged_without_a_reference_compares_nothing(fx: Path) -> None:
+    from orchestrator.steps.train import restore
+    from orchestrator.steps.train.reading import Earlier
+    from tests.unit.test_train_judge import phase
+
+    sink = _fsink()
+    earlier = Earlier()
+    assert restore.kill(sink, SUITE.train, earlier, phase(fx, "kill"))
+    assert earlier.inexact == [] and earlier.saved_step == 5
+    assert earlier.kill_out is not None and earlier.kill_out.phase == "kill"
+
+
+def test_a_restore_judged_without_the_kill_restores_the_suites_step(fx: Path) -> None:
+    from orchestrator.steps.train import restore
+    from orchestrator.steps.train.reading import Earlier
+    from tests.unit.test_train_judge import phase
+
+    sink = _fsink()
+    earlier = Earlier(ref=phase(fx, "reference"))
+    restore.restore(sink, SUITE.train, earlier, phase(fx, "restore"), saved_on=["a"],
+                    restored_on=["b"])
+    [ok] = [f for f in sink.findings if f.code == "TRAIN_RESTORE_OK"]
+    assert ok.message == (
+        "restore verified (saved on a, restored on b): step 5 restored, model/optimizer/RNG "
+        "state hashes equal on every rank, LR equal, losses of steps 6..12 equal the "
+        "reference bit for bit")
+    assert [m.metric for m in sink.measurements] == ["ckpt_load_s"]
