@@ -1395,3 +1395,40 @@ def test_a_restore_judged_without_the_kill_restores_the_suites_step(fx: Path) ->
         "state hashes equal on every rank, LR equal, losses of steps 6..12 equal the "
         "reference bit for bit")
     assert [m.metric for m in sink.measurements] == ["ckpt_load_s"]
+
+
+def test_the_slowest_rank_may_be_rank_0_and_the_last_skipped_step_is_left_out(
+        fx: Path) -> None:
+    skip = SUITE.train.stats_skip_steps
+
+    def fwd(r: int, ev: dict[str, Any]) -> dict[str, Any]:
+        # rank 0 timed once after the skipped steps (0.375), and slow on the last skipped one
+        if r == 0:
+            ev["fwd_s"] = {skip: 9.0, skip + 1: 0.375}.get(ev["step"])
+        else:
+            ev["fwd_s"] = 0.25
+        return ev
+
+    _gpu_steps(fx, fwd)
+    f = codes(judge(fx, through="reference"))["TRAIN_STRAGGLER"]
+    assert f.details == {"rank": 0, "node_of_rank": "a", "ratio": 1.5}
+    assert f.evidence == ["reference/a/rank0.jsonl"]
+
+
+def test_the_suites_own_peak_and_the_headlines_mfu(fx: Path) -> None:
+    from tests.unit.test_train_judge import as_gpu, idle_dmon
+
+    as_gpu(fx, idle_dmon(2))
+    with (fx / "reference/a/rank0.jsonl").open("a") as f:
+        for k in range(2):
+            f.write(json.dumps({"event": "throughput_step", "rank": 0, "t": 2000 + k,
+                                "step": 13 + k, "step_time_s": 0.5, "tokens": 16384}) + "\n")
+    own = SUITE.model_copy(update={"train": SUITE.train.model_copy(
+        update={"peak_tflops": {"cpu": 500.0}})})
+    j = judge(fx, own, through="reference")
+    m = {mm.metric: mm for mm in j.measurements}
+    flops = _events(fx / "reference/a/rank0.jsonl")[0]["flops_per_token"]
+    assert m["mfu"].value == flops * 16384 / 0.5 / 1e12 / 500.0
+    assert m["mfu"].tags["peak_source"] == "suite train.peak_tflops.cpu"
+    assert m["deterministic_mfu"].value == flops * 16384 / 1e12 / 500.0
+    assert "of 500 TFLOP/s) on the fastest kernels" in codes(j)["TRAIN_REFERENCE"].message
