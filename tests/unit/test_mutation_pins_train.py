@@ -1067,8 +1067,9 @@ def _drop(tol: float) -> Suite:
 
 
 def test_a_loss_that_fell_exactly_the_minimum_has_not_fallen(fx: Path) -> None:
-    """First and last quarter (3 of 12 steps each): 2.0 and 1.5, a drop of exactly 0.5."""
-    _losses(fx, [2.0, 2.0, 2.0, 9.0, 1.75, 1.75, 1.75, 1.75, 1.75, 1.5, 1.5, 1.5])
+    """First and last quarter (3 of 12 steps each): 2.0 and 1.5, a drop of exactly 0.5
+    (two or four steps each would give other means)."""
+    _losses(fx, [1.5, 2.0, 2.5, 9.0, 1.75, 1.75, 1.75, 1.75, 1.75, 1.75, 1.5, 1.25])
     f = codes(judge(fx, _drop(0.5), through="reference"))["TRAIN_LOSS_NOT_DECREASING"]
     assert (f.severity, f.evidence, f.details) == ("WARN", ["reference/a/rank0.jsonl"],
                                                    {"first": 2.0, "last": 1.5})
@@ -1432,3 +1433,13 @@ def test_the_suites_own_peak_and_the_headlines_mfu(fx: Path) -> None:
     assert m["mfu"].tags["peak_source"] == "suite train.peak_tflops.cpu"
     assert m["deterministic_mfu"].value == flops * 16384 / 1e12 / 500.0
     assert "of 500 TFLOP/s) on the fastest kernels" in codes(j)["TRAIN_REFERENCE"].message
+
+
+def test_a_reference_that_ran_past_its_time_says_the_suites_limit(fx: Path) -> None:
+    p = fx / "reference/a/supervise.json"
+    p.write_text(json.dumps({**json.loads(p.read_text()), "timed_out": True}))
+    j = judge(fx)
+    [f] = [f for f in j.findings if f.code == "TRAIN_TIMEOUT"]
+    assert f.message == (f"[multi] reference: still running on a after "
+                         f"{SUITE.train.timeout_s:.0f} s; killed")
+    assert "TRAIN_REFERENCE" not in codes(j) and "TRAIN_KILLED" not in codes(j)
