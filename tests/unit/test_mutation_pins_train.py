@@ -1443,3 +1443,18 @@ def test_a_reference_that_ran_past_its_time_says_the_suites_limit(fx: Path) -> N
     assert f.message == (f"[multi] reference: still running on a after "
                          f"{SUITE.train.timeout_s:.0f} s; killed")
     assert "TRAIN_REFERENCE" not in codes(j) and "TRAIN_KILLED" not in codes(j)
+
+
+def test_the_telemetry_window_opens_when_the_first_step_began(fx: Path) -> None:
+    """as_gpu's steps end at 1001..1012 s after a second each: the window opens at 1000 s
+    (one interval of slack before it); dmon started at 998 s, its samples at 999..1006 s."""
+    from tests.unit.test_train_judge import as_gpu, idle_dmon
+
+    as_gpu(fx, idle_dmon(2))
+    for n in ("a", "b"):
+        p = fx / "reference" / n / "supervise.json"
+        doc = json.loads(p.read_text())
+        doc["telemetry"]["started"] = 998.0
+        p.write_text(json.dumps(doc))
+    j = judge(fx, through="reference")
+    assert [m.tags["samples"] for m in j.measurements if m.metric == "gpu_util_pct"] == [8] * 4
