@@ -1458,3 +1458,9 @@ def test_the_telemetry_window_opens_when_the_first_step_began(fx: Path) -> None:
         p.write_text(json.dumps(doc))
     j = judge(fx, through="reference")
     assert [m.tags["samples"] for m in j.measurements if m.metric == "gpu_util_pct"] == [8] * 4
+
+
+def test_step_times_are_in_seconds(fx: Path) -> None:
+    m = {mm.metric: mm for mm in judge(fx, through="reference").measurements}
+    assert (m["step_time_s"].unit, m["step_time_p90_s"].unit) == ("s", "s")
+    assert m["tokens_per_s_per_rank"].unit == "tokens/s"
