@@ -135,3 +135,73 @@ def test_full_bandwidth_lines_and_bad_ones() -> None:
     with pytest.raises(ParseError) as exc:
         parse_pcie_bandwidth("x\npci 0000:17:00.0: lots of available PCIe bandwidth\n")
     assert exc.value.line_no == 2
+
+
+# ------------------------------------------------ the process, the catalog, what is new
+
+def test_a_process_the_driver_could_not_name() -> None:
+    """R535+ prints `pid='<unknown>', name=<unknown>` for an Xid raised outside a process."""
+    line = ("[ 812.004221] NVRM: Xid (PCI:0000:3b:00): 31, pid='<unknown>', name=<unknown>, "
+            "Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted")
+    (e,) = parse_kernel_log(line + "\n").events
+    assert (e.pid, e.process, e.bad, e.category) == (None, None, False, "application")
+    assert e.message.startswith("Ch 00000010, intr 00000000. MMU Fault")
+    quoted = line.replace("pid='<unknown>', name=<unknown>", "pid=4242, name='pt_main_thread'")
+    (q,) = parse_kernel_log(quoted + "\n").events
+    assert (q.pid, q.process) == (4242, "pt_main_thread")
+    unnamed = line.replace("pid='<unknown>', name=<unknown>", "pid=<unknown>, name=python3")
+    (u,) = parse_kernel_log(unnamed + "\n").events
+    assert (u.pid, u.process) == (None, "python3")
+
+
+def test_an_xid_the_catalog_does_not_list_is_not_called_bad() -> None:
+    text = ("[ 90.1] NVRM: Xid (PCI:0000:01:00): 154, pid=1, name=nvidia-smi, GPU recovery action "
+            "changed from 0x0 (None) to 0x1 (GPU Reset Required)\n"
+            "[ 91.2] NVRM: Xid (PCI:0000:01:00): 45, pid=7, name=python3, Ch 00000001 caused "
+            "by previous Xid 154\n")
+    new, cleanup = parse_kernel_log(text).events
+    assert (new.xid, new.meaning, new.category, new.bad, new.caused_by) == (
+        154, None, None, False, None)
+    assert (cleanup.xid, cleanup.caused_by, cleanup.bad, cleanup.category) == (
+        45, 154, False, "application")
+
+
+def test_an_xid_line_cut_after_its_number_has_an_empty_message(public) -> None:
+    line = public("xid79-quoted_nvsentinel155.txt").splitlines()[0].split(",")[0]
+    (e,) = parse_kernel_log(line + "\n").events
+    assert (e.xid, e.pci, e.message, e.pid, e.process) == (79, "0000:44:00", "", None, None)
+
+
+def test_the_error_and_its_cause_both_name_the_line() -> None:
+    bad = "[ 2.0] NVRM: Xid 79 GPU fell off"
+    with pytest.raises(ParseError) as exc:
+        parse_kernel_log("[ 1.0] ok\n" + bad + "\n", source="dmesg.txt")
+    what = ("an `NVRM: Xid` line without `Xid (PCI:<bus id>): <number>`\n"
+            "  line: '[ 2.0] NVRM: Xid 79 GPU fell off'")
+    err, cause = exc.value, exc.value.__cause__
+    assert (err.kind, err.what, err.line_no, err.line, err.source) == (
+        "xid", "cannot parse xid output at dmesg.txt:2: " + what, 2, bad, "dmesg.txt")
+    assert isinstance(cause, ParseError)
+    assert (cause.kind, cause.what, cause.line_no, cause.line) == (
+        "xid", "cannot parse xid output at <text>:2: " + what, 2, bad)
+
+
+def test_new_since_by_seconds_since_boot_when_both_reads_have_them() -> None:
+    before = parse_kernel_log((H200 / "dmesg.txt").read_text())
+    # an Xid stamped before the first read ended is not new, whatever its text
+    early = XID79.replace("[ 4242.125001]", "[    2.000000]")
+    after = parse_kernel_log((H200 / "dmesg.txt").read_text() + early + "\n" + XID79 + "\n")
+    assert [e.stamp.uptime_s for e in after.new_since(before)] == [4242.125001]
+    # the first read had no seconds since boot (journalctl -k): compared by text
+    journal = parse_kernel_log("kernel: NVRM: Persistence mode is deprecated\n")
+    assert journal.last_uptime_s is None
+    assert [e.line for e in after.new_since(journal)] == [early, XID79]
+
+
+def test_new_since_by_text_counts_repeated_lines() -> None:
+    line = "kernel: NVRM: Xid (PCI:0000:01:00): 63, pid=1, Row Remapper"
+    other = "kernel: NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: SM"
+    twice = parse_kernel_log(f"{line}\n{line}\n")
+    grown = parse_kernel_log(f"{line}\n{other}\n{line}\n{line}\n")
+    new = grown.new_since(twice)
+    assert [(e.line_no, e.xid, e.line) for e in new] == [(2, 94, other), (4, 63, line)]
