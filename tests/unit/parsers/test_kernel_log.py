@@ -152,6 +152,9 @@ def test_a_process_the_driver_could_not_name() -> None:
     unnamed = line.replace("pid='<unknown>', name=<unknown>", "pid=<unknown>, name=python3")
     (u,) = parse_kernel_log(unnamed + "\n").events
     assert (u.pid, u.process) == (None, "python3")
+    # a desktop's X server: only the quotes come off a name
+    xorg = line.replace("pid='<unknown>', name=<unknown>", "pid=1377, name=Xorg")
+    assert parse_kernel_log(xorg + "\n").events[0].process == "Xorg"
 
 
 def test_an_xid_the_catalog_does_not_list_is_not_called_bad() -> None:
