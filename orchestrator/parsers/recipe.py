@@ -235,7 +235,8 @@ def parse_commit(text: str, source: str | None = None) -> CommitFacts:
     return CommitFacts(commit=m.group(1))
 
 
-_TZ_NAME = re.compile(r"\s[A-Z]{2,5}(?=\s\d{4}$)")  # `date`'s zone name: UTC, CET, PDT
+# `date`'s zone name (UTC, CET, PDT): before the year (C locale) or after AM/PM (en_US)
+_TZ_NAME = re.compile(r"\s[A-Z]{2,5}(?=\s\d{4}$)|(?<=[AP]M)\s[A-Z]{2,5}$")
 
 
 @register("checked-at", "when the outputs were taken (date, date -Iseconds)",
@@ -252,7 +253,7 @@ def parse_checked_at(text: str, source: str | None = None) -> CheckedAtFacts:
         when = dt.datetime.fromisoformat(s.replace("Z", "+00:00").replace(",", "."))
     except ValueError:
         bare = _TZ_NAME.sub("", s)
-        for fmt in ("%a %b %d %H:%M:%S %Y", "%a %d %b %Y %H:%M:%S %p", "%a %d %b %H:%M:%S %Y",
+        for fmt in ("%a %b %d %H:%M:%S %Y", "%a %d %b %Y %I:%M:%S %p", "%a %d %b %H:%M:%S %Y",
                     "%Y-%m-%d %H:%M:%S"):
             try:
                 when = dt.datetime.strptime(re.sub(r"\s+", " ", bare), fmt)
