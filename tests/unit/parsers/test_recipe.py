@@ -303,3 +303,11 @@ def test_the_build_log_counts_and_lines() -> None:
     _refused(parse_build_log, "make -C src build\nnvcc -o x\n",
              "no Compiling, Linking or error line of a make", kind="nccl-tests-build")
     _refused(parse_build_log, "\n", "empty output", kind="nccl-tests-build")
+
+
+def test_a_mount_point_is_matched_by_its_whole_name() -> None:
+    """Only the trailing `/` is ignored: a folder beside `/mnt/BOX` or `/mnt/x ` is not in it."""
+    m = parse_mounts("/dev/vda / ext4 rw 0 0\nnas:/b /mnt/BOX nfs4 rw 0 0\n"
+                     "nas:/s /mnt/x\\040 nfs4 rw 0 0\n")
+    assert [m.of(p).device for p in ("/mnt/BOX/a", "/mnt/BO/a", "/mnt/x /a", "/mnt/x/a")] == [
+        "nas:/b", "/dev/vda", "nas:/s", "/dev/vda"]
