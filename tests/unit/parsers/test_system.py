@@ -419,6 +419,10 @@ def test_df_longest_mount_wins(synth) -> None:
         "xfs", "xfs", "nfs4", "ext4", "ext4"]
     assert parse_df("Filesystem Type 1024-blocks Used Available Capacity Mounted on\n"
                     "b nfs4 1 1 1 1% /mnt\n").fstype_of("/home") is None
+    # only the trailing `/` is ignored: a folder beside `/mnt/BOX` is not in it
+    box = parse_df("Filesystem Type 1024-blocks Used Available Capacity Mounted on\n"
+                   "a ext4 1 1 1 1% /\nb nfs4 1 1 1 1% /mnt/BOX\n")
+    assert (box.fstype_of("/mnt/BOX/a"), box.fstype_of("/mnt/BO/a")) == ("nfs4", "ext4")
 
 
 def test_mpirun_refused_names_the_first_line() -> None:
