@@ -45,7 +45,8 @@ def test_a_whole_small_output_as_nodes() -> None:
             "    Serial Number         :\n"
             "    MIG Mode\n"
             "        Current           : N/A\n"
-            "    Product Brand         : NVIDIA\n")
+            "    Product Brand         : NVIDIA\n"
+            "    GPU Memory Power Readings \n")  # the trailing blank as the H200 prints it
     tree = read_tree(text, None)
     assert {k: (n.key, n.value, n.line_no, n.line) for k, n in tree.top.items()} == {
         "timestamp": ("Timestamp", "Wed Dec  2 04:00:00 2026", 3,
@@ -59,6 +60,7 @@ def test_a_whole_small_output_as_nodes() -> None:
         ("MIG Mode", None, 9, "    MIG Mode", [
             ("Current", "N/A", 10, "        Current           : N/A", [])]),
         ("Product Brand", "NVIDIA", 11, "    Product Brand         : NVIDIA", []),
+        ("GPU Memory Power Readings", None, 12, "    GPU Memory Power Readings ", []),
     ])]
     # an empty value is "", which every reader takes for N/A
     facts = parse_nvidia_smi_q(text)
