@@ -36,6 +36,8 @@ from orchestrator.parsers.nvidia_smi import (
     parse_query_gpu,
     parse_query_gpu_noheader,
     text_or_none,
+    to_float,
+    to_int,
     yes_no,
 )
 
@@ -72,7 +74,8 @@ def test_every_spelling_of_no_value(raw: str) -> None:
         None, None, None, None)
 
 
-@pytest.mark.parametrize("raw", ["0", "NA", "None", "[GPU is lost]", "Not Active", "N/A N/A"])
+@pytest.mark.parametrize("raw", ["0", "NA", "None", "[GPU is lost]", "Not Active", "N/A N/A",
+                                 "X", "XN/AX"])
 def test_values_that_are_not_no_value(raw: str) -> None:
     assert is_na(raw) is False
     assert text_or_none(f" {raw} ") == raw
@@ -90,6 +93,15 @@ def test_numbers_with_and_without_their_unit() -> None:
     assert raises(INT, "eight") == "expected a number, got 'eight'"
     assert raises(MIB, "8.5 MiB") == "expected a whole number, got '8.5 MiB'"
     assert raises(INT, "1e3") == "expected a number, got '1e3'"
+
+
+def test_readers_made_for_a_unit() -> None:
+    mib, watts, bare = to_int("MiB"), to_float("W"), to_int()
+    assert (mib("81920 MiB"), mib("[N/A]"), watts("80.61 W"), watts("7"), bare("8")) == (
+        81920, None, 80.61, 7.0, 8)
+    assert raises(mib, "80 GiB") == "expected a number in MiB, got '80 GiB'"
+    assert raises(watts, "7 mW") == "expected a number in W, got '7 mW'"
+    assert raises(bare, "8 MiB") == "expected a number, got '8 MiB'"
 
 
 @pytest.mark.parametrize(("raw", "value"), [
