@@ -16,6 +16,7 @@ from orchestrator.parsers.nvidia_smi_table import (
     TableGpu,
     TableMigDevice,
     TableProcess,
+    _cells,
     parse_nvidia_smi_table,
 )
 
@@ -274,3 +275,15 @@ def test_a_banner_of_the_kmd_and_umd_versions() -> None:
     assert facts.timestamp == "Mon Nov 30 04:53:05 2026"
     facts = parse_nvidia_smi_table(H200.replace("Mon Nov 30 04:53:05 2026", "Mon Nov  3 04:53:05 2026"))
     assert facts.timestamp == "Mon Nov  3 04:53:05 2026"
+
+
+def test_a_table_saved_with_crlf_line_ends_or_trailing_blanks_reads_the_same() -> None:
+    plain = parse_nvidia_smi_table(H200).model_dump()
+    assert parse_nvidia_smi_table(H200.replace("\n", "\r\n")).model_dump() == plain
+    assert parse_nvidia_smi_table(H200.replace("|\n", "|   \n")).model_dump() == plain
+
+
+def test_the_cells_of_a_row() -> None:
+    assert _cells("| a | b |  ") == [" a ", " b "]
+    assert _cells("||") == [""]
+    assert (_cells("|"), _cells(" | a |"), _cells("| a"), _cells("a |")) == (None,) * 4
