@@ -136,9 +136,11 @@ class CommandFailed(StepError):
 
 
 class StoreError(GpuvetError):
-    """The controller could not write its own results: not a node's fault (exit 3)."""
+    """The controller could not write its own results: not a node's fault (exit 3).
+    `full`: the write failed for want of space (ENOSPC, EDQUOT)."""
 
     exit_code = 3
+    full = False
 
 
 class Terminated(BaseException):

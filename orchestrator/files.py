@@ -37,7 +37,9 @@ def store_error(exc: OSError, path: Path) -> StoreError:
     else:
         what = f"cannot write {path}: {exc.strerror or exc}"
         hint = "check that the results folder is writable (or use --results elsewhere)"
-    return StoreError(what, hint=hint + "; the run can be finished with --resume")
+    error = StoreError(what, hint=hint + "; the run can be finished with --resume")
+    error.full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return error
 
 
 def atomic_write(path: Path, data: str | bytes, *, durable: bool = True,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import enum
+import errno
 import json
 import os
 import sys
@@ -286,9 +287,13 @@ def output_written(write: Callable[[], W], output: Path) -> W:
     try:
         return write()
     except StoreError as exc:
-        raise UsageError(f"-o {shown(str(output))}: {exc.what}",
+        what = "no space left on its filesystem" if exc.full else exc.what
+        raise UsageError(f"-o {shown(str(output))}: {what}",
                          hint="choose another -o (a writable folder with free space)") from None
     except OSError as exc:
-        raise UsageError(f"-o {shown(str(output))}: cannot write {shown(str(exc.filename))}: "
-                         f"{exc.strerror or exc}",
+        # pyarrow raises OSError without a file name nor an errno (the reason in its text)
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc)
+        what = ("no space left on its filesystem" if full else
+                f"cannot write {shown(str(exc.filename or output))}: {exc.strerror or exc}")
+        raise UsageError(f"-o {shown(str(output))}: {what}",
                          hint="choose another -o (a writable folder with free space)") from None

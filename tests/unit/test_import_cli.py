@@ -109,6 +109,20 @@ def test_import_twice_is_recognised(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert len([d for d in results.iterdir() if d.is_dir()]) == 1
 
 
+def test_logs_imported_under_one_provider_are_refused_under_another(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # one log measures one platform: under a second name it would be compared with itself
+    results = tmp_path / "results"
+    assert gpuvet(capsys, "import", "nccl-tests", *ROUNDS, "-p", "a", "--results",
+                  results).returncode == 0
+    run = the_run(results)
+    other = gpuvet(capsys, "import", "nccl-tests", ROUNDS[2], "-p", "b", "--results", results)
+    assert other.returncode == 2
+    assert f"already imported under provider a (run {run.name}), not b" in other.output
+    assert "another --results folder" in other.output
+    assert the_run(results) == run and not (run / "providers" / "b").exists()
+
+
 @pytest.mark.parametrize("content", ["hello world\n", "\x00\x01\x02garbage", "{\"version\": 1}"])
 def test_import_of_something_else_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                content: str) -> None:

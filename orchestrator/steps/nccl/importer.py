@@ -65,8 +65,8 @@ def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
 UNIT = "imported"  # the step folder of an import's copies, and its done marker
 
 
-def _already_imported(root: Path, digests: list[str]) -> tuple[str, bool] | None:
-    """The run that imported any of these logs, and whether it finished.
+def _already_imported(root: Path, digests: list[str]) -> tuple[str, bool, list[str]] | None:
+    """The run that imported any of these logs, whether it finished, and its providers.
 
     A run is finished (passed or failed) only after `import_logs` returned, that is
     after every record was durable and the done marker written; a run cut short by a
@@ -81,7 +81,7 @@ def _already_imported(root: Path, digests: list[str]) -> tuple[str, bool] | None
                 status = Run.open(root, meta.run_id).meta.status
             except UsageError:
                 status = meta.status
-            return meta.run_id, status in ("passed", "failed")
+            return meta.run_id, status in ("passed", "failed"), list(meta.providers)
     return None
 
 
@@ -111,6 +111,14 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
         raise UsageError("the same log is given twice (identical content)",
                          hint="give each round's log once")
     earlier = _already_imported(results, digests)
+    if earlier is not None and earlier[2] and provider not in earlier[2]:
+        # one log measures one platform: filed under two providers it would be
+        # compared with itself
+        theirs = ", ".join(shown(p) for p in earlier[2])
+        raise UsageError(f"these logs were already imported under provider {theirs} "
+                         f"(run {earlier[0]}), not {shown(provider)}",
+                         hint="a log measures one platform; to file it under "
+                              f"{shown(provider)}, import it into another --results folder")
     if earlier is not None and earlier[1]:
         raise AlreadyImported(earlier[0])
     suite = Suite()
