@@ -234,6 +234,12 @@ def test_a_bad_leaf_names_its_line_and_tag() -> None:
     assert (err.line_no, err.line) == (226, "\t\t\t<gpu_temp>34 F</gpu_temp>")
     assert err.what == ("cannot parse nvidia-smi-q-xml output at q.xml:226: <gpu_temp>: expected "
                         "a number in C, got '34 F'\n  line: '\\t\\t\\t<gpu_temp>34 F</gpu_temp>'")
+    # the tag named is the leaf's own, however deep it stands
+    text = edit(H200.read_text(), ("<current_link_gen>5<", "<current_link_gen>five<"))
+    err = refusal(text)
+    assert (err.line_no, err.line) == (86, "\t\t\t\t\t<current_link_gen>five</current_link_gen>")
+    assert err.what.startswith("cannot parse nvidia-smi-q-xml output at q.xml:86: "
+                               "<current_link_gen>: expected a number, got 'five'\n")
     # a value the text spells with blanks around it: the line cannot be pointed at
     text = edit(H200.read_text(), ("<gpu_temp>34 C</gpu_temp>", "<gpu_temp> hot </gpu_temp>"))
     err = refusal(text, source=None)
