@@ -183,6 +183,14 @@ def test_a_remapped_rows_section_without_its_pending_line() -> None:
     assert g.remapped_rows is not None and g.remapped_rows.model_dump() == {
         "correctable": 1, "uncorrectable": None, "pending": None, "failure": None}
     assert "remapped rows pending" in g.missing and "remapped rows" not in g.missing
+    (g,) = parse_nvidia_smi_q("GPU 00000000:01:00.0\n    Remapped Rows\n        Pending : No\n"
+                              "    Processes : None\n").gpus
+    assert g.remapped_rows is not None and g.remapped_rows.model_dump() == {
+        "correctable": None, "uncorrectable": None, "pending": False, "failure": None}
+    assert g.missing == ["Product Name", "MIG mode", "memory total", "PCIe generation",
+                         "PCIe link width", "clocks event reasons", "ECC mode", "retired pages",
+                         "temperature", "power draw", "power limit", "max power limit", "clocks",
+                         "max clocks"]
 
 
 def test_mig_devices_and_processes_of_the_h200_whole() -> None:
@@ -252,12 +260,48 @@ def test_reasons_of_names_it_does_not_know_and_all_na() -> None:
 
 def test_ecc_leaves_that_are_na_or_not_counters() -> None:
     text = ("GPU 00000000:01:00.0\n    ECC Errors\n        Volatile\n"
-            "            SRAM Correctable : N/A\n            DRAM Uncorrectable : 2\n"
             "            SRAM Threshold Exceeded : No\n            Sources\n"
-            "                correctable sub : 9\n")
+            "                correctable sub : 9\n"
+            "            SRAM Correctable : N/A\n            DRAM Uncorrectable : 2\n")
     (g,) = parse_nvidia_smi_q(text).gpus
     assert g.ecc_volatile.model_dump() == {"correctable": None, "uncorrectable": 2}
     assert g.ecc_aggregate.model_dump() == {"correctable": None, "uncorrectable": None}
+
+
+def test_totals_of_the_old_layout_win_over_counters_beside_them() -> None:
+    text = ("GPU 00000000:01:00.0\n    ECC Errors\n        Volatile\n"
+            "            Single Bit\n                Total : 3\n"
+            "            Double Bit\n                Total : 1\n"
+            "            SRAM Correctable : 5\n            DRAM Uncorrectable : 7\n")
+    (g,) = parse_nvidia_smi_q(text).gpus
+    assert g.ecc_volatile.model_dump() == {"correctable": 3, "uncorrectable": 1}
+
+
+def test_reasons_after_a_title_or_an_na_reason_are_read() -> None:
+    text = ("GPU 00000000:01:00.0\n    Clocks Event Reasons\n        Idle : N/A\n"
+            "        Hardware\n            HW Slowdown : Active\n"
+            "        SW Power Cap : Active\n")
+    r = parse_nvidia_smi_q(text).gpus[0].clocks_event_reasons
+    assert r is not None and (r.mask, r.active) == (0xC, ["HwSlowdown", "SwPowerCap"])
+
+
+def test_bad_values_of_mig_devices_and_processes_name_the_file() -> None:
+    err = refusal("GPU 00000000:01:00.0\n    MIG Device\n        Index : first\n")
+    assert (err.line_no, err.line) == (3, "        Index : first")
+    assert err.what == ("cannot parse nvidia-smi-q output at q.txt:3: Index: expected a number, "
+                        "got 'first'\n  line: '        Index : first'")
+    err = refusal("GPU 00000000:01:00.0\n    Processes\n        Process ID : 7\n"
+                  "            Used GPU Memory : 5 GB\n")
+    assert (err.line_no, err.line) == (4, "            Used GPU Memory : 5 GB")
+    assert err.what == ("cannot parse nvidia-smi-q output at q.txt:4: Used GPU Memory: expected a "
+                        "number in MiB, got '5 GB'\n  line: '            Used GPU Memory : 5 GB'")
+
+
+def test_a_process_before_any_instance_line_has_none() -> None:
+    (g,) = parse_nvidia_smi_q("GPU 00000000:01:00.0\n    Processes\n"
+                              "        Process ID : 10\n").gpus
+    assert g.processes == [QProcess(gpu_instance_id=None, compute_instance_id=None, pid=10,
+                                    type=None, name=None, used_memory_mib=None)]
 
 
 def test_fabric_of_a_registered_gpu_without_health() -> None:
@@ -298,7 +342,7 @@ def test_refusals_word_for_word() -> None:
     err = refusal("GPU 00000000:01:00.0\n    Processes\n        Process ID : N/A\n")
     assert (err.line_no, err.line) == (3, None)
     assert err.what == "cannot parse nvidia-smi-q output at q.txt:3: process without a PID"
-    err = refusal("GPU 00000000:01:00.0\n    FB Memory Usage\n        Total : 80 GB\n", None)
+    err = refusal("GPU 00000000:01:00.0\n    FB Memory Usage\n        Total : 80 GB\n")
     assert (err.line_no, err.line) == (3, "        Total : 80 GB")
-    assert err.what == ("cannot parse nvidia-smi-q output at <text>:3: Total: expected a number "
+    assert err.what == ("cannot parse nvidia-smi-q output at q.txt:3: Total: expected a number "
                         "in MiB, got '80 GB'\n  line: '        Total : 80 GB'")
