@@ -287,3 +287,38 @@ def test_the_cells_of_a_row() -> None:
     assert _cells("| a | b |  ") == [" a ", " b "]
     assert _cells("||") == [""]
     assert (_cells("|"), _cells(" | a |"), _cells("| a"), _cells("a |")) == (None,) * 4
+
+
+def test_bad_fan_draw_and_cap_cells_are_refused_by_line() -> None:
+    row2 = "| N/A   34C    P0             80W /  700W |       0MiB / 143771MiB |      0%      Default |"
+    for new, what in [(row2.replace("N/A ", "lots"), "expected a number in %, got 'lots'"),
+                      (row2.replace(" 80W", "80kW"), "expected a number in W, got '80kW'"),
+                      (row2.replace(" 700W", "700kW"), "expected a number in W, got '700kW'")]:
+        err = refusal(lines_of(H200, {10: new}))
+        says(err, 10, new, what)
+    g = parse_nvidia_smi_table(lines_of(H200, {10: row2.replace("N/A ", "30% ")})).gpus[0]
+    assert (g.fan_pct, g.temperature_c, g.errors) == (30, 34, [])
+
+
+def test_bad_sm_and_engine_counts_of_a_mig_device_are_refused_by_line() -> None:
+    row = "|  0    2   0   0  |           11091MiB / 40448MiB    | 60      0 |  3   0    3    0    3 |"
+    for new, what in [(row.replace("| 60 ", "| 6x "), "expected a number, got '6x'"),
+                      (row.replace("  3 |", " x3 |"), "expected a number, got 'x3'")]:
+        err = refusal(H100_MIG.replace(row, new))
+        says(err, 21, new, what)
+
+
+def test_a_mig_header_of_two_rows_still_names_the_engines() -> None:
+    facts = parse_nvidia_smi_table(lines_of(H100_MIG, {19: None}))
+    assert facts.mig_devices[0].engines == {"CE": 3, "ENC": 0, "DEC": 3, "OFA": 0, "JPG": 3}
+
+
+def test_a_first_gpu_row_that_is_no_row_is_refused() -> None:
+    err = refusal(lines_of(H200, {9: "   0  NVIDIA H200"}))
+    says(err, 9, "   0  NVIDIA H200", "line inside a table is neither a row nor a rule")
+
+
+def test_a_crlf_table_refused_names_its_line_without_the_cr() -> None:
+    text = lines_of(H200, {12: "   some words"}).replace("\n", "\r\n")
+    err = refusal(text)
+    says(err, 12, "   some words", "line inside a table is neither a row nor a rule")
