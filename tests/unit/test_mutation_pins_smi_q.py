@@ -128,8 +128,11 @@ def test_older_spellings_of_the_same_facts() -> None:
     lines[196] = "        Instantaneous Power Draw                       : 91.00 W"
     lines[195] = "        Average Power Draw                             : N/A"
     g = parse_nvidia_smi_q("\n".join(lines)).gpus[0]
-    assert (g.power_draw_w, g.power_limit_w) == (None, 630.0)
+    assert (g.power_draw_w, g.power_limit_w) == (None, 630.0)  # the first present wins, N/A
     assert "power draw" not in g.missing
+    del lines[195]  # no average at all: the instantaneous draw is read
+    g = parse_nvidia_smi_q("\n".join(lines)).gpus[0]
+    assert (g.power_draw_w, g.power_limit_w) == (91.0, 630.0)
 
 
 def test_the_titan_v_whole_old_ecc_layout_and_retired_pages() -> None:
