@@ -228,6 +228,20 @@ def test_a_process_whole() -> None:
                                       type="C+G", name="vllm", used_memory_mib=None)]
 
 
+def test_a_bad_leaf_of_a_process_or_mig_device_names_its_line() -> None:
+    proc = ("<process_info><pid>77</pid>\n<used_memory>5 GiB</used_memory>"
+            "</process_info>")
+    err = refusal(edit(H200.read_text(), ("<processes>", "<processes>" + proc)))
+    assert (err.line_no, err.line) == (542, "<used_memory>5 GiB</used_memory></process_info>")
+    assert err.what == ("cannot parse nvidia-smi-q-xml output at q.xml:542: <used_memory>: "
+                        "expected a number in MiB, got '5 GiB'\n  line: "
+                        "'<used_memory>5 GiB</used_memory></process_info>'")
+    err = refusal(edit(R535.read_text(), ("<multiprocessor_count>42<", "<multiprocessor_count>x<")))
+    assert err.line is not None and err.line.strip() == "<multiprocessor_count>x</multiprocessor_count>"
+    assert err.what.startswith(f"cannot parse nvidia-smi-q-xml output at q.xml:{err.line_no}: "
+                               "<multiprocessor_count>: expected a number, got 'x'")
+
+
 def test_a_bad_leaf_names_its_line_and_tag() -> None:
     text = edit(H200.read_text(), ("<gpu_temp>34 C</gpu_temp>", "<gpu_temp>34 F</gpu_temp>"))
     err = refusal(text)
