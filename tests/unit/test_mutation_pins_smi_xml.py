@@ -294,3 +294,45 @@ def test_a_doctype_is_dropped_once_and_top_level_na_is_none() -> None:
         None, None, 0, [])
     facts = parse_nvidia_smi_xml("<nvidia_smi_log><cuda_version/></nvidia_smi_log>")
     assert (facts.cuda_version, facts.attached_gpus) == (None, None)
+
+
+def test_retired_pages_pending_from_the_blacklist_tag_of_older_drivers() -> None:
+    text = edit(H200.read_text(), ("<pending_retirement>N/A</pending_retirement>", ""),
+                ("<pending_blacklist>N/A<", "<pending_blacklist>Yes<"))
+    assert parse_nvidia_smi_xml(text).gpus[0].retired_pages.pending is True
+
+
+def test_the_gpu_id_attribute_wins_over_the_pci_bus_id_leaf() -> None:
+    text = edit(H200.read_text(), ("<pci_bus_id>00000000:00:06.0<", "<pci_bus_id>0000:06.0<"))
+    assert parse_nvidia_smi_xml(text).gpus[0].pci_bus_id == "00000000:00:06.0"
+
+
+def test_reasons_and_counters_after_an_na_or_foreign_leaf_are_read() -> None:
+    text = edit(H200.read_text(),
+                ("<clocks_event_reason_gpu_idle>Active<", "<clocks_event_reason_gpu_idle>N/A<"),
+                ("<clocks_event_reason_display_clocks_setting>Not Active<",
+                 "<clocks_event_reason_display_clocks_setting>Active<"),
+                ("</clocks_event_reasons>", "<clocks_event_reason_new_thing>Active"
+                                            "</clocks_event_reason_new_thing></clocks_event_reasons>"),
+                ("<volatile>\n", "<volatile>\n<sram_threshold_exceeded>No</sram_threshold_exceeded>"),
+                ("<sram_correctable>0<", "<sram_correctable>4<"))
+    g = parse_nvidia_smi_xml(text).gpus[0]
+    assert g.clocks_event_reasons is not None
+    assert (g.clocks_event_reasons.mask, g.clocks_event_reasons.active) == (
+        0x100, ["DisplayClockSetting", "new_thing"])
+    assert g.ecc_volatile.model_dump() == {"correctable": 4, "uncorrectable": 0}
+
+
+def test_a_bad_value_is_pointed_at_where_it_first_stands() -> None:
+    text = H200.read_text().replace("<persistence_mode>Enabled<", "<persistence_mode>Maybe<")
+    err = refusal(text)
+    assert (err.line_no, err.line) == (15, "\t\t<persistence_mode>Maybe</persistence_mode>")
+    assert err.what == ("cannot parse nvidia-smi-q-xml output at q.xml:15: <persistence_mode>: "
+                        "expected Enabled/Disabled or Yes/No, got 'Maybe'\n  line: "
+                        "'\\t\\t<persistence_mode>Maybe</persistence_mode>'")
+    # a file that starts with a blank line and no declaration: lines still counted from 1
+    lines = H200.read_text().split("\n")
+    assert lines[1].startswith("<!DOCTYPE")
+    text = "\n" + "\n".join(lines[2:]).replace("<gpu_temp>34 C<", "<gpu_temp>hot<", 1)
+    err = refusal(text)
+    assert (err.line_no, err.line) == (225, "\t\t\t<gpu_temp>hot</gpu_temp>")
