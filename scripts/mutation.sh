@@ -14,6 +14,9 @@
 #   MUTATION_JOBS=2 scripts/mutation.sh ...   mutants run two at a time (default 1)
 #   MUTATION_SURVIVORS=DIR scripts/mutation.sh MODULE   only the mutants that survived in
 #                                            DIR/<module>.txt of an earlier run, against HEAD's tests
+#   MUTATION_ONLY="orchestrator.parsers.system.x_parse_*" scripts/mutation.sh MODULE
+#                                            only the mutants of the functions these globs name
+#                                            (mutmut's names), scored on their own
 #
 # mutmut rewrites source files, so everything runs in a temporary clone of HEAD
 # (committed code only; the working tree is never touched). One worker, since
@@ -31,6 +34,7 @@ OUT=${MUTATION_OUT:-$ROOT/results/mutation}
 MIN=${MUTATION_MIN:-90}
 JOBS=${MUTATION_JOBS:-1}
 PRIOR=${MUTATION_SURVIVORS:-}
+ONLY=${MUTATION_ONLY:-}
 
 # module -> the unit tests that exercise it (mutmut runs, per mutant, only those
 # of them that reach the mutated function). Property tests (hypothesis) are left
@@ -186,6 +190,7 @@ for m in "${modules[@]}"; do
         cd "$TMP/src"
         rm -rf mutants
         names=()
+        if [ -n "$ONLY" ]; then read -r -a names <<< "$ONLY"; fi
         if [ -n "$PRIOR" ]; then
             [ -f "$PRIOR/$name.json" ] || { echo "mutation: no earlier run of $m in $PRIOR" >&2; exit 1; }
             mapfile -t names < <(sed -n 's/^### \([^ ]*\) (.*/\1/p' "$PRIOR/$name.txt")
@@ -199,6 +204,7 @@ for m in "${modules[@]}"; do
         # one pass over mutmut's data (its `results` and `show` start a process per mutant)
         extra=()
         [ -n "$PRIOR" ] && extra=("$PRIOR/$name.json" "$PRIOR/$name.txt")
+        export MUTATION_ONLY_GLOBS="$ONLY"
         "$PY" - "$OUT/$name.txt" "$OUT/$name.json" "${extra[@]}" <<'EOF'
 import json, sys
 from mutmut.__main__ import (SourceFileMutationData, get_diff_for_mutant, status_by_exit_code,
@@ -207,12 +213,16 @@ from mutmut.__main__ import (SourceFileMutationData, get_diff_for_mutant, status
 prior = json.load(open(sys.argv[3])) if len(sys.argv) > 3 else None
 rerun = ({ln[4:].split(" ")[0] for ln in open(sys.argv[4]) if ln.startswith("### ")}
          if prior is not None else None)
+import fnmatch, os
+only = os.environ.get("MUTATION_ONLY_GLOBS", "").split()
 counts, survivors = {}, []
 for path in walk_mutatable_files():
     data = SourceFileMutationData(path=path)
     data.load()
     for mutant, code in data.exit_code_by_key.items():
         if rerun is not None and mutant not in rerun:
+            continue
+        if only and not any(fnmatch.fnmatchcase(mutant, g) for g in only):
             continue
         status = status_by_exit_code[code]
         counts[status] = counts.get(status, 0) + 1

@@ -1,6 +1,7 @@
 """Parsers: pure functions from raw command output to typed facts.
 
-Each parser module registers its kinds here with `@register`, with the
+Each parser module registers its kinds here with `register(...)(parse_x)` after
+the function (mutmut leaves decorated functions unmutated), with the
 command whose output it reads (`gpuvet parse --list` shows both). A parser
 takes the text (and optionally the name of the file it came from, for
 messages) and returns a pydantic model. Unknown formats raise ParseError naming the

@@ -80,8 +80,6 @@ class IbstatFacts(_Model):
         return [(ca.name, p) for ca in self.cas for p in ca.ports]
 
 
-@register(KIND, "ibstat: HCAs (type, firmware, GUID) and ports (state, rate, link layer, LIDs)",
-          example="ibstat")
 def parse_ibstat(text: str, source: str | None = None) -> IbstatFacts:
     cas: list[IbstatCa] = []
     errors: list[IbstatMessage] = []
@@ -148,3 +146,9 @@ def parse_ibstat(text: str, source: str | None = None) -> IbstatFacts:
     if not seen:
         raise ParseError(KIND, "empty output", source=source)
     return IbstatFacts(cas=cas, errors=errors, warnings=warnings)
+
+
+# Registered without decorating, as dmon is: mutmut leaves decorated functions alone,
+# so the parser itself would go unmeasured.
+register(KIND, "ibstat: HCAs (type, firmware, GUID) and ports (state, rate, link layer, LIDs)",
+         example="ibstat")(parse_ibstat)

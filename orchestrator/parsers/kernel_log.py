@@ -185,9 +185,6 @@ def _xid_event(no: int, line: str, idx: int) -> XidEvent:
                     category=category, bad=bad, caused_by=caused_by, line=line.strip())
 
 
-@register(XID_KIND, "kernel log (dmesg, dmesg -T, journalctl -k, syslog): NVIDIA Xid events, "
-          "GPUs fallen off the bus",
-          example='sudo dmesg -T | grep -i xid  (or journalctl -k)')
 def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
     events: list[XidEvent] = []
     bus: list[BusEvent] = []
@@ -226,6 +223,11 @@ def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
             pending_gpu = None
     return KernelLogFacts(lines=len(lines), events=events, fallen_off_bus=bus, gpus=gpus,
                           last_uptime_s=last, elided=elided)
+
+
+register(XID_KIND, "kernel log (dmesg, dmesg -T, journalctl -k, syslog): NVIDIA Xid events, "
+         "GPUs fallen off the bus",
+         example='sudo dmesg -T | grep -i xid  (or journalctl -k)')(parse_kernel_log)
 
 
 # --------------------------------------------------------------------------- PCIe links
@@ -267,8 +269,6 @@ class PcieBandwidthFacts(_Model):
         return [x for x in self.links if x.limited]
 
 
-@register(PCIE_KIND, "kernel log: the PCI core's `available PCIe bandwidth, limited by` lines",
-          example="sudo dmesg | grep 'available PCIe bandwidth'")
 def parse_pcie_bandwidth(text: str, source: str | None = None) -> PcieBandwidthFacts:
     links: list[PcieLink] = []
     lines = text.splitlines()
@@ -307,3 +307,7 @@ def parse_pcie_bandwidth(text: str, source: str | None = None) -> PcieBandwidthF
         raise ParseError(PCIE_KIND, "an `available PCIe bandwidth` line not in the kernel's "
                          "layout", line_no=no, line=line, source=source)
     return PcieBandwidthFacts(links=links, lines=len(lines), elided=elided)
+
+
+register(PCIE_KIND, "kernel log: the PCI core's `available PCIe bandwidth, limited by` lines",
+         example="sudo dmesg | grep 'available PCIe bandwidth'")(parse_pcie_bandwidth)

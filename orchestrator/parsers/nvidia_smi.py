@@ -291,9 +291,6 @@ class QueryGpuFacts(BaseModel):
         return len(self.gpus)
 
 
-@register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)",
-          example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
-                  " --format=csv")
 def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     kind = "nvidia-smi-query-gpu"
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
@@ -341,6 +338,11 @@ def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     return QueryGpuFacts(fields=names, gpus=gpus)
 
 
+register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)",
+         example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
+                 " --format=csv")(parse_query_gpu)
+
+
 # `--format=csv,noheader[,nounits]` prints no field names. A CSV without them is read
 # only against a field list people run (the acceptance recipe's), and only when every
 # cell has the shape of its field: an index, a name, a GPU UUID, a MiB count, watts, a
@@ -357,10 +359,6 @@ def noheader_fits(line: str) -> bool:
         re.fullmatch(shape, cell) for shape, cell in zip(_RECIPE_SHAPES, cells, strict=True))
 
 
-@register("nvidia-smi-query-gpu-noheader", "nvidia-smi --query-gpu with the recipe's fields, "
-          "--format=csv,noheader[,nounits]",
-          example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
-                  " --format=csv,noheader,nounits")
 def parse_query_gpu_noheader(text: str, source: str | None = None) -> QueryGpuFacts:
     kind = "nvidia-smi-query-gpu-noheader"
     lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
@@ -375,6 +373,12 @@ def parse_query_gpu_noheader(text: str, source: str | None = None) -> QueryGpuFa
     facts = parse_query_gpu("\n".join([_RECIPE_HEADER] + [ln for _, ln in lines]),
                             source=source)
     return facts.model_copy(update={"header_assumed": ",".join(RECIPE_QUERY_FIELDS)})
+
+
+register("nvidia-smi-query-gpu-noheader", "nvidia-smi --query-gpu with the recipe's fields, "
+         "--format=csv,noheader[,nounits]",
+         example="nvidia-smi --query-gpu=index,name,uuid,memory.total,power.limit,driver_version"
+                 " --format=csv,noheader,nounits")(parse_query_gpu_noheader)
 
 
 # --------------------------------------------------------------------------- -L
@@ -411,8 +415,6 @@ _GPU_L = re.compile(r"GPU (\d+): (.+?) \(UUID: (GPU-[0-9A-Fa-f-]+)\)")
 _MIG_L = re.compile(r"\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)\s]+)\)")
 
 
-@register("nvidia-smi-L", "nvidia-smi -L: GPUs and MIG devices",
-          example="nvidia-smi -L | tee gpu-list.txt")
 def parse_nvidia_smi_l(text: str, source: str | None = None) -> NvidiaSmiLFacts:
     kind = "nvidia-smi-L"
     gpus: list[GpuL] = []
@@ -434,3 +436,7 @@ def parse_nvidia_smi_l(text: str, source: str | None = None) -> NvidiaSmiLFacts:
     if not seen_any:
         raise ParseError(kind, "empty output", source=source)
     return NvidiaSmiLFacts(gpus=gpus)
+
+
+register("nvidia-smi-L", "nvidia-smi -L: GPUs and MIG devices",
+         example="nvidia-smi -L | tee gpu-list.txt")(parse_nvidia_smi_l)

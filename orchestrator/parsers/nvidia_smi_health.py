@@ -54,8 +54,6 @@ class NvlinkErrorsFacts(_Model):
         return not self.gpus
 
 
-@register(NVLINK_KIND, "nvidia-smi nvlink -e: NVLink error counters per GPU and link",
-          example='nvidia-smi nvlink -e')
 def parse_nvlink_errors(text: str, source: str | None = None) -> NvlinkErrorsFacts:
     gpus: list[NvlinkErrorsGpu] = []
     elided = False
@@ -95,6 +93,10 @@ def parse_nvlink_errors(text: str, source: str | None = None) -> NvlinkErrorsFac
     return NvlinkErrorsFacts(gpus=gpus, elided=elided)
 
 
+register(NVLINK_KIND, "nvidia-smi nvlink -e: NVLink error counters per GPU and link",
+         example='nvidia-smi nvlink -e')(parse_nvlink_errors)
+
+
 # --------------------------------------------------------------------------- compute apps
 
 _APPS_COLUMNS = {"gpu_uuid": "gpu_uuid", "pid": "pid", "process_name": "process_name",
@@ -120,8 +122,6 @@ class ComputeAppsFacts(_Model):
         return [a for a in self.apps if a.gpu_uuid == uuid]
 
 
-@register(APPS_KIND, "nvidia-smi --query-compute-apps=... --format=csv: processes on the GPUs",
-          example='nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv')
 def parse_compute_apps(text: str, source: str | None = None) -> ComputeAppsFacts:
     rows = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     if not rows:
@@ -157,3 +157,8 @@ def parse_compute_apps(text: str, source: str | None = None) -> ComputeAppsFacts
             row.get("gpu_uuid", "")), gpu_bus_id=text_or_none(row.get("gpu_bus_id", "")),
             gpu_name=text_or_none(row.get("gpu_name", ""))))
     return ComputeAppsFacts(fields=names, apps=apps)
+
+
+register(APPS_KIND, "nvidia-smi --query-compute-apps=... --format=csv: processes on the GPUs",
+         example='nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv')(
+    parse_compute_apps)

@@ -370,8 +370,6 @@ class _Gpu:
         return QGpu.model_validate({**data, "missing": self.missing})
 
 
-@register(KIND, "nvidia-smi -q / -a as text (whole, -i N, -d SECTION, or a sed/grep excerpt)",
-          example="nvidia-smi -q | tee smi-q.txt  (or -q -d FABRIC, or | sed -n '/MIG Mode/,+2p')")
 def parse_nvidia_smi_q(text: str, source: str | None = None) -> NvidiaSmiQFacts:
     if not text.strip():
         raise ParseError(KIND, "empty output", source=source)
@@ -402,3 +400,8 @@ def parse_nvidia_smi_q(text: str, source: str | None = None) -> NvidiaSmiQFacts:
         cuda_version=topv("cuda version"), attached_gpus=attached, gpus=gpus,
         elided_gpus=(attached - len(gpus)) if attached is not None and attached > len(gpus)
         else None, ignored_lines=tree.noise.ignored, edits=tree.noise.edits)
+
+
+register(KIND, "nvidia-smi -q / -a as text (whole, -i N, -d SECTION, or a sed/grep excerpt)",
+         example="nvidia-smi -q | tee smi-q.txt  (or -q -d FABRIC, or | sed -n '/MIG Mode/,+2p')")(
+    parse_nvidia_smi_q)

@@ -328,8 +328,6 @@ def _processes(r: _Reader, header: list[str]) -> list[TableProcess]:
     return out
 
 
-@register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes",
-          example="nvidia-smi | tee nvidia-smi.txt")
 def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTableFacts:
     r = _Reader(text, source)
     _one_output(r)
@@ -390,6 +388,10 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
         cuda_version=banner["cuda"] if banner else None,
         layout="3-row" if three_rows else "2-row", gpus=gpus, mig_devices=mig, processes=procs,
         missing=missing, ignored_lines=r.noise.ignored, edits=r.noise.edits)
+
+
+register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes",
+         example="nvidia-smi | tee nvidia-smi.txt")(parse_nvidia_smi_table)
 
 
 _SUB_TABLES = ("MIG devices", "Processes")

@@ -305,8 +305,6 @@ class _Sub(_Reader):
         })
 
 
-@register("nvidia-smi-q-xml", "nvidia-smi -q -x: per-GPU health, MIG, ECC, PCIe, power",
-          example="nvidia-smi -q -x > smi-q.xml")
 def parse_nvidia_smi_xml(text: str, source: str | None = None) -> NvidiaSmiXmlFacts:
     kind = "nvidia-smi-q-xml"
     if not text.strip():
@@ -337,3 +335,7 @@ def parse_nvidia_smi_xml(text: str, source: str | None = None) -> NvidiaSmiXmlFa
     return NvidiaSmiXmlFacts(driver_version=top("driver_version"),
                              cuda_version=top("cuda_version"), gpus=gpus,
                              attached_gpus=int(attached) if attached is not None else None)
+
+
+register("nvidia-smi-q-xml", "nvidia-smi -q -x: per-GPU health, MIG, ECC, PCIe, power",
+         example="nvidia-smi -q -x > smi-q.xml")(parse_nvidia_smi_xml)

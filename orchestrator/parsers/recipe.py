@@ -73,9 +73,6 @@ def _device(no: int, line: str, source: str | None) -> TorchDevice:
                        cc=list(cc))
 
 
-@register("torch-check", "the recipe's PyTorch check: version, CUDA, count, each GPU's "
-          "name, memory and capability",
-          example="python3 - <<'PY' | tee torch.txt  (the recipe's `import torch` check)")
 def parse_torch_check(text: str, source: str | None = None) -> TorchCheckFacts:
     kind = "torch-check"
     values: dict[str, Any] = {}
@@ -113,6 +110,11 @@ def parse_torch_check(text: str, source: str | None = None) -> TorchCheckFacts:
                            devices=devices, ignored_lines=noise.ignored)
 
 
+register("torch-check", "the recipe's PyTorch check: version, CUDA, count, each GPU's "
+         "name, memory and capability",
+         example="python3 - <<'PY' | tee torch.txt  (the recipe's `import torch` check)")(parse_torch_check)
+
+
 # --------------------------------------------------------------------------- /proc/mounts
 
 class Mount(_Model):
@@ -139,8 +141,6 @@ class MountsFacts(_Model):
 _MOUNT = re.compile(r"(?P<dev>\S+) (?P<mp>/\S*) (?P<fs>\S+) (?P<opts>\S+) \d+ \d+")
 
 
-@register("mounts", "/proc/mounts: every mount's device, mount point, type and options",
-          example="cat /proc/mounts | tee mounts.txt")
 def parse_mounts(text: str, source: str | None = None) -> MountsFacts:
     mounts = []
     for no, line in _lines("mounts", text, source):
@@ -152,6 +152,10 @@ def parse_mounts(text: str, source: str | None = None) -> MountsFacts:
         mounts.append(Mount(device=m["dev"], mount_point=m["mp"].replace("\\040", " "),
                             fstype=m["fs"], options=m["opts"].split(",")))
     return MountsFacts(mounts=mounts)
+
+
+register("mounts", "/proc/mounts: every mount's device, mount point, type and options",
+         example="cat /proc/mounts | tee mounts.txt")(parse_mounts)
 
 
 # --------------------------------------------------------------------------- small outputs
@@ -200,8 +204,6 @@ class MissingCommandFacts(_Model):
     text: str
 
 
-@register("nvidia-smi-version", "nvidia-smi --version: nvidia-smi, NVML, driver and CUDA",
-          example="nvidia-smi --version | tee nvidia-smi-version.txt")
 def parse_smi_version(text: str, source: str | None = None) -> SmiVersionFacts:
     fields: dict[str, str] = {}
     for no, line in _lines("nvidia-smi-version", text, source):
@@ -217,11 +219,13 @@ def parse_smi_version(text: str, source: str | None = None) -> SmiVersionFacts:
                            fields=fields)
 
 
+register("nvidia-smi-version", "nvidia-smi --version: nvidia-smi, NVML, driver and CUDA",
+         example="nvidia-smi --version | tee nvidia-smi-version.txt")(parse_smi_version)
+
+
 _COMMIT = re.compile(r"(?:commit\s+)?(?=[0-9a-f]*[a-f])([0-9a-f]{7,40})\b(?:\s.*)?")
 
 
-@register("commit", "the nccl-tests commit (git rev-parse HEAD, or git log -1)",
-          example="git rev-parse HEAD | tee commit.txt")
 def parse_commit(text: str, source: str | None = None) -> CommitFacts:
     lines = _lines("commit", text, source)
     no, first = lines[0]
@@ -235,11 +239,13 @@ def parse_commit(text: str, source: str | None = None) -> CommitFacts:
     return CommitFacts(commit=m.group(1))
 
 
+register("commit", "the nccl-tests commit (git rev-parse HEAD, or git log -1)",
+         example="git rev-parse HEAD | tee commit.txt")(parse_commit)
+
+
 _TZ_NAME = re.compile(r"\s[A-Z]{2,5}(?=\s\d{4}$)")  # `date`'s zone name: UTC, CET, PDT
 
 
-@register("checked-at", "when the outputs were taken (date, date -Iseconds)",
-          example="date -Iseconds | tee checked-at.txt")
 def parse_checked_at(text: str, source: str | None = None) -> CheckedAtFacts:
     lines = _lines("checked-at", text, source)
     no, line = lines[0]
@@ -265,13 +271,15 @@ def parse_checked_at(text: str, source: str | None = None) -> CheckedAtFacts:
     return CheckedAtFacts(text=s, iso=when.isoformat())
 
 
+register("checked-at", "when the outputs were taken (date, date -Iseconds)",
+         example="date -Iseconds | tee checked-at.txt")(parse_checked_at)
+
+
 PIP_HEADER = re.compile(r"Package\s+Version(\s+\S+.*)?")
 FREEZE_ROW = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)\s*==\s*(\S+)\s*")
 _PIP_ROW = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.-]*)\s+(\S+)(?:\s+\S+)?\s*")
 
 
-@register("pip-list", "pip list / pip freeze: installed packages and versions",
-          example="pip list | tee pip.txt")
 def parse_pip(text: str, source: str | None = None) -> PipFacts:
     lines = _lines("pip-list", text, source)
     packages: dict[str, str] = {}
@@ -293,11 +301,13 @@ def parse_pip(text: str, source: str | None = None) -> PipFacts:
     return PipFacts(packages=packages)
 
 
+register("pip-list", "pip list / pip freeze: installed packages and versions",
+         example="pip list | tee pip.txt")(parse_pip)
+
+
 _NOT_FOUND = re.compile(r"(?:.*:\s*)?(?:line \d+:\s*)?(?P<cmd>[\w.+-]+): (?:command )?not found\s*")
 
 
-@register("command-not-found", "a shell's `X: command not found`, saved in place of X's output",
-          example="nvcc --version > nvcc-version.txt 2>&1  (on a node without the toolkit)")
 def parse_missing_command(text: str, source: str | None = None) -> MissingCommandFacts:
     lines = _lines("command-not-found", text, source)
     cmds = []
@@ -311,6 +321,11 @@ def parse_missing_command(text: str, source: str | None = None) -> MissingComman
         raise ParseError("command-not-found", f"several commands missing ({', '.join(cmds)}): "
                          "cannot tell which output this file stands for", source=source)
     return MissingCommandFacts(command=cmds[0], text=text.strip())
+
+
+register("command-not-found", "a shell's `X: command not found`, saved in place of X's output",
+         example="nvcc --version > nvcc-version.txt 2>&1  (on a node without the toolkit)")(
+    parse_missing_command)
 
 
 # --------------------------------------------------------------------------- the build log
@@ -330,8 +345,6 @@ _BUILD_ERROR = re.compile(r"\berror\b|\bError \d+|No such file or directory|: (?
                           r"|cannot find -l", re.I)
 
 
-@register("nccl-tests-build", "make of nccl-tests: the programs linked and the error lines",
-          example="make -j$(nproc) CUDA_HOME=/usr/local/cuda 2>&1 | tee make.log")
 def parse_build_log(text: str, source: str | None = None) -> BuildLogFacts:
     kind = "nccl-tests-build"
     binaries: list[str] = []
@@ -352,3 +365,7 @@ def parse_build_log(text: str, source: str | None = None) -> BuildLogFacts:
         raise ParseError(kind, "no Compiling, Linking or error line of a make", source=source)
     return BuildLogFacts(binaries=binaries, compiled=compiled, errors=errors,
                          ignored_lines=noise.ignored)
+
+
+register("nccl-tests-build", "make of nccl-tests: the programs linked and the error lines",
+         example="make -j$(nproc) CUDA_HOME=/usr/local/cuda 2>&1 | tee make.log")(parse_build_log)

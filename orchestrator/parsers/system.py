@@ -39,8 +39,6 @@ class UnameFacts(_Facts):
     machine: str
 
 
-@register("uname", "uname -a",
-          example="uname -a | tee kernel.txt")
 def parse_uname(text: str, source: str | None = None) -> UnameFacts:
     (no, line), *rest = _lines("uname", text, source)
     tok = line.split()
@@ -52,6 +50,10 @@ def parse_uname(text: str, source: str | None = None) -> UnameFacts:
     return UnameFacts(kernel_name=tok[0], hostname=tok[1], kernel_release=tok[2], machine=machine)
 
 
+register("uname", "uname -a",
+         example="uname -a | tee kernel.txt")(parse_uname)
+
+
 class OsReleaseFacts(_Facts):
     id: str | None
     version_id: str | None
@@ -59,8 +61,6 @@ class OsReleaseFacts(_Facts):
     fields: dict[str, str]
 
 
-@register("os-release", "/etc/os-release",
-          example="cat /etc/os-release")
 def parse_os_release(text: str, source: str | None = None) -> OsReleaseFacts:
     fields: dict[str, str] = {}
     for no, line in _lines("os-release", text, source):
@@ -75,6 +75,10 @@ def parse_os_release(text: str, source: str | None = None) -> OsReleaseFacts:
                           pretty_name=fields.get("PRETTY_NAME"), fields=fields)
 
 
+register("os-release", "/etc/os-release",
+         example="cat /etc/os-release")(parse_os_release)
+
+
 # --------------------------------------------------------------------------- nvcc, ldconfig
 
 class NvccFacts(_Facts):
@@ -83,8 +87,6 @@ class NvccFacts(_Facts):
     build: str | None  # "cuda_13.0.r13.0/compiler.36424714_0"
 
 
-@register("nvcc-version", "nvcc --version",
-          example="nvcc --version | tee nvcc-version.txt")
 def parse_nvcc(text: str, source: str | None = None) -> NvccFacts:
     release = version = build = None
     for _no, line in _lines("nvcc-version", text, source):
@@ -96,6 +98,10 @@ def parse_nvcc(text: str, source: str | None = None) -> NvccFacts:
         raise ParseError("nvcc-version", "no 'Cuda compilation tools, release X.Y' line",
                          line_no=1, line=text.splitlines()[0], source=source)
     return NvccFacts(release=release, version=version, build=build)
+
+
+register("nvcc-version", "nvcc --version",
+         example="nvcc --version | tee nvcc-version.txt")(parse_nvcc)
 
 
 class SharedLib(_Facts):
@@ -115,8 +121,6 @@ class LdconfigNcclFacts(_Facts):
 _LD_ENTRY = re.compile(r"\s+(\S+) \(([^)]*)\) => (\S.*?)\s*")
 
 
-@register("ldconfig-nccl", "ldconfig -p (whole or grepped): the libnccl entries",
-          example="ldconfig -p | grep nccl")
 def parse_ldconfig_nccl(text: str, source: str | None = None) -> LdconfigNcclFacts:
     """Empty text is a fact here: `ldconfig -p | grep nccl` prints nothing without NCCL."""
     libs: list[SharedLib] = []
@@ -131,6 +135,10 @@ def parse_ldconfig_nccl(text: str, source: str | None = None) -> LdconfigNcclFac
         if m.group(1).startswith("libnccl"):
             libs.append(SharedLib(name=m.group(1), flags=m.group(2), path=m.group(3)))
     return LdconfigNcclFacts(libraries=libs)
+
+
+register("ldconfig-nccl", "ldconfig -p (whole or grepped): the libnccl entries",
+         example="ldconfig -p | grep nccl")(parse_ldconfig_nccl)
 
 
 # --------------------------------------------------------------------------- torch
@@ -151,8 +159,6 @@ class TorchInfoFacts(_Facts):
     devices: list[TorchDevice]
 
 
-@register("torch-info", "the payload's torch probe: one JSON line",
-          example="python3 -m payload collect --out DOC  (its `torch` command)")
 def parse_torch_info(text: str, source: str | None = None) -> TorchInfoFacts:
     """The JSON line is the last one; warnings torch logs before it are skipped."""
     lines = _lines("torch-info", text, source)
@@ -168,6 +174,10 @@ def parse_torch_info(text: str, source: str | None = None) -> TorchInfoFacts:
     no, line = lines[-1]
     raise ParseError("torch-info", "no JSON line (torch missing or crashed?)", line_no=no,
                      line=line, source=source)
+
+
+register("torch-info", "the payload's torch probe: one JSON line",
+         example="python3 -m payload collect --out DOC  (its `torch` command)")(parse_torch_info)
 
 
 # --------------------------------------------------------------------------- ibv_devinfo
@@ -228,8 +238,6 @@ def _port_value(key: str, value: str) -> object:
     return re.sub(r"\s*\(\d+\)$", "", value)  # "PORT_ACTIVE (4)" -> "PORT_ACTIVE"
 
 
-@register("ibv-devinfo", "ibv_devinfo [-v]: HCAs and port states",
-          example="ibv_devinfo -v")
 def parse_ibv_devinfo(text: str, source: str | None = None) -> IbvDevinfoFacts:
     kind = "ibv-devinfo"
     devices: list[IbDevice] = []
@@ -269,6 +277,10 @@ def parse_ibv_devinfo(text: str, source: str | None = None) -> IbvDevinfoFacts:
     return IbvDevinfoFacts(devices=devices)
 
 
+register("ibv-devinfo", "ibv_devinfo [-v]: HCAs and port states",
+         example="ibv_devinfo -v")(parse_ibv_devinfo)
+
+
 # --------------------------------------------------------------------------- lscpu, meminfo
 
 class LscpuFacts(_Facts):
@@ -282,8 +294,6 @@ class LscpuFacts(_Facts):
     fields: dict[str, str]
 
 
-@register("lscpu", "lscpu",
-          example="lscpu")
 def parse_lscpu(text: str, source: str | None = None) -> LscpuFacts:
     fields: dict[str, str] = {}
     for no, line in _lines("lscpu", text, source):
@@ -304,14 +314,16 @@ def parse_lscpu(text: str, source: str | None = None) -> LscpuFacts:
                       fields=fields)
 
 
+register("lscpu", "lscpu",
+         example="lscpu")(parse_lscpu)
+
+
 class MeminfoFacts(_Facts):
     mem_total_kb: int
     mem_available_kb: int | None
     values: dict[str, int]  # kB for sizes, plain counts for HugePages_*
 
 
-@register("meminfo", "/proc/meminfo",
-          example="cat /proc/meminfo")
 def parse_meminfo(text: str, source: str | None = None) -> MeminfoFacts:
     values: dict[str, int] = {}
     for no, line in _lines("meminfo", text, source):
@@ -323,6 +335,10 @@ def parse_meminfo(text: str, source: str | None = None) -> MeminfoFacts:
         raise ParseError("meminfo", "no MemTotal line", source=source)
     return MeminfoFacts(mem_total_kb=values["MemTotal"],
                         mem_available_kb=values.get("MemAvailable"), values=values)
+
+
+register("meminfo", "/proc/meminfo",
+         example="cat /proc/meminfo")(parse_meminfo)
 
 
 # --------------------------------------------------------------------------- df
@@ -350,8 +366,6 @@ class DfFacts(_Facts):
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 
 
-@register("df", "df -PT (or df -hT) for the work and checkpoint dirs",
-          example="df -PT /home/ubuntu /mnt/ckpt")
 def parse_df(text: str, source: str | None = None) -> DfFacts:
     lines = _lines("df", text, source)
     (hno, hdr), body = lines[0], lines[1:]
@@ -381,6 +395,10 @@ def parse_df(text: str, source: str | None = None) -> DfFacts:
     return DfFacts(rounded=block is None, entries=entries)
 
 
+register("df", "df -PT (or df -hT) for the work and checkpoint dirs",
+         example="df -PT /home/ubuntu /mnt/ckpt")(parse_df)
+
+
 def _df_size(cell: str, block: int | None) -> int:
     if block is not None:
         return int(cell) * block
@@ -397,8 +415,6 @@ class MpiFacts(_Facts):
     version: str
 
 
-@register("mpirun-version", "mpirun --version: Open MPI, MPICH (Hydra) or Intel MPI",
-          example="mpirun --version")
 def parse_mpirun_version(text: str, source: str | None = None) -> MpiFacts:
     lines = _lines("mpirun-version", text, source)
     whole = "\n".join(ln for _, ln in lines)
@@ -411,3 +427,7 @@ def parse_mpirun_version(text: str, source: str | None = None) -> MpiFacts:
     no, line = lines[0]
     raise ParseError("mpirun-version", "not an Open MPI, MPICH or Intel MPI version banner",
                      line_no=no, line=line, source=source)
+
+
+register("mpirun-version", "mpirun --version: Open MPI, MPICH (Hydra) or Intel MPI",
+         example="mpirun --version")(parse_mpirun_version)

@@ -156,8 +156,6 @@ def _template(line: str, aff_cols: list[str], n_devices: int) -> list[int] | Non
     return cols if len(cols) == len(aff_cols) else None
 
 
-@register("topo-m", "nvidia-smi topo -m: GPU/NIC connection matrix and affinities",
-          example="nvidia-smi topo -m | tee topo.txt")
 def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
     kind = "topo-m"
     lines = _ANSI.sub("", text).splitlines()
@@ -235,6 +233,10 @@ def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
     return TopoMFacts(gpus=gpus, nics=nics, nic_legend=legend, matrix=matrix)
 
 
+register("topo-m", "nvidia-smi topo -m: GPU/NIC connection matrix and affinities",
+         example="nvidia-smi topo -m | tee topo.txt")(parse_topo_m)
+
+
 # --------------------------------------------------------------------------- -p2p
 
 P2P_STATUS = {"X": "Self", "OK": "Status Ok", "CNS": "Chipset not supported",
@@ -258,8 +260,6 @@ class TopoP2PFacts(BaseModel):
         return [p for p in self.pairs() if p[2] != "OK"]
 
 
-@register("topo-p2p", "nvidia-smi topo -p2p n|r|w|a|p: peer-to-peer status matrix",
-          example="nvidia-smi topo -p2p n | tee p2p.txt")
 def parse_topo_p2p(text: str, source: str | None = None) -> TopoP2PFacts:
     kind = "topo-p2p"
     lines = _ANSI.sub("", text).splitlines()
@@ -287,6 +287,10 @@ def parse_topo_p2p(text: str, source: str | None = None) -> TopoP2PFacts:
         raise ParseError(kind, "not every GPU has a row", line_no=n + 1,
                          line=lines[n] if n < len(lines) else None, source=source)
     return TopoP2PFacts(gpus=gpus, matrix=matrix)
+
+
+register("topo-p2p", "nvidia-smi topo -p2p n|r|w|a|p: peer-to-peer status matrix",
+         example="nvidia-smi topo -p2p n | tee p2p.txt")(parse_topo_p2p)
 
 
 # --------------------------------------------------------------------------- nvlink -s
@@ -353,8 +357,6 @@ _NVL_UNKNOWN = re.compile(r"Nvlink queries are not supported for Devices in MIG 
 _ELISION = re.compile(r"\.{3,}|…|\[(?:snip|\.\.\.|[^\]]*omitted[^\]]*)\]", re.I)
 
 
-@register("nvlink-s", "nvidia-smi nvlink -s: per-GPU NVLink speeds",
-          example="nvidia-smi nvlink -s")
 def parse_nvlink_s(text: str, source: str | None = None) -> NvlinkFacts:
     """Empty output and NVML's "all links are inActive" both mean: no NVLink.
 
@@ -392,3 +394,7 @@ def parse_nvlink_s(text: str, source: str | None = None) -> NvlinkFacts:
     if gpus and gpus[0].index != 0:
         elided = True
     return NvlinkFacts(gpus=gpus, elided=elided, notes=notes)
+
+
+register("nvlink-s", "nvidia-smi nvlink -s: per-GPU NVLink speeds",
+         example="nvidia-smi nvlink -s")(parse_nvlink_s)

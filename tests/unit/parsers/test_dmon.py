@@ -101,3 +101,68 @@ def test_n_a_is_unknown_not_an_error_nor_zero() -> None:
     assert facts.series(0, "gtemp") == [35] and facts.series(1, "pwr") == [81]
     with pytest.raises(ParseError, match=r"pwr: 'NA' is not a number or `-`"):
         parse_dmon(text.replace("N/A     35", "NA      35"))
+
+
+def _error(exc: pytest.ExceptionInfo[ParseError]) -> tuple[object, ...]:
+    e = exc.value
+    return e.kind, e.what, e.line_no, e.line, e.source
+
+
+def _where(line_no: int | None, what: str, line: str | None = None) -> str:
+    at = "raw/dmon.txt" + ("" if line_no is None else f":{line_no}")
+    return f"cannot parse dmon output at {at}: {what}" + (
+        "" if line is None else f"\n  line: {line.rstrip()!r}")
+
+
+def test_every_error_names_the_kind_the_file_and_the_line_as_printed(real) -> None:
+    """dmon pads its lines with a trailing space: the error keeps the line as printed."""
+    lines = real("dmon.txt").splitlines()
+    head, units, row = lines[0], lines[1], lines[2]
+    assert row.endswith(" ")
+    cases = [
+        # a header line that names no gpu column
+        ("\n".join([head.replace(" gpu ", " idx "), units, row]), 1,
+         "header line without a `gpu` column", head.replace(" gpu ", " idx ")),
+        # a sample before any header
+        ("\n".join([row, head, units]), 1, "sample before any `# gpu ...` header line", row),
+        # a row one value short
+        ("\n".join([head, units, row.replace("    0 ", "", 1)]), 3,
+         "21 values, the header names 22 columns", row.replace("    0 ", "", 1)),
+        # a gpu index that is not a number
+        ("\n".join([head, units, row.replace("    0 ", "    A ", 1)]), 3,
+         "gpu index 'A' is not a number", row.replace("    0 ", "    A ", 1)),
+        # a value redacted in a paste, at the end of the line
+        ("\n".join([head, units, row[:-len("0 ")] + "XXX"]), 3,
+         "txpci: 'XXX' is not a number or `-`", row[:-len("0 ")] + "XXX"),
+    ]
+    for text, line_no, what, line in cases:
+        with pytest.raises(ParseError) as exc:
+            parse_dmon(text + "\n", source="raw/dmon.txt")
+        assert _error(exc) == ("dmon", _where(line_no, what, line), line_no, line,
+                               "raw/dmon.txt"), what
+
+
+def test_no_header_at_all_names_the_file() -> None:
+    with pytest.raises(ParseError) as exc:
+        parse_dmon("\n\n", source="raw/dmon.txt")
+    assert _error(exc) == ("dmon", _where(None, "no `# gpu ...` header line"), None, None,
+                           "raw/dmon.txt")
+
+
+def test_a_value_with_a_decimal_point_is_a_float() -> None:
+    facts = parse_dmon("# gpu    pwr  gtemp\n# Idx      W      C\n    0  80.25     34\n"
+                       "    1    81.     -\n")
+    assert facts.series(0, "pwr") == [80.25] and facts.series(0, "gtemp") == [34]
+    assert facts.series(1, "pwr") == [81.0] and facts.series(1, "gtemp") == [None]
+    assert isinstance(facts.series(0, "gtemp")[0], int)
+
+
+def test_a_header_printed_twice_without_samples_between_is_two_headers(real) -> None:
+    """A capture that printed its header and was restarted before its first sample."""
+    lines = real("dmon.txt").splitlines()
+    text = "\n".join(lines[:2] + lines[:2] + lines[2:4]) + "\n"
+    facts = parse_dmon(text)
+    assert facts.headers == 2 and len(facts.samples) == 2
+    assert [(c.name, c.unit) for c in facts.columns][:3] == [("pwr", "W"), ("gtemp", "C"),
+                                                             ("mtemp", "C")]
+    assert facts.samples[0].values["pwr"] == 80 and facts.samples[0].line_no == 5
