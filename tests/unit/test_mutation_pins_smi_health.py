@@ -96,6 +96,8 @@ def test_a_counter_that_is_not_a_count_is_refused_by_name() -> None:
 
 
 def test_an_indented_gpu_line_is_not_a_gpu() -> None:
+    err = refusal(parse_nvlink_errors, " GPU 0: X (UUID: GPU-1)\n")
+    assert (err.line_no, err.line) == (1, " GPU 0: X (UUID: GPU-1)")
     err = refusal(parse_nvlink_errors, "  GPU 0: X (UUID: GPU-1)\n")
     assert (err.kind, err.line_no, err.line) == ("nvlink-e", 1, "  GPU 0: X (UUID: GPU-1)")
     assert err.what == ("cannot parse nvlink-e output at x.txt:1: not a `GPU N:` or "
