@@ -496,6 +496,9 @@ def test_command_steps_reads_step_and_save_lines(tmp_path: Path) -> None:
     log.write_bytes(b"step=1\nstep = 2 \xff\nsaved step=3\nSAVING at step=4\nsave step=5\n"
                     b"saves step=6\nno step here\nsaved, no number\nstep=7\n")
     assert command_steps(log) == ([1, 2, 6, 7], [3, 4, 5])
+    # "unsaved" is no save; "autosaved" is one
+    log.write_text("unsaved step=8\nautosaved step=9\nsaved step=10\nUnsaved step=11\n")
+    assert command_steps(log) == ([8, 11], [9, 10])
 
 
 def test_a_command_without_a_supervisor_document_fails(tmp_path: Path) -> None:
