@@ -82,3 +82,22 @@ def test_q_errors(public) -> None:
         _is(_err(text), "Attached GPUs is not a count", 8, line)
     _is(_err("\nProduct Name : H200\nDriver Version : 1\n"),
         "no GPU section and no known top-level key", 2, None)
+
+
+def test_q_known_top_level_keys_alone_are_read() -> None:
+    facts = parse_nvidia_smi_q("Timestamp : Thu Jan  4 14:45:46 2024\n")
+    assert facts.timestamp == "Thu Jan  4 14:45:46 2024"
+    facts = parse_nvidia_smi_q("CUDA Version : 12.2\n")
+    assert facts.cuda_version == "12.2"
+    facts = parse_nvidia_smi_q("Timestamp :\nDriver Version : 535.129.03\n")
+    assert (facts.timestamp, facts.driver_version) == (None, "535.129.03")
+
+
+def test_q_source_reaches_the_tree_and_gpu_errors(public) -> None:
+    e = _err("Driver Version : 1\n\tAttached GPUs : 1\n")
+    _is(e, "tab in the indentation (not nvidia-smi -q text)", 2, "\tAttached GPUs : 1")
+    text = public(I0)
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("Total") and "MiB" in ln)
+    bad = text.replace(line, line.replace(" MiB", " lots"), 1)
+    e = _err(bad)
+    assert (e.source, e.line) == ("f.txt", line.replace(" MiB", " lots"))
