@@ -65,3 +65,16 @@ def test_xml_errors(real) -> None:
     bad = text.replace("<attached_gpus>2</attached_gpus>", "<attached_gpus>two</attached_gpus>")
     _is(_err(bad), "<attached_gpus> is not a count: 'two'", 7,
         "\t<attached_gpus>two</attached_gpus>")
+
+
+def test_xml_error_on_the_first_line_names_it() -> None:
+    _is(_err("<nvidia_smi_log><x></y></nvidia_smi_log>"),
+        "not well-formed XML (mismatched tag: line 1, column 21)", 1,
+        "<nvidia_smi_log><x></y></nvidia_smi_log>")
+
+
+def test_xml_gpu_error_names_the_file(real) -> None:
+    text = real("nvidia-smi-q.xml")
+    line = next(ln for ln in text.splitlines() if "<total>" in ln and "MiB" in ln)
+    e = _err(text.replace(line, line.replace(" MiB", " lots"), 1))
+    assert (e.source, e.line) == ("f.txt", line.replace(" MiB", " lots"))
