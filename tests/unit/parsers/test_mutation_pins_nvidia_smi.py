@@ -179,3 +179,8 @@ def test_l_no_devices_and_errors(real) -> None:
     mig = "  MIG 1g.18gb     Device  3: (UUID: MIG-00000003-0000-0000-0000-000000000003)"
     _is(_err(parse_nvidia_smi_l, "\n" + mig), kind, what, 2, mig)
     _is(_err(parse_nvidia_smi_l, lines[0] + "\nGPU 1: H200"), kind, what, 2, "GPU 1: H200")
+
+
+def test_l_gpus_after_no_devices_are_read(real) -> None:
+    facts = parse_nvidia_smi_l("No devices were found\n" + real("nvidia-smi-L.txt"))
+    assert [g.index for g in facts.gpus] == [0, 1]

@@ -98,3 +98,27 @@ def test_table_errors(real) -> None:
     _is(_err(bad), "unknown table after the GPU table", 19, "| Clocks:    |")
     bad = "\n".join(lines[:18])
     _is(_err(bad), "unknown table after the GPU table", None, None)
+
+
+def test_table_banner_on_the_last_line(real) -> None:
+    lines = real("nvidia-smi.txt").splitlines()
+    _is(_err("\n".join(lines[:3])), "the text ends inside a table header", 3, lines[2])
+
+
+def test_table_two_row_layout_cut_after_a_whole_block(public) -> None:
+    lines = public("nvidia-smi_4x-v100-pcie_r410.txt").splitlines()
+    facts = parse_nvidia_smi_table("\n".join(lines[:17]))
+    assert [g.index for g in facts.gpus] == [0, 1, 2, 3]
+    assert facts.missing == ["processes table"]
+    facts = parse_nvidia_smi_table("\n".join(lines[:16]))
+    assert [g.index for g in facts.gpus] == [0, 1, 2]
+    assert facts.missing == ["the rest of the GPU block at line 16 (text cut off)",
+                             "processes table"]
+
+
+def test_table_elision_between_tables_is_an_edit(real) -> None:
+    lines = real("nvidia-smi.txt").splitlines()
+    facts = parse_nvidia_smi_table("\n".join(lines[:17] + ["[...]"] + lines[17:]))
+    assert [(e.line_no, e.what) for e in facts.edits] == [
+        (18, "an elision mark ('[...]'): lines were cut out here")]
+    assert [(i.line_no, i.kind) for i in facts.ignored_lines] == [(18, "elision")]
