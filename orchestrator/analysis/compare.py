@@ -105,8 +105,8 @@ def select(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = (
             if ids:
                 chosen[p][step] = ids[-1]
         if not chosen[p]:
-            what = "of the runs named" if run_ids else "complete (passed or failed)"
-            raise UsageError(f"provider {p} has no {what} run with records under {root}",
+            what = "run among the runs named" if run_ids else "complete (passed or failed) run"
+            raise UsageError(f"provider {p} has no {what} with records under {root}",
                              hint="finish a run (`--resume`) or name runs with --runs")
     picked = {r for c in chosen.values() for r in c.values()}
     runs = everything[everything["run_id"].isin(picked)].reset_index(drop=True)

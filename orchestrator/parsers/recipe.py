@@ -243,7 +243,8 @@ register("commit", "the nccl-tests commit (git rev-parse HEAD, or git log -1)",
          example="git rev-parse HEAD | tee commit.txt")(parse_commit)
 
 
-_TZ_NAME = re.compile(r"\s[A-Z]{2,5}(?=\s\d{4}$)")  # `date`'s zone name: UTC, CET, PDT
+# `date`'s zone name (UTC, CET, PDT): before the year (C locale) or after AM/PM (en_US)
+_TZ_NAME = re.compile(r"\s[A-Z]{2,5}(?=\s\d{4}$)|(?<=[AP]M)\s[A-Z]{2,5}$")
 
 
 def parse_checked_at(text: str, source: str | None = None) -> CheckedAtFacts:
@@ -258,7 +259,7 @@ def parse_checked_at(text: str, source: str | None = None) -> CheckedAtFacts:
         when = dt.datetime.fromisoformat(s.replace("Z", "+00:00").replace(",", "."))
     except ValueError:
         bare = _TZ_NAME.sub("", s)
-        for fmt in ("%a %b %d %H:%M:%S %Y", "%a %d %b %Y %H:%M:%S %p", "%a %d %b %H:%M:%S %Y",
+        for fmt in ("%a %b %d %H:%M:%S %Y", "%a %d %b %Y %I:%M:%S %p", "%a %d %b %H:%M:%S %Y",
                     "%Y-%m-%d %H:%M:%S"):
             try:
                 when = dt.datetime.strptime(re.sub(r"\s+", " ", bare), fmt)

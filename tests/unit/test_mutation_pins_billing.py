@@ -285,3 +285,80 @@ def test_costs_of_every_window_and_the_unit_cost(tmp_path: Path) -> None:
                                                       ("gpu_model", "NVIDIA H100"))])])
     _, (u2,) = B.costs_of(sel, ms, env2, {}, None, "-i", ov)
     assert u2.gpu_model is None and u2.per_gpu_month is None and u2.per_job_hour == 40.0
+
+
+def test_boot_times_skip_other_providers_nodes_and_unreadable_facts(tmp_path: Path) -> None:
+    (tmp_path / "r3").mkdir()  # a selected run without nodes/: the next one is still read
+    run = tmp_path / "r5"
+    facts = {"n1": _t(8, 30), "n2": _t(7), "n3": _t(8)}
+    for node, bt in facts.items():
+        d = run / "nodes" / node / "preflight"
+        d.mkdir(parents=True)
+        (d / "facts.json").write_text(json.dumps({"boot_time": bt}))
+    (run / "nodes" / "a" / "preflight" / "facts.json").mkdir(parents=True)  # not a file
+    (run / "nodes" / "b" / "preflight").mkdir(parents=True)
+    (run / "nodes" / "b" / "preflight" / "facts.json").write_text("{")
+    # n2 is q's; n3 is named by no provider of the run's inventory: taken as p's
+    (run / "inventory.yaml").write_text("providers:\n  p: {nodes: [{name: n1}]}\n"
+                                        "  q: {nodes: [{name: n2}]}\n")
+    runs = [dict(r, path=str(tmp_path / r["run_id"])) for r in RUNS]
+    sel = _sel(["r3", "r5"], runs)
+    assert B.boot_times(sel, "p") == [_t(8, 30), _t(8)]
+    ws = B.windows(sel, "p", {}, None, B.Override())
+    assert ws[1].name == "instance up since boot" and ws[1].hours == 3.0
+
+
+def test_each_provider_of_a_selection_has_its_own_runs_boots_and_price(tmp_path: Path) -> None:
+    runs = [dict(r, path=str(tmp_path / r["run_id"])) for r in RUNS]
+    runs.append(_run("q2", _t(10, 45), _t(11, 30), providers=("q",),
+                     path=str(tmp_path / "q2")))
+    for rid, node, bt in (("r5", "n1", _t(8)), ("q2", "m1", _t(6))):
+        d = tmp_path / rid / "nodes" / node / "preflight"
+        d.mkdir(parents=True)
+        (d / "facts.json").write_text(json.dumps({"boot_time": bt}))
+    (tmp_path / "r5" / "inventory.yaml").write_text(INVENTORY)
+    df = pd.DataFrame(runs)
+    chosen = {"p": {"nccl": "r3", "train": "r5"}, "q": {"nccl": "q2"}}
+    sel = Selection(["p", "q"], df[df["run_id"].isin(["r3", "r5", "q2"])]
+                    .reset_index(drop=True), chosen, df)
+    # q2 has no inventory copy: its nodes are q's alone, never p's
+    assert B.boot_times(sel, "p") == [_t(8)]
+    assert B.boot_times(sel, "q") == [_t(6)]
+    pr, where = B.pricing(sel, "p", None, "-i")
+    assert where == "the inventory copy of run r5" and pr is not None and pr.currency == "EUR"
+    assert B.pricing(sel, "q", None, "-i") == (None, "the inventory copy of run q2")
+    assert B.windows(sel, "p", {}, None, B.Override()) == [
+        Window("gpuvet's steps", 2.75, "the runs' started/finished (run.json)", 1.25, 3),
+        Window("instance up since boot", 3.0, "the nodes' boot time (/proc/stat btime, "
+               "preflight): 2026-01-02T08:00:00Z to the last run's end 2026-01-02T11:00:00Z",
+               0.75, 2)]
+
+
+def test_the_price_is_read_from_the_newest_selected_run(tmp_path: Path) -> None:
+    runs = [dict(r, path=str(tmp_path / r["run_id"])) for r in RUNS]
+    (tmp_path / "r5").mkdir()
+    (tmp_path / "r5" / "inventory.yaml").write_text(INVENTORY)
+    pr, where = B.pricing(_sel(["r3", "r4", "r5"], runs), "p", None, "-i")
+    assert where == "the inventory copy of run r5" and pr is not None and pr.gpu_hour == 2.0
+
+
+def test_a_bad_price_is_refused_naming_where_it_was_given() -> None:
+    sel = _sel(["r3", "r5"], RUNS)
+    bad = "providers:\n  p: {pricing: {gpu_hour: -1}}\n"
+    with pytest.raises(UsageError) as e:
+        B.pricing(sel, "p", bad, "inv.yaml")
+    assert e.value.what.startswith("inv.yaml: providers.p.pricing.gpu_hour: ")
+    with pytest.raises(UsageError) as e:
+        B.costs_of(sel, pd.DataFrame(), pd.DataFrame(), {}, bad)
+    assert e.value.what.startswith("-i: providers.p.pricing.gpu_hour: ")
+    with pytest.raises(UsageError) as e:
+        B.costs_of(sel, pd.DataFrame(), pd.DataFrame(), {}, bad, "inv.yaml")
+    assert e.value.what.startswith("inv.yaml: providers.p.pricing.gpu_hour: ")
+
+
+def test_an_attempt_without_a_recorded_end_adds_no_hours() -> None:
+    # a value missing from some rows reads as NaN in pandas, not None
+    runs = [dict(r, finished=float("nan")) if r["run_id"] == "r4" else r for r in RUNS]
+    ws = B.windows(_sel(["r3", "r5"], runs), "p", {}, None, B.Override())
+    assert ws == [Window("gpuvet's steps", 1.5 + 0.75, "the runs' started/finished (run.json)",
+                         0.75, 3)]

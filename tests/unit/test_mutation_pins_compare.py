@@ -5,6 +5,8 @@ measurements each table reads (provider, metric, scope, engine, in-place, the
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -12,6 +14,7 @@ import pandas as pd
 import pytest
 
 from orchestrator.analysis import compare as C
+from orchestrator.errors import UsageError
 from orchestrator.records import Finding, finding
 
 MIB = 1 << 20
@@ -26,8 +29,8 @@ def _m(provider: str, value: float, *, size: int = 64 * MIB, scope: str = "singl
 
 
 def _f(provider: str, code: str, sev: str = "INFO", step: str = "nccl", node: str | None = "n1",
-       msg: str = "said", **details: Any) -> Finding:
-    return finding("r", step, provider=provider, node=node, code=code,
+       msg: str = "said", run: str = "r", **details: Any) -> Finding:
+    return finding(run, step, provider=provider, node=node, code=code,
                    severity=sev,  # type: ignore[arg-type]
                    message=msg, evidence=["x.txt"], **details)
 
@@ -262,3 +265,316 @@ def test_the_suite_gate_cuts_long_lists_and_says_when_nothing_reads_differently(
     assert e.value.what.split("\n")[1:] == [
         f"  {'parameter'.ljust(len(none))} | a, c (suite h1) | b (suite h2)",
         f"  {none} |                 |"]
+
+
+# --- select, on a hand-built runs frame (no results store) -----------------------------------
+
+# oldest first; the ids do not sort in time order
+_RUNS = [("x3", ["a"], "passed"), ("x1", ["a", "b"], "failed"), ("x4", ["b"], "running"),
+         ("x2", ["a"], "passed"), ("x0", ["c"], "interrupted"), ("x5", [], "passed")]
+# (run_id, provider, step) of every record, in no particular order
+_STEPS = [("x2", "a", "preflight"), ("x3", "a", "nccl"), ("x1", "a", "nccl"),
+          ("x3", "a", "preflight"), ("x2", "a", "health"), ("x1", "b", "train"),
+          ("x1", "b", "nccl"), ("x4", "b", "nccl"), ("x4", "b", "train"),
+          ("x0", "c", "nccl"), ("x5", "a", "nccl")]
+
+
+@pytest.fixture
+def store(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> tuple[Any, list[list[str]]]:
+    runs = pd.DataFrame([{"run_id": r, "providers": ps, "status": st, "suite_hash": "s",
+                          "path": f"/there/{r}"} for r, ps, st in _RUNS])
+    asked: list[list[str]] = []
+
+    def steps_of(root: Any, ids: list[str]) -> pd.DataFrame:
+        assert root == tmp_path and ids, "steps_of is asked about some runs"
+        asked.append(list(ids))
+        return pd.DataFrame([s for s in _STEPS if s[0] in ids],
+                            columns=["run_id", "provider", "step"])
+
+    def all_runs(root: Any) -> pd.DataFrame:
+        assert root == tmp_path
+        return runs.copy()
+
+    monkeypatch.setattr(C.frames, "runs", all_runs)
+    monkeypatch.setattr(C.frames, "steps_of", steps_of)
+    return tmp_path, asked
+
+
+def test_select_takes_each_providers_latest_complete_run_per_step(store) -> None:
+    root, asked = store
+    sel = C.select(root, ["b", "a"])
+    assert asked == [["x3", "x1", "x2"]]  # the complete runs of a or b, oldest first
+    assert sel.providers == ["b", "a"]
+    assert sel.chosen == {"b": {"nccl": "x1", "train": "x1"},
+                          "a": {"preflight": "x2", "health": "x2", "nccl": "x1"}}
+    assert [list(c) for c in sel.chosen.values()] == [["nccl", "train"],
+                                                      ["preflight", "health", "nccl"]]
+    assert sel.run_ids("a") == ["x2", "x1"] and sel.run_ids("b") == ["x1"]
+    assert sel.run_ids() == ["x1", "x2"] and sel.run_ids("c") == []
+    assert list(sel.runs["run_id"]) == ["x1", "x2"] and list(sel.runs.index) == [0, 1]
+    assert sel.paths == {"x1": Path("/there/x1"), "x2": Path("/there/x2")}
+    # every run of these providers, the running one too (cost counts attempts)
+    assert list(sel.all_runs["run_id"]) == ["x3", "x1", "x4", "x2"]
+    assert list(sel.all_runs.index) == [0, 1, 2, 3]
+    cols = ["run_id", "providers", "status", "suite_hash", "path"]
+    assert list(sel.runs.columns) == cols and list(sel.all_runs.columns) == cols
+    # no providers named: those of the complete runs (c has none), sorted
+    assert C.select(root).providers == ["a", "b"]
+
+
+def test_select_of_named_runs_takes_them_whatever_their_status(store) -> None:
+    root, asked = store
+    sel = C.select(root, [], ["x4", "x3"])
+    assert asked == [["x3", "x4"]]
+    assert sel.providers == ["a", "b"]
+    assert sel.chosen == {"a": {"preflight": "x3", "nccl": "x3"},
+                          "b": {"nccl": "x4", "train": "x4"}}
+    assert list(sel.runs["run_id"]) == ["x3", "x4"]
+    sel = C.select(root, ["b"], ["x1", "x4"])
+    assert sel.chosen == {"b": {"nccl": "x4", "train": "x4"}}  # the later of the two
+
+
+def test_select_refusals_in_words(store) -> None:
+    root, asked = store
+    with pytest.raises(UsageError) as e:
+        C.select(root, [], ["x1", "zz", "yy", "x2"])
+    assert (e.value.what, e.value.hint) == (f"no run zz, yy under {root}",
+                                            f"see `gpuvet runs --results {root}`")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["q", "b", "q", "a", "b"])  # named twice comes before unknown
+    assert (e.value.what, e.value.hint) == (
+        "provider b, q is named twice: a provider is not compared with itself",
+        "name two different providers with -p")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["a", "r", "q"])
+    assert e.value.what == (f"no runs of provider r, q under {root} "
+                            "(providers with runs: a, b, c)")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["a", "c"])  # c has runs, none complete
+    assert (e.value.what, e.value.hint) == (
+        f"provider c has no complete (passed or failed) run with records under {root}",
+        "finish a run (`--resume`) or name runs with --runs")
+    with pytest.raises(UsageError) as e:
+        C.select(root, ["a"], ["x4"])  # a run of b only
+    assert e.value.what == (f"provider a has no run among the runs named with records "
+                            f"under {root}")
+    assert asked == [["x3", "x1", "x2"]]  # only the pool with runs was asked about
+
+
+def test_select_of_a_store_without_runs_or_providers(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Any) -> None:
+    empty = pd.DataFrame(columns=["run_id", "providers", "status", "suite_hash", "path"])
+    monkeypatch.setattr(C.frames, "runs", lambda root: empty)
+    with pytest.raises(UsageError) as e:
+        C.select(tmp_path)
+    assert (e.value.what, e.value.hint) == (
+        f"the results store {tmp_path} holds no runs",
+        "run `gpuvet preflight` / `gpuvet nccl` first")
+    bare = pd.DataFrame([{"run_id": "x1", "providers": [], "status": "passed",
+                          "suite_hash": "s", "path": "/p"}])
+    monkeypatch.setattr(C.frames, "runs", lambda root: bare)
+    with pytest.raises(UsageError) as e:
+        C.select(tmp_path, ["q"])
+    assert e.value.what == f"no runs of provider q under {tmp_path} (providers with runs: none)"
+
+
+# --- build, with the store's readers and the other modules' parts replaced ------------------
+
+@pytest.fixture
+def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    root, _ = store
+    calls: dict[str, list[Any]] = {}
+
+    def rec(name: str, out: Any) -> Any:
+        def f(*args: Any) -> Any:
+            calls.setdefault(name, []).append(args)
+            return out(*args) if callable(out) else out
+        return f
+
+    docs = {"x1": {"suite": {"nccl": {"iters": 20}}}, "x2": {"suite": {"nccl": {"iters": 20}}}}
+    found = [_f("a", "NCCL_TRANSPORTS", run="x1", transports=["NVLS"]),
+             _f("a", "HEALTH_MEMBW", "FAIL", step="health", run="x2"),
+             _f("b", "TRAIN_RESTORE_OK", "PASS", step="train", run="x1"),
+             _f("b", "NCCL_TRANSPORTS", run="x2", transports=["IB"]),  # b's x2 is not chosen
+             _f("b", "NCCL_TRANSPORTS", run="x1", transports=["P2P"])]
+    ms = pd.DataFrame([_m("a", 100.0, run="x1"), _m("b", 1.0, run="x2"),
+                       _m("b", 80.0, run="x1"),
+                       {**_h("a", "health.membw.copy_gbps", 3000.0), "run_id": "x2"},
+                       {**_t("b", "mfu", 0.5), "run_id": "x1"}],
+                      index=[10, 11, 12, 13, 14])  # a frame as filtered, not from 0
+    env = pd.DataFrame({"provider": ["a"], "key": ["k"], "value": ["v"]})
+
+    def pv(p: str, *_: Any) -> SimpleNamespace:
+        return SimpleNamespace(provider=p, verdict="GO", reasons=[
+            SimpleNamespace(check="c", outcome="ok", text="fine", evidence=["e"])])
+
+    monkeypatch.setattr(C.frames, "run_documents", rec("docs", docs))
+    monkeypatch.setattr(C.frames, "finding_records", rec("findings", found))
+    monkeypatch.setattr(C.frames, "measurements", rec("ms", lambda *a: ms.copy()))
+    monkeypatch.setattr(C.environment, "environment", rec("env", "every fact"))
+    monkeypatch.setattr(C.environment, "latest", rec("latest", env))
+    monkeypatch.setattr(C.environment, "diff_table", rec("diff", C.Table("environment", ())))
+    monkeypatch.setattr(C.billing, "costs_of", rec("costs", (["poc"], ["unit"])))
+    monkeypatch.setattr(C.verdict, "provider_verdict", rec("verdict", pv))
+    monkeypatch.setattr(C.cost, "currencies_apart", rec("apart", ["JPY"]))
+    monkeypatch.setattr(C.cost, "cost_table", rec("cost", C.Table("cost", ())))
+    monkeypatch.setattr(C.cost, "sources_table", rec("sources", C.Table("sources", ())))
+    monkeypatch.setattr(C.cost, "unit_table", rec("units", C.Table("units", ())))
+    return {"root": root, "calls": calls, "docs": docs, "found": found, "env": env}
+
+
+TABLES = ["verdict per provider", "verdict reasons", "environment",
+          "busbw (all_reduce, out-of-place)", "stability (busbw from 16 MiB)",
+          "transports NCCL used", "torch.distributed vs nccl-tests", "GPU health", "training"]
+
+
+def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> None:
+    root, calls, found = parts["root"], parts["calls"], parts["found"]
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("providers: {}\n", encoding="utf-8")
+    override = object()
+    c = C.build(root, ["b", "a"], inventory=inv, rates={"EUR": 1.1},
+                override=override)  # type: ignore[arg-type]
+    assert c.root == root and c.providers == ["b", "a"]
+    sel = c.selection
+    assert sel.chosen == {"b": {"nccl": "x1", "train": "x1"},
+                          "a": {"preflight": "x2", "health": "x2", "nccl": "x1"}}
+    assert calls["docs"] == [(root, ["x1", "x2"])] and calls["findings"] == [(root, ["x1", "x2"])]
+    assert calls["ms"] == [(root, ["x1", "x2"])]
+    assert c.findings == [found[0], found[1], found[2], found[4]]
+    assert [(p, r) for p, r in zip(c.measurements["provider"], c.measurements["run_id"],
+                                   strict=True)] == [("a", "x1"), ("b", "x1"), ("a", "x2"),
+                                                     ("b", "x1")]
+    assert list(c.measurements.index) == [10, 12, 13, 14]
+    assert calls["env"][0][0] is sel.runs and calls["latest"] == [("every fact", sel.runs)]
+    assert c.env is parts["env"] and calls["diff"] == [(parts["env"], ["b", "a"])]
+    ((s, ms, env, docs, text, name, ov),) = calls["costs"]
+    assert (s, env, docs, text, name, ov) == (sel, parts["env"], parts["docs"],
+                                              "providers: {}\n", str(inv), override)
+    assert ms.equals(c.measurements)
+    assert [a[0] for a in calls["verdict"]] == ["b", "a"]
+    for _, fs, m, e, paths in calls["verdict"]:
+        assert fs == c.findings and m.equals(c.measurements) and e is parts["env"]
+        assert paths == sel.paths
+    assert (c.costs, c.units, c.currencies_apart) == (["poc"], ["unit"], ["JPY"])
+    assert calls["apart"] == [(["poc"], {"EUR": 1.1})] and calls["cost"] == [(["poc"],
+                                                                              {"EUR": 1.1})]
+    assert calls["sources"] == [(["poc"],)] and calls["units"] == [(["unit"],)]
+    assert [t.title for t in c.tables] == [*TABLES, "cost", "sources", "units"]
+    busbw = c.tables[3]
+    assert busbw.rows[0][:6] == ("single", "64 MiB", 80.0, "80.00-80.00", 100.0, "100.00-100.00")
+    assert c.tables[5].rows == [("b", "n1", "P2P", "said"), ("a", "n1", "NVLS", "said")]
+    health = {r[0]: r[1:] for r in c.tables[7].rows}
+    assert health["FAIL findings"] == ("none", "HEALTH_MEMBW")
+    train = {r[0]: r[1:] for r in c.tables[8].rows}
+    assert train["MFU (ratio)"] == (0.5, None)
+    assert train["restore"] == ("PASS TRAIN_RESTORE_OK", "not measured")
+    assert c.tables[0].rows == [("b", "GO", 0, 0, 1), ("a", "GO", 0, 0, 1)]
+    assert c.empty_sections == ["environment", "torch.distributed vs nccl-tests", "cost",
+                                "sources", "units"]
+    assert c.as_json() == {
+        "providers": ["b", "a"], "runs": sel.chosen,
+        "verdicts": [{"provider": p, "verdict": "GO",
+                      "reasons": [{"check": "c", "outcome": "ok", "text": "fine",
+                                   "evidence": ["e"]}]} for p in "ba"],
+        "currencies_apart": ["JPY"], "empty_sections": c.empty_sections,
+        "tables": [t.as_json() for t in c.tables]}
+
+
+def test_build_without_cost_and_with_an_unreadable_inventory(parts, tmp_path: Any) -> None:
+    root, calls = parts["root"], parts["calls"]
+    c = C.build(root, [], ["x1"], with_cost=False)
+    assert "costs" not in calls and "cost" not in calls
+    assert (c.costs, c.units) == ([], [])
+    assert calls["apart"] == [([], {})]
+    assert [t.title for t in c.tables] == TABLES
+    assert c.providers == ["a", "b"] and c.selection.chosen == {"a": {"nccl": "x1"},
+                                                                "b": {"nccl": "x1", "train": "x1"}}
+    C.build(root, ["a"])
+    ((*_, text, name, ov),) = calls["costs"]
+    assert (text, name, ov) == (None, "None", None)
+    assert calls["cost"] == [(["poc"], {})]
+    with pytest.raises(UsageError) as e:
+        C.build(root, ["a"], inventory=tmp_path / "nope.yaml")
+    assert e.value.what == f"cannot read {tmp_path / 'nope.yaml'}: No such file or directory"
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_build_of_runs_without_measurements(parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    cols = ["run_id", "provider", "nodes", "step", "scope", "engine", "metric", "size",
+            "inplace", "round", "value"]
+    monkeypatch.setattr(C.frames, "measurements",
+                        lambda root, ids: pd.DataFrame(columns=cols))
+    c = C.build(parts["root"], ["a"], with_cost=False)
+    assert c.measurements.empty and list(c.measurements.columns) == cols
+
+
+# --- the pins' survivors: values below 1, digits kept, empty tables -------------------------
+
+def test_ratio_ci_of_values_below_one_and_its_bootstrap() -> None:
+    a, b = np.array([0.5, 0.4, 0.6]), np.array([0.25, 0.2, 0.3, 0.35])
+    point, lo, hi = C.ratio_ci(a, b)
+    assert point == 0.55  # 0.275 / 0.5: a median under 1 is still a median
+    rng = np.random.default_rng(3)
+    a, b = 0.5 * rng.normal(1, 0.1, 12), 0.4 * rng.normal(1, 0.1, 9)
+    point, lo, hi = C.ratio_ci(a, b)
+    draw = np.random.default_rng(C.SEED)
+    ra = np.median(a[draw.integers(0, 12, (C.BOOTSTRAP, 12))], axis=1)
+    rb = np.median(b[draw.integers(0, 9, (C.BOOTSTRAP, 9))], axis=1)
+    assert (lo, hi) == tuple(float(x) for x in np.percentile(rb / ra, [2.5, 97.5]))
+    point, lo, hi = C.ratio_ci(np.array([0.5, 0.5]), np.array([0.25, 0.25]))
+    assert (point, lo, hi) == (0.5, 0.5, 0.5)
+
+
+def test_busbw_values_are_floats_and_medians_keep_two_digits() -> None:
+    ms = pd.DataFrame([_m("a", 3), _m("a", 4, rnd=2)])
+    assert ms["value"].dtype.kind == "i"
+    assert C.busbw_values(ms, "a", "single")[64 * MIB].dtype == np.float64
+    ms = pd.DataFrame([_m("a", 100.123456), _m("a", 100.123456, rnd=2)])
+    assert C.busbw_table(ms, ["a"]).rows == [("single", "64 MiB", 100.12, "100.12-100.12")]
+
+
+def test_stability_of_a_provider_measured_on_several_nodes_only() -> None:
+    big = 16 * MIB
+    ms = pd.DataFrame([_m("a", v, size=big, scope="multi", nodes="n1,n2", rnd=i)
+                       for i, v in enumerate((100.0, 101.0, 103.0))]
+                      + [_m("a", v, size=2 * big, scope="multi", nodes="n1,n2", rnd=i)
+                         for i, v in enumerate((100.0, 100.0, 107.0))])
+    t = C.stability_table(ms, [], ["a"])
+    cvs = [float(np.std(v, ddof=1) / np.mean(v)) for v in ((100.0, 101.0, 103.0),
+                                                           (100.0, 100.0, 107.0))]
+    assert t.rows == [("a", "multi", 3, 1, round(float(np.median(cvs)), 4),
+                       round(max(cvs), 4), 0, 0, 0)]
+    assert t.rows[0][4:6] == (0.0273, 0.0395)
+
+
+def test_empty_training_and_health_tables_keep_their_title_and_columns() -> None:
+    for ms in (pd.DataFrame(), pd.DataFrame([_h("a", "x", 1.0, scope="single")])):
+        assert C.train_table(ms, [], ["a", "b"]) == C.Table("training", ("what", "a", "b"), [])
+        assert C.health_table(ms, [], ["a", "b"]) == C.Table("GPU health", ("what", "a", "b"),
+                                                             [])
+
+
+def test_flatten_and_shown_of_odd_keys_and_values() -> None:
+    assert C._flatten({"nccl": {"maX": 1}, "X": 2}) == {"nccl.maX": 1, "X": 2}
+    assert C._shown({"path": Path("/a")}) == '{"path": "/a"}'  # anything else as its text
+
+
+def test_the_suite_gate_shows_twelve_parameters_unless_told() -> None:
+    docs = {"r1": {"suite": {f"k{i:02}": 1 for i in range(13)}},
+            "r2": {"suite": {f"k{i:02}": 2 for i in range(13)}}}
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.suite_gate(_sel([("r1", "a", "h1"), ("r2", "b", "h2")]), docs)
+    lines = e.value.what.split("\n")
+    assert len(lines) == 15 and lines[-1].startswith("  ... and 1 more |")
+
+
+def test_build_refuses_runs_of_different_suites(parts, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = pd.DataFrame([{"run_id": r, "providers": ps, "status": st,
+                          "suite_hash": "t" if r == "x2" else "s", "path": f"/there/{r}"}
+                         for r, ps, st in _RUNS])
+    monkeypatch.setattr(C.frames, "runs", lambda root: runs)
+    with pytest.raises(C.SuiteMismatch) as e:
+        C.build(parts["root"], ["b", "a"])
+    assert "(the suites hash differently but no parameter reads differently)" in e.value.what
+    assert "findings" not in parts["calls"]  # refused before anything is read

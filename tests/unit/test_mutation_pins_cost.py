@@ -5,6 +5,8 @@ around billing windows; docs/reliability.md lists the module to be measured agai
 
 from __future__ import annotations
 
+import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,53 @@ def test_pricing_errors_name_the_file_and_the_key(tmp_path: Path) -> None:
     (tmp_path / "inventory.yaml").write_text("providers: {a: {pricing: {gpu_hour: -1}}}\n")
     with pytest.raises(UsageError, match=str(tmp_path / "inventory.yaml")):
         cost.run_pricing(tmp_path, "a")
+
+
+def test_parse_time_in_utc_with_its_zone_or_none() -> None:
+    utc = timezone.utc
+    assert cost.parse_time("2026-01-02T03:04:05Z") == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc)
+    # `date -Iseconds,ns` writes a comma before the fraction; blanks around it are dropped
+    t = cost.parse_time(" 2026-01-02T11:04:05,25+08:00\n")
+    assert t == datetime(2026, 1, 2, 3, 4, 5, 250000, tzinfo=utc) and t.tzinfo is utc
+    assert str(t) == "2026-01-02 03:04:05.250000+00:00"
+    t = cost.parse_time("2026-01-02T03:04:05")  # no zone: UTC, as run times are recorded
+    assert t == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc) and t.tzinfo is utc
+    t = cost.parse_time("2026-01-01T22:04:05-05:00")
+    assert t == datetime(2026, 1, 2, 3, 4, 5, tzinfo=utc) and t.tzinfo is utc
+    with pytest.raises(UsageError) as e:
+        cost.parse_time("yesterday")
+    assert (e.value.what, e.value.hint) == (
+        "'yesterday' is not a date and time",
+        "use ISO 8601, e.g. 2026-01-02T03:04:05Z or 2026-01-02T11:04:05+08:00")
+    assert e.value.__suppress_context__ and e.value.__cause__ is None
+
+
+def test_a_time_without_a_zone_is_utc_whatever_the_machines_zone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        got = [cost.parse_time("2026-01-02T03:04:05"), cost.parse_time("2026-01-02T03:04:05Z")]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    want = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    assert got == [want, want] and [t.tzinfo for t in got] == [timezone.utc, timezone.utc]
+    assert [t.isoformat() for t in got] == ["2026-01-02T03:04:05+00:00"] * 2
+
+
+def test_parse_time_takes_the_capital_z_only() -> None:
+    # ISO 8601's zone designator, as the inventory's pricing.billed_since pattern has it:
+    # the command line's --billed-since refuses what the inventory would
+    with pytest.raises(UsageError, match="is not a date and time"):
+        cost.parse_time("2026-01-02T03:04:05z")
+
+
+def test_an_inventory_with_a_tag_is_not_readable_yaml() -> None:
+    # the safe loader refuses a tag it has no constructor for (the round-trip one would
+    # hand a tagged scalar on to the pricing model)
+    with pytest.raises(UsageError) as exc:
+        cost.pricing_of("providers:\n  a: {pricing: !include prices.yaml}\n", "a", "inv.yaml")
+    assert exc.value.what.startswith(
+        "inv.yaml is not readable YAML: could not determine a constructor for the tag "
+        "'!include'")

@@ -183,3 +183,49 @@ def test_as_json() -> None:
         "per_unit": [{"provider": "a", "currency": "USD", "per_1m_tokens": None,
                       "per_job_hour": 4.0, "per_gpu_month": None, "hourly_month": 1460.0,
                       "breakeven_hours": None, "gpu_model": None}]}
+
+
+def test_cost_table_rounds_hours_to_four_places_and_names_only_what_is_unpriced() -> None:
+    full = Pricing(gpu_hour=1.0, currency="USD", billing_granularity="minute",
+                   storage_gb_month=1.0, egress_gb=1.0, download_gb=2.0)
+    cny = Pricing(gpu_hour=1.0, currency="CNY")
+    costs = [C.poc_cost("a", full, 1, _w(1.0123456, 0.1234567, 3), ckpt_gb=7.3),
+             C.poc_cost("b", cny, 1, _w(1.0)),
+             C.poc_cost("c", Pricing(gpu_hour=1.0), None, _w(2.3456789, 0.5, 2))]
+    rows = C.cost_table(costs).rows  # no rates given: none is used
+    assert rows[0][:6] == ("a", "w", 1.0123, "3 (0.123 h)", 1.0167, 1)
+    assert rows[0][10:] == ("3.03 USD", "3.03 USD")
+    assert rows[1][10:] == ("1.00 CNY + storage, transfer not priced",
+                            "no CNY->USD rate: shown apart")
+    assert rows[2] == ("c", "w", 2.3457, 2, "-", "unknown", "-", "-", "-", "-",
+                       "GPU count unknown (no node reported it)", "-")
+
+
+def test_poc_cost_without_a_figure_keeps_its_terms() -> None:
+    p = Pricing(gpu_hour=1.0, storage_gb_month=0.5, egress_gb=1.0, download_gb=2.0,
+                retention_days=73)
+    c = C.poc_cost("x", p, None, _w(1.0), ckpt_gb=10.0)
+    assert c.why == "GPU count unknown (no node reported it)" and c.total is None
+    assert c.storage == C.Term(0.5 * 10 * 73 * 24 / 730, "checkpoint 10 GB (measured) x "
+                               "0.5/GB-month x 73 days (pricing.retention_days)")
+    assert c.transfer == C.Term(2.0, "downloads 2 GB (inventory) x 1/GB")
+    c = C.poc_cost("x", None, 1, _w(1.0))
+    assert (c.storage, c.transfer) == (C.storage_term(None, None, 1.0), C.transfer_term(None))
+
+
+def test_a_throughput_below_one_token_a_second_is_still_priced() -> None:
+    u = C.unit_cost("x", Pricing(gpu_hour=3.6), 1, 1, 0.5)
+    assert u.per_1m_tokens == pytest.approx(2000.0)
+    assert C.unit_cost("x", Pricing(gpu_hour=3.6), 1, 1, -1.0).per_1m_tokens is None
+
+
+def test_convert_nothing_at_a_rate_is_nothing() -> None:
+    assert C.convert(None, "CNY", "USD", {"CNY": 0.25}) is None
+
+
+def test_a_priced_provider_after_an_unpriced_one_keeps_its_rows() -> None:
+    usd = Pricing(gpu_hour=2.5, currency="USD")
+    costs = [C.poc_cost("z", None, 2, _w(1.0)), C.poc_cost("a", usd, 2, _w(1.0))]
+    assert [r[0] for r in C.sources_table(costs).rows] == ["a", "z"]
+    units = [C.unit_cost("z", None, 1, 1, None), C.unit_cost("a", usd, 1, 1, None)]
+    assert [r[0] for r in C.unit_table(units).rows] == ["z", "a"]

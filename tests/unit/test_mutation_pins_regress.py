@@ -420,3 +420,140 @@ def test_judge_gives_each_node_its_own_samples_and_the_settings() -> None:
                   [_s(odd, v, None, "b") for v in (1.0, 1.01, 0.99, 1.0, 1.01, 0.99)],
                   Settings(test="welch"))
     assert rep.rows[0].result.verdict == "REGRESSED"  # no direction known: higher is better
+
+
+# --- evaluate, on hand-built frames (no results store) --------------------------------------
+
+_EV_RUNS = [("q1", ["p", "z"], "passed"), ("q2", ["p", "z"], "failed"),
+            ("q3", ["p"], "interrupted"), ("q4", ["p"], "passed"), ("q5", ["z"], "passed"),
+            ("q6", ["p", "z", "y"], "running")]
+BUS_TAIL = ("single", "nccl-tests", "busbw", 1 << 30, "single")
+_EV_COLS = ["run_id", "provider", "scope", "engine", "metric", "size_key", "span", "value",
+            "node"]
+
+
+def _ev_frame(provider: str, values: dict[str, tuple[float, ...]]) -> pd.DataFrame:
+    return pd.DataFrame([(r, provider, "single", "nccl-tests", "busbw", 1 << 30, "single", v,
+                          "n1") for r, vs in values.items() for v in vs], columns=_EV_COLS)
+
+
+@pytest.fixture
+def ev_store(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, Any]:
+    runs = pd.DataFrame([{"run_id": r, "providers": ps, "status": st,
+                          "started": f"2026-01-0{r[1]}T00:00:00Z"} for r, ps, st in _EV_RUNS])
+    base = (100.0, 101.0, 99.0, 100.5, 99.5, 100.0)
+    dfs = {"p": _ev_frame("p", {"q1": base, "q2": base, "q3": base,
+                                "q4": tuple(v - 20 for v in base), "q6": (50.0, 50.0)}),
+           "z": _ev_frame("z", {"q2": base, "q6": base}),
+           "y": pd.DataFrame(columns=_EV_COLS)}
+    machine = MachineClass("H200", 8)
+    sources = {"p": BaselineSource("automatic", ("q1", "q4"), machine, "s1"),
+               "z": BaselineSource("automatic", (), machine, "s2")}
+    calls: dict[str, list[Any]] = {"frame": [], "resolve": [], "shifts": [], "bands": []}
+
+    def sample_frame(root: Path, provider: str, *, min_size: int) -> pd.DataFrame:
+        calls["frame"].append((root, provider, min_size))
+        return dfs[provider]
+
+    def resolve(root: Path, provider: str, judged: str, df: pd.DataFrame, rs: pd.DataFrame,
+                last: int) -> BaselineSource:
+        assert df is dfs[provider] and rs is runs
+        calls["resolve"].append((root, provider, judged, last))
+        return sources[provider]
+
+    def shifts(df: pd.DataFrame, judged: str, history: list[str], suite_hash: str,
+               started: dict[str, str], min_effect: float) -> list[Any]:
+        assert df is dfs[str(df["provider"].iloc[0])]
+        calls["shifts"].append((judged, history, suite_hash, started, min_effect))
+        return [("shift", judged)]
+
+    def bands(root: Path, judged: str, provider: str, keys: set[SeriesKey],
+              machine: MachineClass, df: pd.DataFrame) -> dict[Any, Any]:
+        assert df is dfs[provider]
+        calls["bands"].append((root, judged, provider, keys, machine))
+        return {"band": judged}
+
+    monkeypatch.setattr(R.frames, "runs", lambda root: runs)
+    monkeypatch.setattr(R, "sample_frame", sample_frame)
+    monkeypatch.setattr(R, "resolve", resolve)
+    monkeypatch.setattr(R, "_shifts", shifts)
+    monkeypatch.setattr(R, "_bands", bands)
+    return {"root": tmp_path, "calls": calls, "sources": sources, "machine": machine}
+
+
+def test_evaluate_judges_each_providers_latest_finished_measured_run(ev_store) -> None:
+    root, calls, sources = ev_store["root"], ev_store["calls"], ev_store["sources"]
+    settings = Settings(test="welch", min_effect=0.05)
+    ev = R.evaluate(root, settings=settings, last=7, min_size=1 << 20)
+    assert calls["frame"] == [(root, "p", 1 << 20), (root, "z", 1 << 20), (root, "y", 1 << 20)]
+    # the running q6 is never the latest; z's latest measured run is the failed q2
+    assert calls["resolve"] == [(root, "p", "q4", 7), (root, "z", "q2", 7)]
+    started = {r: f"2026-01-0{r[1]}T00:00:00Z" for r, _, _ in _EV_RUNS}
+    # the history: finished runs (passed or failed) up to the judged one, in store order
+    assert calls["shifts"] == [("q4", ["q1", "q2", "q4"], "s1", started, 0.05),
+                               ("q2", ["q1", "q2"], "s2", started, 0.05)]
+    bus = SeriesKey("p", *BUS_TAIL)
+    assert calls["bands"] == [(root, "q4", "p", {bus}, ev_store["machine"]),
+                              (root, "q2", "z", {SeriesKey("z", *BUS_TAIL)}, ev_store["machine"])]
+    assert ev.settings == settings
+    assert [(rep.run_id, rep.settings) for rep in ev.reports] == [("q4", settings),
+                                                                  ("q2", settings)]
+    (row,) = ev.reports[0].rows
+    # the judged run's samples against the baseline's, the judged run left out of those
+    assert (row.key, row.node, row.result.n_cur, row.result.n_base) == (bus, None, 6, 6)
+    assert row.result.verdict == "REGRESSED" and ev.regressed
+    p, z, y = ev.providers
+    assert (p.provider, p.run_id, p.source, p.shifts, p.bands) == (
+        "p", "q4", sources["p"], [("shift", "q4")], {"band": "q4"})
+    assert (p.verdict.verdict, p.verdict.attribution) == ("REGRESSED", "provider")
+    assert p.verdict.summary.startswith("provider p regressed as a whole in 1 series")
+    assert (z.provider, z.run_id, z.source, z.shifts, z.bands) == (
+        "z", "q2", sources["z"], [("shift", "q2")], {"band": "q2"})
+    assert z.verdict == R.ProviderVerdict(
+        "z", "NOT ENOUGH DATA", "none", (),
+        "no baseline: none: no complete earlier run of this suite and machine class")
+    assert (y.provider, y.run_id, y.source, y.shifts, y.bands) == ("y", None, None, [], {})
+    assert y.verdict == R.ProviderVerdict("y", "NOT ENOUGH DATA", "none", (),
+                                          "no measured run of this provider")
+
+
+def test_evaluate_of_a_named_run_and_the_defaults(ev_store) -> None:
+    root, calls = ev_store["root"], ev_store["calls"]
+    (p,) = R.evaluate(root, "q3").providers  # an interrupted run, named: judged all the same
+    assert calls["frame"] == [(root, "p", R.MIN_SIZE)]
+    assert calls["resolve"] == [(root, "p", "q3", R.DEFAULT_LAST)]
+    assert [c[:3] + c[4:] for c in calls["shifts"]] == [("q3", ["q1", "q2", "q3"], "s1", 0.03)]
+    assert p.run_id == "q3"
+    assert [(r.result.n_cur, r.result.n_base) for r in R.evaluate(root, "q3").rows] == [(6, 12)]
+    for c in calls.values():
+        c.clear()
+    ev = R.evaluate(root, "q2", ["z", "p"])
+    assert [(e.provider, e.run_id) for e in ev.providers] == [("z", "q2"), ("p", "q2")]
+    assert [rep.run_id for rep in ev.reports] == ["q2"]  # one report for the run
+    assert [r.key.provider for r in ev.reports[0].rows] == ["p", "z"]
+    assert calls["resolve"] == [(root, "z", "q2", R.DEFAULT_LAST),
+                                (root, "p", "q2", R.DEFAULT_LAST)]
+    (z,) = R.evaluate(root, "q5").providers  # z measured nothing in q5
+    assert (z.provider, z.run_id, z.source) == ("z", "q5", None)
+    assert z.verdict.summary == "no comparable measurements in this run"
+    (z,) = R.evaluate(root, None, ["z"]).providers
+    assert z.run_id == "q2"
+    # a provider with nothing measured does not end the others' evaluation
+    ev = R.evaluate(root, None, ["y", "p"])
+    assert [(e.provider, e.run_id) for e in ev.providers] == [("y", None), ("p", "q4")]
+
+
+def test_the_worst_lone_node_weighs_each_metrics_direction() -> None:
+    odd = SeriesKey("p", "single", "nccl-tests", "odd", -1, "single")
+
+    def lone(key: SeriesKey, change: float, node: str = "n2") -> list[R.Row]:
+        return [_row(key, None, _c("UNCHANGED")), _row(key, "n1", _c("UNCHANGED")),
+                _row(key, node, _c("REGRESSED", change))]
+
+    pv = R.provider_verdict("p", lone(BUS, -0.25) + lone(STEP, 0.375, "n3"))
+    assert (pv.attribution, pv.nodes) == ("node", ("n2", "n3"))
+    assert pv.summary.endswith("worst n3 step_time_s train multi +37.5%")
+    pv = R.provider_verdict("p", lone(odd, -0.2, "n3") + lone(BUS, -0.3))
+    assert pv.summary.endswith("worst n2 busbw single 1 GiB -30.0%")
+    pv = R.provider_verdict("p", lone(BUS, -0.3) + lone(odd, -0.375, "n3"))
+    assert pv.summary.endswith("worst n3 odd single -37.5%")

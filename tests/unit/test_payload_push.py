@@ -95,6 +95,18 @@ def test_archive_is_built_once_however_many_threads_ask() -> None:
     assert payload.archive() == real()
 
 
+def test_the_archive_is_the_same_bytes_whenever_it_is_built() -> None:
+    # a gzip header stamped with the build's second made two builds differ
+    from unittest import mock
+
+    real = payload._build_archive.__wrapped__
+    with mock.patch("time.time", return_value=1_700_000_000.0):
+        first = real()
+    with mock.patch("time.time", return_value=1_800_000_000.0):
+        second = real()
+    assert first == second
+
+
 def _python38() -> str | None:
     """The oldest Python the payload runs on: $GPUVET_PYTHON38 or pyenv's."""
     for cand in [os.environ.get("GPUVET_PYTHON38", ""),

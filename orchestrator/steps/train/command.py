@@ -3,7 +3,8 @@ status, wall time and GPU telemetry; with the restore contract (a resume flag),
 that the relaunch after the SIGKILL resumed at or after the last step it saved.
 
 The command says where it is by printing `step=N` lines; a line that also says
-"saved" marks a checkpoint.
+"save", "saved" or "saving" (also inside a word, as "autosaved") marks a
+checkpoint; "unsaved" does not.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from orchestrator.steps.train.reading import Earlier, PhaseOutput, tail
 from orchestrator.suite import TrainParams
 from payload.train.supervise import STEP_LINE
 
-_SAVED = re.compile(r"sav(?:e|ed|ing)\b", re.I)
+_SAVED = re.compile(r"(?<!un)sav(?:e|ed|ing)\b", re.I)  # "autosaved" is one, "unsaved" not
 
 
 def command_steps(path: Path) -> tuple[list[int], list[int]]:

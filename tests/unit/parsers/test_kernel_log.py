@@ -135,3 +135,150 @@ def test_full_bandwidth_lines_and_bad_ones() -> None:
     with pytest.raises(ParseError) as exc:
         parse_pcie_bandwidth("x\npci 0000:17:00.0: lots of available PCIe bandwidth\n")
     assert exc.value.line_no == 2
+
+
+# ------------------------------------------------ the process, the catalog, what is new
+
+def test_a_process_the_driver_could_not_name() -> None:
+    """R535+ prints `pid='<unknown>', name=<unknown>` for an Xid raised outside a process."""
+    line = ("[ 812.004221] NVRM: Xid (PCI:0000:3b:00): 31, pid='<unknown>', name=<unknown>, "
+            "Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted")
+    (e,) = parse_kernel_log(line + "\n").events
+    assert (e.pid, e.process, e.bad, e.category) == (None, None, False, "application")
+    assert e.message.startswith("Ch 00000010, intr 00000000. MMU Fault")
+    quoted = line.replace("pid='<unknown>', name=<unknown>", "pid=4242, name='pt_main_thread'")
+    (q,) = parse_kernel_log(quoted + "\n").events
+    assert (q.pid, q.process) == (4242, "pt_main_thread")
+    unnamed = line.replace("pid='<unknown>', name=<unknown>", "pid=<unknown>, name=python3")
+    (u,) = parse_kernel_log(unnamed + "\n").events
+    assert (u.pid, u.process) == (None, "python3")
+    # a desktop's X server: only the quotes come off a name
+    xorg = line.replace("pid='<unknown>', name=<unknown>", "pid=1377, name=Xorg")
+    assert parse_kernel_log(xorg + "\n").events[0].process == "Xorg"
+
+
+def test_an_xid_the_catalog_does_not_list_is_not_called_bad() -> None:
+    text = ("[ 90.1] NVRM: Xid (PCI:0000:01:00): 154, pid=1, name=nvidia-smi, GPU recovery action "
+            "changed from 0x0 (None) to 0x1 (GPU Reset Required)\n"
+            "[ 91.2] NVRM: Xid (PCI:0000:01:00): 45, pid=7, name=python3, Ch 00000001 caused "
+            "by previous Xid 154\n")
+    new, cleanup = parse_kernel_log(text).events
+    assert (new.xid, new.meaning, new.category, new.bad, new.caused_by) == (
+        154, None, None, False, None)
+    assert (cleanup.xid, cleanup.caused_by, cleanup.bad, cleanup.category) == (
+        45, 154, False, "application")
+
+
+def test_an_xid_line_cut_after_its_number_has_an_empty_message(public) -> None:
+    line = public("xid79-quoted_nvsentinel155.txt").splitlines()[0].split(",")[0]
+    (e,) = parse_kernel_log(line + "\n").events
+    assert (e.xid, e.pci, e.message, e.pid, e.process) == (79, "0000:44:00", "", None, None)
+
+
+def test_the_error_and_its_cause_both_name_the_line() -> None:
+    bad = "[ 2.0] NVRM: Xid 79 GPU fell off"
+    with pytest.raises(ParseError) as exc:
+        parse_kernel_log("[ 1.0] ok\n" + bad + "\n", source="dmesg.txt")
+    what = ("an `NVRM: Xid` line without `Xid (PCI:<bus id>): <number>`\n"
+            "  line: '[ 2.0] NVRM: Xid 79 GPU fell off'")
+    err, cause = exc.value, exc.value.__cause__
+    assert (err.kind, err.what, err.line_no, err.line, err.source) == (
+        "xid", "cannot parse xid output at dmesg.txt:2: " + what, 2, bad, "dmesg.txt")
+    assert isinstance(cause, ParseError)
+    assert (cause.kind, cause.what, cause.line_no, cause.line) == (
+        "xid", "cannot parse xid output at <text>:2: " + what, 2, bad)
+
+
+def test_new_since_by_seconds_since_boot_when_both_reads_have_them() -> None:
+    before = parse_kernel_log((H200 / "dmesg.txt").read_text())
+    # an Xid stamped before the first read ended is not new, whatever its text
+    early = XID79.replace("[ 4242.125001]", "[    2.000000]")
+    after = parse_kernel_log((H200 / "dmesg.txt").read_text() + early + "\n" + XID79 + "\n")
+    assert [e.stamp.uptime_s for e in after.new_since(before)] == [4242.125001]
+    # the first read had no seconds since boot (journalctl -k): compared by text
+    journal = parse_kernel_log("kernel: NVRM: Persistence mode is deprecated\n")
+    assert journal.last_uptime_s is None
+    assert [e.line for e in after.new_since(journal)] == [early, XID79]
+
+
+def test_new_since_by_text_counts_repeated_lines() -> None:
+    line = "kernel: NVRM: Xid (PCI:0000:01:00): 63, pid=1, Row Remapper"
+    other = "kernel: NVRM: Xid (PCI:0000:01:00): 94, pid=1, Contained: SM"
+    twice = parse_kernel_log(f"{line}\n{line}\n")
+    grown = parse_kernel_log(f"{line}\n{other}\n{line}\n{line}\n")
+    new = grown.new_since(twice)
+    assert [(e.line_no, e.xid, e.line) for e in new] == [(2, 94, other), (4, 63, line)]
+
+
+# ------------------------------------------------ the reading loops themselves
+
+def test_empty_logs_are_refused_by_name() -> None:
+    for func, kind in ((parse_kernel_log, "xid"), (parse_pcie_bandwidth, "pcie-bandwidth")):
+        with pytest.raises(ParseError) as exc:
+            func(" \n\n", source="dmesg.txt")
+        assert (exc.value.kind, exc.value.what, exc.value.source) == (
+            kind, f"cannot parse {kind} output at dmesg.txt: empty output", "dmesg.txt")
+
+
+def test_a_cut_log_says_so_and_a_whole_one_does_not(public) -> None:
+    whole = (H200 / "dmesg.txt").read_text()
+    assert parse_kernel_log(whole).elided is False
+    lines = whole.splitlines()
+    cut = parse_kernel_log("\n".join(lines[:10] + ["[...]"] + lines[40:]) + "\n" + XID79 + "\n")
+    assert (cut.elided, cut.lines, [e.line_no for e in cut.events]) == (True, 22, [22])
+    ok = "[ 1.0] pci 0000:17:00.0: 504.112 Gb/s available PCIe bandwidth (32.0 GT/s PCIe x16 link)"
+    assert parse_pcie_bandwidth(ok + "\n").elided is False
+
+
+def test_the_latest_stamp_is_the_largest_not_the_last_line() -> None:
+    facts = parse_kernel_log("[ 5.000000] a\n[ 3.000000] b\nno stamp\n")
+    assert facts.last_uptime_s == 5.0
+    assert parse_kernel_log("kernel: no stamp\n").last_uptime_s is None
+
+
+def test_a_gpu_fallen_off_the_bus_is_named_within_three_lines(public) -> None:
+    head = "[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0\n"
+    tail = "               NVRM: fallen off the bus and is not responding to commands.\n"
+    for between, pci, line_no in ((2, "0000:b3:00", 1), (3, None, 5)):
+        text = head + "               NVRM: (PCI ID: 10de:26b5) installed\n" * between + tail
+        (b,) = parse_kernel_log(text).fallen_off_bus
+        assert (b.pci, b.line_no) == (pci, line_no)
+    # the message names its GPU once: a second message later names none
+    twice = parse_kernel_log(public("dmesg_fallen-off-bus-no-xid_nvsentinel155.txt") + tail)
+    assert [(b.pci, b.line_no) for b in twice.fallen_off_bus] == [("0000:b3:00", 1), (None, 6)]
+
+
+def test_full_bandwidth_lines_whole_and_every_line_read() -> None:
+    full = ("[ 1.0] pci 0000:17:00.0: 504.112 Gb/s available PCIe bandwidth (32.0 GT/s PCIe x16 "
+            "link)\n[ 2.5] pci 0000:18:00.0: 126.028 Gb/s available PCIe bandwidth (8.0 GT/s "
+            "PCIe x16 link)\n")
+    facts = parse_pcie_bandwidth(full)
+    assert [x.model_dump() for x in facts.links] == [
+        {"line_no": 1, "bdf": "0000:17:00.0", "available_gbps": 504.112, "speed_gts": 32.0,
+         "width": 16, "gen": 5, "limited": False, "limited_at": None, "capable_gbps": None,
+         "capable_speed_gts": None, "capable_width": None, "capable_gen": None,
+         "stamp": {"raw": "[ 1.0]", "uptime_s": 1.0}},
+        {"line_no": 2, "bdf": "0000:18:00.0", "available_gbps": 126.028, "speed_gts": 8.0,
+         "width": 16, "gen": 3, "limited": False, "limited_at": None, "capable_gbps": None,
+         "capable_speed_gts": None, "capable_width": None, "capable_gen": None,
+         "stamp": {"raw": "[ 2.5]", "uptime_s": 2.5}}]
+    assert facts.lines == 2
+
+
+def test_a_limited_link_whole(public) -> None:
+    a = parse_pcie_bandwidth(public("dmesg_limited-by_8x-h100_mle.txt")).links[0]
+    assert a.model_dump() == {
+        "line_no": 1, "bdf": "0000:04:00.0", "available_gbps": 252.048, "speed_gts": 16.0,
+        "width": 16, "gen": 4, "limited": True, "limited_at": "0000:01:00.0",
+        "capable_gbps": 504.112, "capable_speed_gts": 32.0, "capable_width": 16,
+        "capable_gen": 5, "stamp": {"raw": "[   10.735323]", "uptime_s": 10.735323}}
+
+
+def test_a_bandwidth_line_out_of_layout_names_its_line() -> None:
+    bad = "pci 0000:17:00.0: lots of available PCIe bandwidth"
+    with pytest.raises(ParseError) as exc:
+        parse_pcie_bandwidth("x\n" + bad + "\n", source="dmesg.txt")
+    assert (exc.value.kind, exc.value.what, exc.value.line_no, exc.value.line,
+            exc.value.source) == (
+        "pcie-bandwidth", "cannot parse pcie-bandwidth output at dmesg.txt:2: an `available PCIe "
+        f"bandwidth` line not in the kernel's layout\n  line: {bad!r}", 2, bad, "dmesg.txt")

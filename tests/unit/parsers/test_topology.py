@@ -252,3 +252,22 @@ def test_nvlink_gap_in_gpu_numbers_is_an_elision(real) -> None:
     facts = parse_nvlink_s(text)
     assert facts.elided and [g.index for g in facts.gpus] == [0]
     assert not parse_nvlink_s(real("nvlink-s.txt")).elided
+
+
+def test_topo_m_off_the_columns_one_placement_fits_and_is_taken(public) -> None:
+    """`0-1` can be a NUMA affinity but not a GPU NUMA ID: only one placement fits."""
+    full = "GPU3    SYS     SYS     SYS      X      SYS     SYS     0-127   0               N/A"
+    text = public("topo-m_4x-a10-2nic.txt").replace(
+        full, "GPU3    SYS     SYS     SYS      X      SYS     SYS     0-127  0-1")
+    g3 = parse_topo_m(text).gpus[3]
+    assert g3.model_dump() == {"name": "GPU3", "index": 3, "cpu_affinity": "0-127",
+                               "numa_affinity": "0-1", "gpu_numa_id": None}
+    # one value alone fits every column it could stand in: refused, not guessed
+    alone = public("topo-m_4x-a10-2nic.txt").replace(
+        full, "GPU3    SYS     SYS     SYS      X      SYS     SYS       0-1")
+    with pytest.raises(ParseError) as exc:
+        parse_topo_m(alone, source="topo.txt")
+    assert exc.value.what == (
+        "cannot parse topo-m output at topo.txt:5: cannot tell which of the 3 affinity columns "
+        "the 1 value(s) of GPU3 belong to\n  line: "
+        "'GPU3    SYS     SYS     SYS      X      SYS     SYS       0-1'")
