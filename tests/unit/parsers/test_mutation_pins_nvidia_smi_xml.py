@@ -78,3 +78,11 @@ def test_xml_gpu_error_names_the_file(real) -> None:
     line = next(ln for ln in text.splitlines() if "<total>" in ln and "MiB" in ln)
     e = _err(text.replace(line, line.replace(" MiB", " lots"), 1))
     assert (e.source, e.line) == ("f.txt", line.replace(" MiB", " lots"))
+
+
+def test_xml_undefined_entity_is_reported_by_the_parser_once_the_doctype_is_dropped(real) -> None:
+    # with the DOCTYPE kept, ElementTree itself would word it ("undefined entity &nbsp;")
+    text = real("nvidia-smi-q.xml").replace("NVIDIA H200</product_name>", "&nbsp;</product_name>",
+                                            1)
+    _is(_err(text), "not well-formed XML (undefined entity: line 9, column 16)", 9,
+        "\t\t<product_name>&nbsp;</product_name>")
