@@ -101,7 +101,7 @@ def test_topo_m_row_shapes(real) -> None:
 
 
 def test_topo_m_row_with_exactly_the_affinity_columns_is_read(real) -> None:
-    # two values after the devices (one cell empty) are read, three are a full row
+    # the real rows hold exactly the three affinity values after the device cells
     text = real("topo-m.txt")
     assert parse_topo_m(text).gpus[1].cpu_affinity == "0-31"
 
