@@ -1467,3 +1467,31 @@ def test_step_times_are_in_seconds(fx: Path) -> None:
     m = {mm.metric: mm for mm in judge(fx, through="reference").measurements}
     assert (m["step_time_s"].unit, m["step_time_p90_s"].unit) == ("s", "s")
     assert m["tokens_per_s_per_rank"].unit == "tokens/s"
+
+
+def test_the_checkpoint_measurements_carry_their_units(fx: Path) -> None:
+    m = {x.metric: x for x in judge(fx).measurements}
+    assert {k: m[k].unit for k in ("ckpt_size_bytes", "ckpt_write_gbs", "ckpt_load_s")} == {
+        "ckpt_size_bytes": "bytes", "ckpt_write_gbs": "GB/s", "ckpt_load_s": "s"}
+
+
+def test_a_failed_or_missed_kill_stops_the_judging_there(fx: Path) -> None:
+    # kill() says whether the restore can be judged: not after a failed kill phase, nor
+    # after a kill that never came (the restore's findings would then be noise)
+    from tests.unit.test_train_judge import phase
+
+    def kill_of(root: Path) -> tuple[bool, set[str]]:
+        j = judge(root, through="reference")
+        return j.kill(phase(root, "kill")), {f.code for f in j.sink.findings}
+
+    for n in ("a", "b"):
+        doc = json.loads((fx / "kill" / n / "supervise.json").read_text())
+        doc.update(killed=False, kill_time=None, rc=0)
+        (fx / "kill" / n / "supervise.json").write_text(json.dumps(doc))
+    ok, found = kill_of(fx)
+    assert ok is False and "TRAIN_FAILED" in found
+    for n, r in (("a", 0), ("b", 1)):
+        with (fx / "kill" / n / f"rank{r}.jsonl").open("a") as f:
+            f.write(json.dumps({"event": "end", "rank": r, "t": 0, "steps": 12}) + "\n")
+    ok, found = kill_of(fx)
+    assert ok is False and "TRAIN_KILL_MISSED" in found and "TRAIN_KILLED" not in found
