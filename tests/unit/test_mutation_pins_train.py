@@ -6,6 +6,7 @@ then one thing changed at a time."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1495,3 +1496,24 @@ def test_a_failed_or_missed_kill_stops_the_judging_there(fx: Path) -> None:
             f.write(json.dumps({"event": "end", "rank": r, "t": 0, "steps": 12}) + "\n")
     ok, found = kill_of(fx)
     assert ok is False and "TRAIN_KILL_MISSED" in found and "TRAIN_KILLED" not in found
+
+
+def test_two_spoiled_states_are_both_named_each_hash_cut_at_twelve(fx: Path) -> None:
+    def spoil(part: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+        def edit_loaded(ev: dict[str, Any]) -> dict[str, Any]:
+            if ev["event"] == "loaded":
+                ev["hashes_loaded"][part] = "abcdef0123456789" * 4
+            return ev
+        return edit_loaded
+
+    edit(fx / "restore" / "b" / "rank0.jsonl", spoil("model"))
+    edit(fx / "restore" / "a" / "rank1.jsonl", spoil("optimizer"))
+    saved = {r: next(e for e in _events(FIX / f"restore/{n}/rank{r}.jsonl")
+                     if e["event"] == "loaded")["hashes_saved"] for r, n in ((0, "b"), (1, "a"))}
+    f = codes(judge(fx))["TRAIN_RESTORE_MISMATCH"]
+    want = [f"rank 0: model state after load abcdef012345 differs from the saved "
+            f"{saved[0]['model'][:12]}",
+            f"rank 1: optimizer state after load abcdef012345 differs from the saved "
+            f"{saved[1]['optimizer'][:12]}"]
+    assert f.details["problems"] == want
+    assert f.message.endswith(": " + "; ".join(want))
