@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import os
+import secrets
+import string
 from typing import Literal
 
 from cryptography.hazmat.primitives import serialization
@@ -34,3 +36,19 @@ def frame_and_body(pem: str) -> tuple[str, list[str], str]:
 def storage_account_key() -> str:
     """A key of the shape Azure storage connection strings carry (64 random bytes, base64)."""
     return base64.b64encode(os.urandom(64)).decode()
+
+
+def aws_key_pair() -> tuple[str, str]:
+    """An access key id (`AKIA` and 16 of A-Z, 0-9) and a secret access key (40 characters
+    of base64's alphabet) of the shapes AWS issues, made fresh: AWS's published example
+    pair is what secret scanners look for first, so it is not kept here either."""
+    alnum = string.ascii_uppercase + string.digits
+    key_id = "AKIA" + "".join(secrets.choice(alnum) for _ in range(16))
+    b64 = string.ascii_letters + string.digits + "+/"
+    # a letter first (a leading / reads as a path) and a letter of each case and a digit
+    # in it, as in every real secret: the scrubber's blob rule asks for them mixed
+    secret = (secrets.choice(string.ascii_letters)
+              + "".join(secrets.choice(b64) for _ in range(36))
+              + secrets.choice(string.ascii_uppercase) + secrets.choice(string.ascii_lowercase)
+              + secrets.choice(string.digits))
+    return key_id, secret

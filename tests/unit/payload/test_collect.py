@@ -34,6 +34,7 @@ from payload.collect import (  # noqa: E402
     select_env,
 )
 from payload.commands import COMMANDS, COMMANDS_BY_ID, Command  # noqa: E402
+from tests.unit.testkeys import aws_key_pair  # noqa: E402
 
 PAYLOAD_DIR = ROOT / "payload"
 RECORD_KEYS = {
@@ -437,7 +438,7 @@ def test_query_gpu_no_fallback_on_other_failures(
 # ---------------------------------------------------------------- secrets
 
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
-AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+_, AWS_SECRET = aws_key_pair()  # made when the tests run
 
 
 def test_secrets_never_reach_the_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,12 +18,17 @@ from payload.scrub import (  # noqa: E402
     scrub_env_list,
     scrub_text,
 )
-from tests.unit.testkeys import frame_and_body, private_key, storage_account_key  # noqa: E402
+from tests.unit.testkeys import (  # noqa: E402
+    aws_key_pair,
+    frame_and_body,
+    private_key,
+    storage_account_key,
+)
 
 GHP = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
 HF = "hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYz01234567"
-AKIA = "AKIA" + "IOSFODNN7EXAMPLE"
-AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+# made when the tests run: no AWS key, not even the published example, sits here
+AKIA, AWS_SECRET = aws_key_pair()
 
 
 @pytest.mark.parametrize(
