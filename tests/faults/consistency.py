@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+import subprocess
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, kib: int) -> Iterator[Path]:
+    """A disk that really fills up: a tmpfs of `kib` KiB mounted at `path` (made if
+    missing), unmounted afterwards."""
+    path.mkdir(exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={kib}k", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)])
 
 
 def only_run(results: Path) -> Path:

@@ -8,12 +8,12 @@ written in-process."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.faults.consistency import tmpfs
 from tests.unit.clirun import gpuvet
 from tests.unit.comparestore import build_store
 
@@ -29,15 +29,8 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    disk = tmp_path / "small"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE_K}k", "tmpfs",
-                              str(disk)], capture_output=True, text=True)
-    assert mounted.returncode == 0, mounted.stderr
-    try:
+    with tmpfs(tmp_path / "small", SIZE_K) as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", "-l", str(disk)])
 
 
 def _runs(capsys: pytest.CaptureFixture[str], results: Path) -> list[str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from cluster import Cluster
 
-from tests.faults.consistency import assert_consistent, jsonl, only_run
+from tests.faults.consistency import assert_consistent, jsonl, only_run, tmpfs
 
 GPUVET = Path(sys.executable).with_name("gpuvet")
 NODES = ["node1", "node2", "node3"]
@@ -231,11 +231,7 @@ def test_node_work_dir_full(cluster: Cluster, inv: Path, tmp_path: Path) -> None
 
 
 def test_results_disk_full(cluster: Cluster, inv: Path, tmp_path: Path) -> None:
-    results = tmp_path / "small"
-    results.mkdir()
-    assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs",
-                           str(results)]).returncode == 0
-    try:
+    with tmpfs(tmp_path / "small", 256) as results:
         res = gpuvet("preflight", "-i", inv, "--results", results)
         assert res.returncode == 3, res.stdout + res.stderr
         assert "results disk is full" in res.stderr or "cannot write" in res.stderr
@@ -250,8 +246,6 @@ def test_results_disk_full(cluster: Cluster, inv: Path, tmp_path: Path) -> None:
             # whatever reached the disk is whole: every JSONL line parses
             jsonl(run / "findings.jsonl")
             assert not [p for p in run.rglob(".*.json.*")]  # no temp files left behind
-    finally:
-        subprocess.run(["umount", "-l", str(results)])
 
 
 def test_controller_killed_then_resumed(cluster: Cluster, tmp_path: Path) -> None:

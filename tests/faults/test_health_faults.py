@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.faults.consistency import assert_consistent, jsonl, only_run
+from tests.faults.consistency import assert_consistent, jsonl, only_run, tmpfs
 
 GPUVET = Path(sys.executable).with_name("gpuvet")
 SUITE = "health:\n  level: standard\n  sustain_s: 2\n  memtest_s: 0.1\n  timeout_s: 120\n"
@@ -79,18 +79,12 @@ def test_sigint_while_the_gpus_are_loaded_then_resume(tmp_path: Path) -> None:
 
 def test_a_full_work_dir_fails_that_node_only(tmp_path: Path) -> None:
     inv = _inventory(tmp_path, ["full", "fine"], QUICK)
-    work = tmp_path / "full"
-    work.mkdir()
-    assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs",
-                           str(work)]).returncode == 0
     results = tmp_path / "results"
-    try:
+    with tmpfs(tmp_path / "full", 64) as work:
         subprocess.run(["sh", "-c", f"head -c 64k /dev/zero > {work}/fill"], check=False)
         res = subprocess.run([str(GPUVET), "health", "-i", str(inv), "--suite",
                               str(tmp_path / "suite.yaml"), "--results", str(results)],
                              capture_output=True, text=True, timeout=180)
-    finally:
-        subprocess.run(["umount", "-l", str(work)])
     assert res.returncode == 1, res.stdout + res.stderr
     run = only_run(results)
     full = [f for f in jsonl(run / "findings.jsonl") if f["node"] == "full"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.consistency import jsonl, only_run
+from tests.faults.consistency import jsonl, only_run, tmpfs
 
 GPUVET = Path(sys.executable).with_name("gpuvet")
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -34,15 +34,8 @@ def gpuvet(*args: str | Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    results = tmp_path / "small"
-    results.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE_K}k", "tmpfs",
-                              str(results)], capture_output=True, text=True)
-    assert mounted.returncode == 0, mounted.stderr
-    try:
-        yield results
-    finally:
-        subprocess.run(["umount", "-l", str(results)])
+    with tmpfs(tmp_path / "small", SIZE_K) as disk:
+        yield disk
 
 
 def test_import_onto_a_full_disk_is_completed_by_the_same_import(small_disk: Path) -> None:

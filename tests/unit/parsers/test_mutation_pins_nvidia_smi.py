@@ -5,31 +5,17 @@ asserts the whole parsed record or the exact error: message, line number, line.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
-import pytest
-
-from orchestrator.errors import ParseError
 from orchestrator.parsers.nvidia_smi import (
     parse_nvidia_smi_l,
     parse_query_gpu,
     parse_query_gpu_noheader,
 )
+from tests.unit.parsers.refusal import is_refusal, refused
 
 Q = "nvidia-smi-query-gpu"
 QN = "nvidia-smi-query-gpu-noheader"
 
 
-def _err(fn: Callable[..., object], text: str) -> ParseError:
-    with pytest.raises(ParseError) as exc:
-        fn(text, source="f.txt")
-    return exc.value
-
-
-def _is(e: ParseError, kind: str, what: str, line_no: int | None, line: str | None) -> None:
-    assert (e.kind, e.line_no, e.line, e.source) == (kind, line_no, line, "f.txt")
-    where = "f.txt" if line_no is None else f"f.txt:{line_no}"
-    assert str(e).split("\n")[0] == f"cannot parse {kind} output at {where}: {what}", str(e)
 
 
 # ----------------------------------------------------------------- --query-gpu
@@ -69,18 +55,18 @@ def test_query_gpu_error_cells_are_recorded() -> None:
 
 
 def test_query_gpu_errors(real) -> None:
-    _is(_err(parse_query_gpu, "\n  \n"), Q, "empty output", None, None)
+    is_refusal(refused(parse_query_gpu, "\n  \n"), Q, "empty output", None, None)
     for hdr, col in [("\nindex, 0", "0"), ("\nindex, -1.5", "-1.5"),
                      ("\nindex, GPU-0000-aa", "GPU-0000-aa"), ("\nindex, 1abc", "1abc"),
                      ("\nindex, power.draw [W", "power.draw [W")]:
-        _is(_err(parse_query_gpu, hdr), Q, f"header column {col!r} is not a field name (the "
+        is_refusal(refused(parse_query_gpu, hdr), Q, f"header column {col!r} is not a field name (the "
             "query must use --format=csv with its header)", 2, hdr.strip("\n"))
-    _is(_err(parse_query_gpu, "\nindex, Name, name\n"), Q, "a field appears twice in the header",
+    is_refusal(refused(parse_query_gpu, "\nindex, Name, name\n"), Q, "a field appears twice in the header",
         2, "index, Name, name")
-    _is(_err(parse_query_gpu, "index, name\n\n0\n"), Q, "1 columns, header has 2", 3, "0")
-    _is(_err(parse_query_gpu, "index, name\n0, a, b\n"), Q, "3 columns, header has 2", 2,
+    is_refusal(refused(parse_query_gpu, "index, name\n\n0\n"), Q, "1 columns, header has 2", 3, "0")
+    is_refusal(refused(parse_query_gpu, "index, name\n0, a, b\n"), Q, "3 columns, header has 2", 2,
         "0, a, b")
-    _is(_err(parse_query_gpu, "index, name\nzero, a\n"), Q, _conv_message("index", "zero"), 2,
+    is_refusal(refused(parse_query_gpu, "index, name\nzero, a\n"), Q, _conv_message("index", "zero"), 2,
         "zero, a")
 
 
@@ -131,12 +117,12 @@ def test_noheader_whole_record() -> None:
 
 
 def test_noheader_errors(real) -> None:
-    _is(_err(parse_query_gpu_noheader, " \n\n"), QN, "empty output", None, None)
+    is_refusal(refused(parse_query_gpu_noheader, " \n\n"), QN, "empty output", None, None)
     what = ("a CSV without its header is read only with the acceptance recipe's fields "
             "(index,name,uuid,memory.total,power.limit,driver_version), each value of its "
             "field's shape; save other queries with --format=csv (with the header)")
     lines = real("query-gpu-nounits.csv").splitlines()
-    _is(_err(parse_query_gpu_noheader, "\n" + RECIPE_LINE + "\n" + lines[1]), QN, what, 3,
+    is_refusal(refused(parse_query_gpu_noheader, "\n" + RECIPE_LINE + "\n" + lines[1]), QN, what, 3,
         lines[1])
 
 
@@ -168,15 +154,15 @@ def test_l_real_two_gpus_with_trailing_spaces(real) -> None:
 def test_l_no_devices_and_errors(real) -> None:
     assert parse_nvidia_smi_l("\n  No devices were found \n").gpus == []
     kind = "nvidia-smi-L"
-    _is(_err(parse_nvidia_smi_l, "\n \n"), kind, "empty output", None, None)
-    _is(_err(parse_nvidia_smi_l, ""), kind, "empty output", None, None)
+    is_refusal(refused(parse_nvidia_smi_l, "\n \n"), kind, "empty output", None, None)
+    is_refusal(refused(parse_nvidia_smi_l, ""), kind, "empty output", None, None)
     lines = real("nvidia-smi-L.txt").splitlines()
     what = "not a GPU or MIG device line"
-    _is(_err(parse_nvidia_smi_l, lines[0] + "\nNo devices were found"), kind, what, 2,
+    is_refusal(refused(parse_nvidia_smi_l, lines[0] + "\nNo devices were found"), kind, what, 2,
         "No devices were found")
     mig = "  MIG 1g.18gb     Device  3: (UUID: MIG-00000003-0000-0000-0000-000000000003)"
-    _is(_err(parse_nvidia_smi_l, "\n" + mig), kind, what, 2, mig)
-    _is(_err(parse_nvidia_smi_l, lines[0] + "\nGPU 1: H200"), kind, what, 2, "GPU 1: H200")
+    is_refusal(refused(parse_nvidia_smi_l, "\n" + mig), kind, what, 2, mig)
+    is_refusal(refused(parse_nvidia_smi_l, lines[0] + "\nGPU 1: H200"), kind, what, 2, "GPU 1: H200")
 
 
 def test_l_gpus_after_no_devices_are_read(real) -> None:

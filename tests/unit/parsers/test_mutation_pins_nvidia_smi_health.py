@@ -5,26 +5,14 @@ the whole parsed record or the exact error: message, line number, line.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from orchestrator.errors import ParseError
 from orchestrator.parsers.nvidia_smi_health import parse_compute_apps, parse_nvlink_errors
+from tests.unit.parsers.refusal import is_refusal, refused
 
 NVLINK_WHAT = "not a `GPU N:` or `Link L: <counter>: <count>` line"
 
 
-def _err(fn: Callable[..., object], text: str) -> ParseError:
-    with pytest.raises(ParseError) as exc:
-        fn(text, source="f.txt")
-    return exc.value
-
-
-def _is(e: ParseError, kind: str, what: str, line_no: int | None, line: str | None) -> None:
-    assert (e.kind, e.line_no, e.line, e.source) == (kind, line_no, line, "f.txt")
-    where = "f.txt" if line_no is None else f"f.txt:{line_no}"
-    assert str(e).split("\n")[0] == f"cannot parse {kind} output at {where}: {what}", str(e)
 
 
 # ----------------------------------------------------------------- nvlink -e
@@ -69,18 +57,18 @@ def test_nvlink_e_fragment_starting_inside_the_links(synth) -> None:
 def test_nvlink_e_an_indented_gpu_line_is_not_a_gpu(synth) -> None:
     lines = synth("nvlink-e_2x-a100-crc_r535.txt").splitlines()
     bad = "\n".join([lines[0], "\t" + lines[7]])
-    _is(_err(parse_nvlink_errors, bad), "nvlink-e", NVLINK_WHAT, 2, "\t" + lines[7])
+    is_refusal(refused(parse_nvlink_errors, bad), "nvlink-e", NVLINK_WHAT, 2, "\t" + lines[7])
 
 
 def test_nvlink_e_counter_errors(synth) -> None:
     lines = synth("nvlink-e_2x-a100-crc_r535.txt").splitlines()
     bad = "\n".join([lines[0], "\t Link 0: CRC Errors: many"])
-    _is(_err(parse_nvlink_errors, bad), "nvlink-e", "CRC Errors is not a count", 2,
+    is_refusal(refused(parse_nvlink_errors, bad), "nvlink-e", "CRC Errors is not a count", 2,
         "\t Link 0: CRC Errors: many")
     bad = "\n".join([lines[0], "\t Link 0: CRC Errors: 1.5"])
-    _is(_err(parse_nvlink_errors, bad), "nvlink-e", "CRC Errors is not a count", 2,
+    is_refusal(refused(parse_nvlink_errors, bad), "nvlink-e", "CRC Errors is not a count", 2,
         "\t Link 0: CRC Errors: 1.5")
-    _is(_err(parse_nvlink_errors, "\n\nsomething"), "nvlink-e", NVLINK_WHAT, 3, "something")
+    is_refusal(refused(parse_nvlink_errors, "\n\nsomething"), "nvlink-e", NVLINK_WHAT, 3, "something")
 
 
 def test_nvlink_e_counter_value_spaces_and_na(synth) -> None:
@@ -118,19 +106,19 @@ def test_compute_apps_pid_only_and_no_processes_line() -> None:
 
 def test_compute_apps_errors() -> None:
     kind = "nvidia-smi-compute-apps"
-    _is(_err(parse_compute_apps, " \n\n"), kind, "empty output", None, None)
+    is_refusal(refused(parse_compute_apps, " \n\n"), kind, "empty output", None, None)
     for hdr, col in [("\npid, index", "index"), ("\npid, Used_memory", "Used_memory"),
                      ("\npid, 3", "3")]:
-        _is(_err(parse_compute_apps, hdr), kind, f"header column {col!r} is not a compute-apps "
+        is_refusal(refused(parse_compute_apps, hdr), kind, f"header column {col!r} is not a compute-apps "
             "field (the query must use --format=csv with its header)", 2, hdr.strip())
-    _is(_err(parse_compute_apps, "\nprocess_name, used_memory [MiB]\nx, 1 MiB\n"), kind,
+    is_refusal(refused(parse_compute_apps, "\nprocess_name, used_memory [MiB]\nx, 1 MiB\n"), kind,
         "the query has no pid column", 2, "process_name, used_memory [MiB]")
-    _is(_err(parse_compute_apps, "pid, name\n12\n"), kind, "1 columns, header has 2", 2, "12")
-    _is(_err(parse_compute_apps, "pid, name\n12, a, b\n"), kind, "3 columns, header has 2", 2,
+    is_refusal(refused(parse_compute_apps, "pid, name\n12\n"), kind, "1 columns, header has 2", 2, "12")
+    is_refusal(refused(parse_compute_apps, "pid, name\n12, a, b\n"), kind, "3 columns, header has 2", 2,
         "12, a, b")
-    _is(_err(parse_compute_apps, "pid, name\nx, a\n"), kind,
+    is_refusal(refused(parse_compute_apps, "pid, name\nx, a\n"), kind,
         "invalid literal for int() with base 10: 'x'", 2, "x, a")
-    _is(_err(parse_compute_apps, "pid, used_memory [MiB]\n1, 3 GiB\n"), kind,
+    is_refusal(refused(parse_compute_apps, "pid, used_memory [MiB]\n1, 3 GiB\n"), kind,
         str(_value_error("3 GiB")), 2, "1, 3 GiB")
 
 

@@ -9,21 +9,18 @@ import pytest
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers.nvidia_smi_q import parse_nvidia_smi_q
+from tests.unit.parsers.refusal import is_refusal, refused
 
 I0 = "nvidia-smi-q-i0_a100-sxm4-40gb_r535.txt"
 KIND = "nvidia-smi-q"
 
 
 def _err(text: str) -> ParseError:
-    with pytest.raises(ParseError) as exc:
-        parse_nvidia_smi_q(text, source="f.txt")
-    return exc.value
+    return refused(parse_nvidia_smi_q, text)
 
 
 def _is(e: ParseError, what: str, line_no: int | None, line: str | None) -> None:
-    assert (e.kind, e.line_no, e.line, e.source) == (KIND, line_no, line, "f.txt")
-    where = "f.txt" if line_no is None else f"f.txt:{line_no}"
-    assert str(e).split("\n")[0] == f"cannot parse {KIND} output at {where}: {what}", str(e)
+    is_refusal(e, KIND, what, line_no, line)
 
 
 def test_q_top_level_of_an_i0_run(public) -> None:

@@ -5,24 +5,19 @@ then asserts the top-level record or the exact error: message, line number, line
 """
 from __future__ import annotations
 
-import pytest
-
 from orchestrator.errors import ParseError
 from orchestrator.parsers.nvidia_smi_xml import parse_nvidia_smi_xml
+from tests.unit.parsers.refusal import is_refusal, refused
 
 KIND = "nvidia-smi-q-xml"
 
 
 def _err(text: str) -> ParseError:
-    with pytest.raises(ParseError) as exc:
-        parse_nvidia_smi_xml(text, source="f.txt")
-    return exc.value
+    return refused(parse_nvidia_smi_xml, text)
 
 
 def _is(e: ParseError, what: str, line_no: int | None, line: str | None) -> None:
-    assert (e.kind, e.line_no, e.line, e.source) == (KIND, line_no, line, "f.txt")
-    where = "f.txt" if line_no is None else f"f.txt:{line_no}"
-    assert str(e).split("\n")[0] == f"cannot parse {KIND} output at {where}: {what}", str(e)
+    is_refusal(e, KIND, what, line_no, line)
 
 
 def test_xml_top_level_of_the_real_h200(real) -> None:

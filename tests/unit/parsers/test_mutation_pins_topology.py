@@ -5,26 +5,10 @@ asserts the whole parsed record or the exact error: message, line number, line.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 
-from orchestrator.errors import ParseError
 from orchestrator.parsers.topology import parse_nvlink_s, parse_topo_m, parse_topo_p2p
-
-
-def _err(fn: Callable[..., object], text: str) -> ParseError:
-    with pytest.raises(ParseError) as exc:
-        fn(text, source="f.txt")
-    return exc.value
-
-
-def _is(e: ParseError, kind: str, what: str, line_no: int | None, line: str | None) -> None:
-    assert (e.kind, e.line_no, e.line, e.source) == (kind, line_no, line, "f.txt")
-    where = "f.txt" if line_no is None else f"f.txt:{line_no}"
-    head = f"cannot parse {kind} output at {where}: {what}"
-    assert str(e).split("\n")[0] == head, str(e)
-
+from tests.unit.parsers.refusal import is_refusal, refused
 
 # ----------------------------------------------------------------- topo -m
 
@@ -75,8 +59,8 @@ def test_topo_m_nic_legend_only_after_its_title(public) -> None:
 
 
 def test_topo_m_empty_and_blank(real) -> None:
-    _is(_err(parse_topo_m, " \n\t\n"), "topo-m", "empty output", None, None)
-    _is(_err(parse_topo_m, ""), "topo-m", "empty output", None, None)
+    is_refusal(refused(parse_topo_m, " \n\t\n"), "topo-m", "empty output", None, None)
+    is_refusal(refused(parse_topo_m, ""), "topo-m", "empty output", None, None)
 
 
 @pytest.mark.parametrize("header", [
@@ -86,8 +70,8 @@ def test_topo_m_empty_and_blank(real) -> None:
     "\tGPUx\tGPU1",
 ])
 def test_topo_m_header_not_gpus(header: str) -> None:
-    e = _err(parse_topo_m, "\n" + header + "\nGPU0\t X \n")
-    _is(e, "topo-m", "header does not start with GPU columns", 2, header)
+    e = refused(parse_topo_m, "\n" + header + "\nGPU0\t X \n")
+    is_refusal(e, "topo-m", "header does not start with GPU columns", 2, header)
 
 
 def test_topo_m_row_shapes(real) -> None:
@@ -97,7 +81,7 @@ def test_topo_m_row_shapes(real) -> None:
                      ("GPU1\tNV18\t X \t0-31\t0\t\tN/A", "GPU1\tNV18"),          # too few values
                      ("GPU1\tNV18\t X \t0-31\t0\t\tN/A", "GPU1\tNV18\t X \t0-31\t0\t\tN/A\t9")]:
         bad = text.replace(old, new)
-        _is(_err(parse_topo_m, bad), "topo-m", what, 3, bad.splitlines()[2])
+        is_refusal(refused(parse_topo_m, bad), "topo-m", what, 3, bad.splitlines()[2])
 
 
 def test_topo_m_row_with_exactly_the_affinity_columns_is_read(real) -> None:
@@ -110,30 +94,30 @@ def test_topo_m_second_row_for_a_device(real) -> None:
     text = real("topo-m.txt")
     row = text.splitlines()[2]
     bad = text.replace(row, row + "\n" + row)
-    _is(_err(parse_topo_m, bad), "topo-m", "a second row for GPU1", 4, row)
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "a second row for GPU1", 4, row)
 
 
 def test_topo_m_unknown_value_and_diagonal(real) -> None:
     text = real("topo-m.txt")
     bad = text.replace("GPU1\tNV18\t X ", "GPU1\tNV18\t Q ")
-    _is(_err(parse_topo_m, bad), "topo-m", "unknown value 'Q'", 3, bad.splitlines()[2])
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "unknown value 'Q'", 3, bad.splitlines()[2])
     bad = text.replace("GPU1\tNV18\t X ", "GPU1\tNV18\tNV18")
-    _is(_err(parse_topo_m, bad), "topo-m", "diagonal is not X", 3, bad.splitlines()[2])
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "diagonal is not X", 3, bad.splitlines()[2])
     bad = text.replace("GPU0\t X \tNV18", "GPU0\tNV18\t X ")
-    _is(_err(parse_topo_m, bad), "topo-m", "diagonal is not X", 2, bad.splitlines()[1])
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "diagonal is not X", 2, bad.splitlines()[1])
 
 
 def test_topo_m_missing_row_before_the_legend_and_at_the_end(real) -> None:
     lines = real("topo-m.txt").splitlines()
     bad = "\n".join(lines[:2] + lines[3:])
-    _is(_err(parse_topo_m, bad), "topo-m", "no row for GPU1: the header names 2 devices", 3, "")
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "no row for GPU1: the header names 2 devices", 3, "")
     bad = "\n".join(lines[:2])
-    _is(_err(parse_topo_m, bad), "topo-m", "no row for GPU1: the header names 2 devices", 3, None)
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "no row for GPU1: the header names 2 devices", 3, None)
     bad = "\n".join(lines[:1])
-    _is(_err(parse_topo_m, bad), "topo-m", "no row for GPU0, GPU1: the header names 2 devices",
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "no row for GPU0, GPU1: the header names 2 devices",
         2, None)
     bad = "\n".join(lines[:2] + ["Legend:"])
-    _is(_err(parse_topo_m, bad), "topo-m", "no row for GPU1: the header names 2 devices", 3,
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "no row for GPU1: the header names 2 devices", 3,
         "Legend:")
 
 
@@ -142,13 +126,13 @@ def test_topo_m_affinity_cannot_be_placed(real) -> None:
     # one value that could be CPU or NUMA affinity, and no full row to place it by
     bad = text.replace("\t0-31\t0\t\tN/A", "\t0")
     row = bad.splitlines()[1]
-    _is(_err(parse_topo_m, bad), "topo-m",
+    is_refusal(refused(parse_topo_m, bad), "topo-m",
         "cannot tell which of the 3 affinity columns the 1 value(s) of GPU0 belong to", 2, row)
 
 
 def test_topo_m_nic_not_in_legend(public) -> None:
     bad = public(A10).replace("  NIC1: mlx5_1\n", "")
-    _is(_err(parse_topo_m, bad), "topo-m", "NIC1 is not in the NIC Legend", None, None)
+    is_refusal(refused(parse_topo_m, bad), "topo-m", "NIC1 is not in the NIC Legend", None, None)
 
 
 # ----------------------------------------------------------------- topo -p2p
@@ -168,22 +152,22 @@ def test_p2p_rows_end_at_the_legend_without_a_blank_line(real) -> None:
 
 def test_p2p_errors(real) -> None:
     text = real("topo-p2p-n.txt")
-    _is(_err(parse_topo_p2p, "\n \n"), "topo-p2p", "empty output", None, None)
-    _is(_err(parse_topo_p2p, ""), "topo-p2p", "empty output", None, None)
+    is_refusal(refused(parse_topo_p2p, "\n \n"), "topo-p2p", "empty output", None, None)
+    is_refusal(refused(parse_topo_p2p, ""), "topo-p2p", "empty output", None, None)
     for hdr in ("\nGPU0 NIC0\n", "\nGPU0 GPUx\n", "\nLegend\n"):
-        _is(_err(parse_topo_p2p, hdr), "topo-p2p", "header is not a list of GPUs", 2,
+        is_refusal(refused(parse_topo_p2p, hdr), "topo-p2p", "header is not a list of GPUs", 2,
             hdr.strip("\n"))
     lines = text.splitlines()
     what = "row does not have 2 GPU cells"
     for row in (" GPU1\tOK", " GPU1\tOK\tX\tX", " GPU2\tOK\tX"):
         bad = "\n".join([lines[0], lines[1], row])
-        _is(_err(parse_topo_p2p, bad), "topo-p2p", what, 3, row)
+        is_refusal(refused(parse_topo_p2p, bad), "topo-p2p", what, 3, row)
     bad = "\n".join([lines[0], lines[1], " GPU1\tOK\tXX"])
-    _is(_err(parse_topo_p2p, bad), "topo-p2p", "unknown status 'XX'", 3, " GPU1\tOK\tXX")
+    is_refusal(refused(parse_topo_p2p, bad), "topo-p2p", "unknown status 'XX'", 3, " GPU1\tOK\tXX")
     bad = "\n".join([lines[0], lines[1], "", "Legend:"])
-    _is(_err(parse_topo_p2p, bad), "topo-p2p", "not every GPU has a row", 3, "")
+    is_refusal(refused(parse_topo_p2p, bad), "topo-p2p", "not every GPU has a row", 3, "")
     bad = "\n".join([lines[0], lines[1]])
-    _is(_err(parse_topo_p2p, bad), "topo-p2p", "not every GPU has a row", 3, None)
+    is_refusal(refused(parse_topo_p2p, bad), "topo-p2p", "not every GPU has a row", 3, None)
 
 
 @pytest.mark.parametrize("status", ["CNS", "GNS", "TNS", "NS", "DR", "U"])
@@ -242,7 +226,7 @@ def test_nvlink_message_only_before_the_links(real) -> None:
     facts = parse_nvlink_s("\n".join([lines[0], msg]))
     assert facts.gpus[0].message == msg.strip()
     assert facts.gpus[0].links == []
-    _is(_err(parse_nvlink_s, "\n".join([lines[0], lines[1], msg])), "nvlink-s",
+    is_refusal(refused(parse_nvlink_s, "\n".join([lines[0], lines[1], msg])), "nvlink-s",
         "not a GPU or Link line", 3, msg)
-    _is(_err(parse_nvlink_s, msg), "nvlink-s", "not a GPU or Link line", 1, msg)
-    _is(_err(parse_nvlink_s, "\n" + lines[1]), "nvlink-s", "not a GPU or Link line", 2, lines[1])
+    is_refusal(refused(parse_nvlink_s, msg), "nvlink-s", "not a GPU or Link line", 1, msg)
+    is_refusal(refused(parse_nvlink_s, "\n" + lines[1]), "nvlink-s", "not a GPU or Link line", 2, lines[1])
