@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -345,11 +345,78 @@ def health_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Seque
         mine = [f for f in findings if f.provider == p and f.step == "health"]
         names = sorted({str(f.details.get("variant")) for f in mine
                         if f.code == "HEALTH_VARIANT" and f.details.get("variant")})
-        like.append(", ".join(names) or "not measured")
+        ordered = sorted({str(f.details.get("ordered")) for f in mine
+                          if f.code == "HEALTH_VARIANT" and f.details.get("ordered")
+                          and f.details.get("ordered") not in names})
+        like.append((", ".join(names) or "not measured")
+                    + (f" (ordered {', '.join(ordered)}: NOT AS ORDERED)" if ordered else ""))
         fails = sorted({f.code for f in mine if f.severity == "FAIL"})
-        bad.append(", ".join(fails) or "none")
-    rows += [("measures like", *like), ("FAIL findings", *bad)]
+        warns = sorted({f.code for f in mine if f.severity == "WARN"})
+        bad.append("; ".join([f"FAIL {', '.join(fails)}"] * bool(fails)
+                             + [f"WARN {', '.join(warns)}"] * bool(warns)) or "none")
+    rows += [("measures like", *like), ("FAIL and WARN findings", *bad)]
     return Table("GPU health", ("what", *providers), rows)
+
+
+# --- the order and the headline ------------------------------------------------------------
+
+def orders_of(sel: Selection, provider: str) -> dict[str, Any]:
+    """The provider's `expect` (what was ordered) from the inventory copy of its newest
+    selected run; {} where the copy has none."""
+    ids = sel.run_ids(provider)
+    mine = sel.runs[sel.runs["run_id"].isin(ids)]
+    for path in reversed(list(mine["path"])):
+        doc = cost.run_inventory(Path(str(path)))
+        prov = ((doc or {}).get("providers") or {}).get(provider)
+        if isinstance(prov, dict):
+            expect = prov.get("expect")
+            return dict(expect) if isinstance(expect, dict) else {}
+    return {}
+
+
+@dataclass(frozen=True)
+class Headline:
+    """What a reader of the comparison needs first: the verdict, the one to three decisive
+    reasons in words, and what the PoC cost."""
+
+    provider: str
+    verdict: str
+    reasons: tuple[str, ...]
+    cost: str  # "" with --no-cost
+
+    @property
+    def text(self) -> str:
+        return f"{self.provider}: {self.verdict}" + (
+            f": {'; '.join(self.reasons)}" if self.reasons else "")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"provider": self.provider, "verdict": self.verdict,
+                "reasons": list(self.reasons), "cost": self.cost, "text": self.text}
+
+
+def cost_words(pocs: Sequence[Any], provider: str) -> str:
+    """The PoC cost in one line: the widest billed window's total and the price it came
+    from ("0.27 USD over 0.11 h (instance up since boot), 2.49 USD per GPU-hour, billed per
+    second")."""
+    mine = [c for c in pocs if c.provider == provider]
+    if not mine:
+        return ""
+    priced = [c for c in mine if c.total is not None]
+    if not priced:
+        why = mine[0].why or "no pricing in the inventory"
+        return f"cost not priced ({why})"
+    c = max(priced, key=lambda c: c.billed_hours or 0.0)
+    p = c.pricing
+    rest = f" + {', '.join(c.unpriced)} not priced" if c.unpriced else ""
+    return (f"PoC cost {c.total:.2f} {c.currency}{rest} over {c.billed_hours or 0:.2f} h "
+            f"({c.window.name}), {cost.price_words(p)}")
+
+
+def headlines(vs: Sequence[Any], pocs: Sequence[Any]) -> list[Headline]:
+    """One headline per provider, NO-GO first, then NOT ENOUGH EVIDENCE, then GO."""
+    rank = {"NO-GO": 0, "NOT ENOUGH EVIDENCE": 1, "GO": 2}
+    return [Headline(v.provider, v.verdict, tuple(v.decisive), cost_words(pocs, v.provider))
+            for v in sorted(vs, key=lambda v: rank.get(v.verdict, 3))]
 
 
 # --- the whole comparison ------------------------------------------------------------------
@@ -366,6 +433,8 @@ class Comparison:
     units: list[Any]  # cost.UnitCost
     currencies_apart: list[str]
     tables: list[Table]
+    orders: dict[str, dict[str, Any]] = field(default_factory=dict)  # provider -> expect
+    headlines: list[Headline] = field(default_factory=list)  # one per provider, first shown
 
     @property
     def providers(self) -> list[str]:
@@ -378,7 +447,10 @@ class Comparison:
 
     def as_json(self) -> dict[str, Any]:
         return {"providers": self.providers, "runs": self.selection.chosen,
+                "headlines": [h.as_json() for h in self.headlines],
+                "orders": self.orders,
                 "verdicts": [{"provider": v.provider, "verdict": v.verdict,
+                              "decisive": v.decisive,
                               "reasons": [r.__dict__ for r in v.reasons]} for v in self.verdicts],
                 "currencies_apart": self.currencies_apart,
                 "empty_sections": self.empty_sections,
@@ -413,14 +485,19 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
     units: list[Any] = []
     if with_cost:
         pocs, units = billing.costs_of(sel, ms, env, docs, inv_text, str(inventory), override)
-    vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths) for p in sel.providers]
+    orders = {p: orders_of(sel, p) for p in sel.providers}
+    health = any(f.step == "health" for f in fs)
+    vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths, orders[p], with_health=health)
+          for p in sel.providers]
     apart = cost.currencies_apart(pocs, rates or {})
-    tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs),
-              environment.diff_table(env, sel.providers), busbw_table(ms, sel.providers),
+    tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs), verdict.folded_table(vs),
+              environment.diff_table(env, sel.providers, orders),
+              busbw_table(ms, sel.providers),
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
               agreement_table(fs, sel.providers), health_table(ms, fs, sel.providers),
               train_table(ms, fs, sel.providers)]
     if with_cost:
         tables += [cost.cost_table(pocs, rates or {}), cost.sources_table(pocs),
                    cost.unit_table(units)]
-    return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables)
+    heads = headlines(vs, pocs)
+    return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables, orders, heads)

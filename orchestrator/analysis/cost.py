@@ -94,6 +94,24 @@ def pricing_of(inventory_text: str, provider: str, source: str) -> Pricing | Non
                          f"{'.'.join(map(str, e['loc']))}: {e['msg']}") from None
 
 
+def price_words(pricing: Pricing | None) -> str:
+    """The price as people say it: "2.49 USD per GPU-hour, billed per second"."""
+    if pricing is None:
+        return NOT_PRICED
+    return (f"{pricing.gpu_hour:g} {pricing.currency} per GPU-hour, billed per "
+            f"{pricing.billing_granularity}")
+
+
+def run_inventory(run_dir: Path) -> dict[str, Any] | None:
+    """A run's inventory copy as plain data; None where it has none or it is unreadable."""
+    path = run_dir / "inventory.yaml"
+    try:
+        doc = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, YAMLError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def run_pricing(run_dir: Path, provider: str) -> Pricing | None:
     path = run_dir / "inventory.yaml"
     if not path.is_file():
@@ -296,8 +314,7 @@ def sources_table(costs: Sequence[PocCost]) -> Table:
     for c in costs:
         if c.pricing is None:
             continue
-        price = f"{c.pricing.gpu_hour:g} {c.currency}/GPU-h per {c.pricing.billing_granularity}"
-        rows.append((c.provider, c.window.name, price, c.window.source, c.storage.source,
+        rows.append((c.provider, c.window.name, price_words(c.pricing), c.window.source, c.storage.source,
                      c.transfer.source))
     if unpriced:
         rows.append((", ".join(unpriced), "-", NOT_PRICED, "-", "-", "-"))

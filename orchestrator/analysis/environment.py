@@ -11,7 +11,8 @@ value names the raw file it was read from, relative to its run's directory.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pandas as pd
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
-from orchestrator.gpunames import form_factor_of
+from orchestrator.gpunames import form_factor_of, model_matches
 from orchestrator.verdicts import Table
 
 KEYS = ("gpu_model", "gpu_memory", "gpu_count", "form_factor", "mig", "topology", "fabric",
@@ -216,16 +217,62 @@ def gpu_total(env: pd.DataFrame, provider: str) -> int | None:
     return int(sum(int(v) for v in sel["value"]))
 
 
-def diff_table(env: pd.DataFrame, providers: list[str]) -> Table:
-    """Key by key, each provider's values side by side; differences flagged, never hidden.
+# what the inventory's `expect` says for a key of the table, and how to show it
+ORDER_KEYS = {"gpu_model": "gpu_model", "gpu_memory": "memory_per_gpu_gb",
+              "gpu_count": "gpus_per_node", "form_factor": "form_factor"}
 
-    A provider whose nodes disagree among themselves is flagged too ("nodes differ"),
-    and a key no node reported is "not reported", which is not the same as equal."""
+
+def ordered_value(order: Mapping[str, Any], key: str) -> str | None:
+    """The order for a key of the table as a cell shows it; None where it was not ordered."""
+    if key == "mig":
+        return "off" if not order.get("mig_allowed") else None
+    want = order.get(ORDER_KEYS.get(key, ""))
+    if want is None:
+        return None
+    if key == "gpu_memory":
+        return f"{float(want):g} GB"
+    if key == "form_factor":
+        return str(want).upper() if str(want).lower() == "sxm" else "PCIe"
+    return str(want)
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def as_ordered(key: str, delivered: str, ordered: str) -> bool:
+    """Whether a delivered value is what was ordered: the card as a variant, the memory
+    within 10% (an "80 GB" card reports 79.6 GiB), the rest as written."""
+    if key == "gpu_model":
+        return model_matches(ordered, delivered)
+    if key == "gpu_memory":
+        got, want = _NUMBER.search(delivered), _NUMBER.search(ordered)
+        return bool(got and want) and abs(float(got[0]) - float(want[0])) <= 0.1 * float(want[0])
+    return delivered.strip().lower() == ordered.strip().lower()
+
+
+def diff_table(env: pd.DataFrame, providers: list[str],
+               orders: Mapping[str, Mapping[str, Any]] | None = None) -> Table:
+    """Key by key, each provider's order and delivered values side by side; differences
+    flagged, never hidden.
+
+    A delivered value that is not what the provider ordered is flagged NOT AS ORDERED
+    (before any other flag: it is the provider's side), a provider whose nodes disagree
+    among themselves is flagged too ("nodes differ"), and a key no node reported is
+    "not reported", which is not the same as equal."""
+    orders = orders or {}
     rows = []
     for key in KEYS:
         vals = {p: provider_values(env, p, key) for p in providers}
-        cells = [" | ".join(v) if v else MISSING for v in vals.values()]
-        if any(len(v) > 1 for v in vals.values()):
+        cells: list[str] = []
+        wrong: list[str] = []
+        for p, v in vals.items():
+            want = ordered_value(orders.get(p) or {}, key)
+            cells += [want or "-", " | ".join(v) if v else MISSING]
+            if want is not None and v and not all(as_ordered(key, x, want) for x in v):
+                wrong.append(p)
+        if wrong:
+            flag = f"NOT AS ORDERED ({', '.join(wrong)})"
+        elif any(len(v) > 1 for v in vals.values()):
             flag = "DIFFERS (nodes differ)"
         elif any(not v for v in vals.values()):
             flag = "MISSING"
@@ -234,4 +281,5 @@ def diff_table(env: pd.DataFrame, providers: list[str]) -> Table:
         else:
             flag = "same"
         rows.append((LABELS[key], *cells, flag))
-    return Table("environment", ("what", *providers, "flag"), rows)
+    cols = [c for p in providers for c in (f"{p} ordered", p)]
+    return Table("environment", ("what", *cols, "flag"), rows)

@@ -80,6 +80,18 @@ def _options(f: F) -> F:
     return results_option(f)
 
 
+VERDICT_STYLE = {"GO": "bold green", "NO-GO": "bold red", "NOT ENOUGH EVIDENCE": "bold yellow"}
+
+
+def show_headline(h: Any) -> None:
+    """A provider's verdict, its decisive reasons and its cost, before any table."""
+    out.print(f"{h.provider}: {h.verdict}", style=VERDICT_STYLE.get(h.verdict, "bold"))
+    for r in h.reasons:
+        out.print(f"  - {r}")
+    if h.cost:
+        out.print(f"  {h.cost}")
+
+
 def register(root: click.Group) -> None:
     @root.command("compare")
     @_options
@@ -100,8 +112,10 @@ def register(root: click.Group) -> None:
         if as_json:
             emit_json(c.as_json())
         else:
+            for h in c.headlines:
+                show_headline(h)
             for t in c.tables:
-                if t.rows:
+                if t.rows and t.title != "verdict per provider":  # said by the headlines
                     render(t)
             if c.empty_sections:
                 out.print("nothing to show (no such records in the runs compared): "
