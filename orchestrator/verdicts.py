@@ -72,9 +72,20 @@ def by_subject(findings: Iterable[Finding]) -> dict[str, list[Finding]]:
     return out
 
 
-def verdicts(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> dict[str, Severity]:
+NOT_MEASURED = "NOT MEASURED"
+
+
+def subject_verdict(findings: Sequence[Finding]) -> str:
+    """A subject's worst finding; NOT MEASURED when nothing was judged (no PASS, WARN or
+    FAIL: a health step on a node without a GPU says only INFO), never PASS with 0 checks."""
+    if not any(f.severity in ("PASS", "WARN", "FAIL") for f in findings):
+        return NOT_MEASURED
+    return worst(findings)
+
+
+def verdicts(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> dict[str, str]:
     groups = by_subject(findings)
-    return {s: worst(groups.get(s, ())) for s in subjects(findings, nodes)}
+    return {s: subject_verdict(groups.get(s, ())) for s in subjects(findings, nodes)}
 
 
 def verdict_table(findings: Sequence[Finding], nodes: Sequence[str] = ()) -> Table:

@@ -38,7 +38,9 @@ STEPS = ("preflight", "health", "nccl", "train")
 COMPLETE = ("passed", "failed")  # finished runs; running/interrupted/error ones are attempts
 BOOTSTRAP = 2000
 SEED = 20250101
-STABLE_FROM = 16 << 20  # as the nccl judge: below 16 MiB round-to-round noise is latency
+STABLE_FROM = 16 << 20
+# tables of the decision that are empty when everything passed (nothing is missing then)
+FOLDED = ("verdict reasons", "checks that passed")  # as the nccl judge: below 16 MiB round-to-round noise is latency
 
 
 class SuiteMismatch(UsageError):
@@ -443,7 +445,7 @@ class Comparison:
     @property
     def empty_sections(self) -> list[str]:
         """The tables with nothing to show (a store of PoC folders has no busbw, ...)."""
-        return [t.title for t in self.tables if not t.rows]
+        return [t.title for t in self.tables if not t.rows and t.title not in FOLDED]
 
     def as_json(self) -> dict[str, Any]:
         return {"providers": self.providers, "runs": self.selection.chosen,
@@ -487,7 +489,7 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
         pocs, units = billing.costs_of(sel, ms, env, docs, inv_text, str(inventory), override)
     orders = {p: orders_of(sel, p) for p in sel.providers}
     health = any(f.step == "health" for f in fs)
-    vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths, orders[p], with_health=health)
+    vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths, orders[p], health)
           for p in sel.providers]
     apart = cost.currencies_apart(pocs, rates or {})
     tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs), verdict.folded_table(vs),

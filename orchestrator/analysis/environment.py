@@ -246,7 +246,9 @@ def as_ordered(key: str, delivered: str, ordered: str) -> bool:
         return model_matches(ordered, delivered)
     if key == "gpu_memory":
         got, want = _NUMBER.search(delivered), _NUMBER.search(ordered)
-        return bool(got and want) and abs(float(got[0]) - float(want[0])) <= 0.1 * float(want[0])
+        if got is None or want is None:
+            return False
+        return abs(float(got[0]) - float(want[0])) <= 0.1 * float(want[0])
     return delivered.strip().lower() == ordered.strip().lower()
 
 

@@ -35,8 +35,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from orchestrator.judging.storage import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.errors import ParseError
+from orchestrator.judging.storage import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.parsers.recipe import parse_mounts
 from orchestrator.records import SEVERITY_ORDER, Finding
 from orchestrator.verdicts import Table
@@ -338,7 +338,7 @@ def _where_to(node: str, mounts: Mapping[str, list[Persistent]]) -> Persistent |
     the root disk."""
     cands = mounts.get(node) or []
     others = [m for m in cands if m.mount_point != "/"]
-    return (others or cands or [None])[0]
+    return (others or cands)[0] if cands else None
 
 
 def _storage(fs: Sequence[Finding], probes: Sequence[str],

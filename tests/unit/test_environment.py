@@ -49,11 +49,12 @@ def test_known_differences_of_the_second_provider(store: Path) -> None:
     assert val("h200", "mig") == ["off"]
     assert E.gpu_total(env, "beta") == 2
     rows = {r[0]: r for r in E.diff_table(env, ["h200", "beta"]).rows}
-    assert rows["driver"][1:] == ("580.159.04", "570.133.20", "DIFFERS")
+    # nothing was ordered for the driver: its order cells are "-"
+    assert rows["driver"][1:] == ("-", "580.159.04", "-", "570.133.20", "DIFFERS")
     assert rows["CUDA (driver)"][-1] == "DIFFERS"
     assert rows["GPU model"][-1] == "same" and rows["nccl-tests commit"][-1] == "same"
     # ibv_devinfo is not installed on the capture host: not reported is not "same"
-    assert rows["fabric"][1:] == ("not reported", "not reported", "MISSING")
+    assert rows["fabric"][1:] == ("-", "not reported", "-", "not reported", "MISSING")
 
 
 def test_facts_read_as_the_nodes_said() -> None:
@@ -84,4 +85,4 @@ def test_nodes_that_disagree_are_flagged() -> None:
         {"run_id": "r", "provider": "b", "node": "b1", "key": "driver", "value": "1",
          "evidence": "x"}], columns=E.COLUMNS)
     rows = {r[0]: r for r in E.diff_table(env, ["a", "b"]).rows}
-    assert rows["driver"] == ("driver", "1 | 2", "1", "DIFFERS (nodes differ)")
+    assert rows["driver"] == ("driver", "-", "1 | 2", "-", "1", "DIFFERS (nodes differ)")

@@ -27,7 +27,7 @@ def test_medians_variants_and_fails_side_by_side() -> None:
     rows = {r[0]: r[1:] for r in t.rows}
     assert rows["memory copy (read + written) (GB/s, median of the GPUs)"] == (4100.0, 1360.0)
     assert rows["measures like"] == ("H200 SXM", "A100 40 GB PCIe")
-    assert rows["FAIL findings"] == ("none", "GPU_SDC")
+    assert rows["FAIL and WARN findings"] == ("none", "FAIL GPU_SDC; WARN HEALTH_VARIANT")
 
 
 def test_no_health_step_no_rows() -> None:

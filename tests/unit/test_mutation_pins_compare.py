@@ -201,7 +201,8 @@ def test_health_table_rows() -> None:
     assert t.rows == [("memory copy (read + written) (GB/s, median of the GPUs)", 4000.0, None),
                       ("slowest peer pair, one way (GB/s, median of the GPUs)", None, 55.5),
                       ("measures like", "H100 SXM, H200 SXM", "not measured"),
-                      ("FAIL findings", "HEALTH_ECC, HEALTH_MEMBW", "none")]
+                      ("FAIL and WARN findings", "FAIL HEALTH_ECC, HEALTH_MEMBW",
+                       "WARN HEALTH_PEER")]
     assert C.health_table(pd.DataFrame([_h("a", "x", 1.0, scope="train")]), fs, ["a"]).rows \
         == []
     assert C.health_table(pd.DataFrame(), fs, ["a"]).rows == []
@@ -405,7 +406,7 @@ def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     env = pd.DataFrame({"provider": ["a"], "key": ["k"], "value": ["v"]})
 
     def pv(p: str, *_: Any) -> SimpleNamespace:
-        return SimpleNamespace(provider=p, verdict="GO", reasons=[
+        return SimpleNamespace(provider=p, verdict="GO", decisive=["fine"], reasons=[
             SimpleNamespace(check="c", outcome="ok", text="fine", evidence=["e"])])
 
     monkeypatch.setattr(C.frames, "run_documents", rec("docs", docs))
@@ -416,6 +417,7 @@ def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(C.environment, "diff_table", rec("diff", C.Table("environment", ())))
     monkeypatch.setattr(C.billing, "costs_of", rec("costs", (["poc"], ["unit"])))
     monkeypatch.setattr(C.verdict, "provider_verdict", rec("verdict", pv))
+    monkeypatch.setattr(C, "headlines", rec("headlines", ["the headlines"]))
     monkeypatch.setattr(C.cost, "currencies_apart", rec("apart", ["JPY"]))
     monkeypatch.setattr(C.cost, "cost_table", rec("cost", C.Table("cost", ())))
     monkeypatch.setattr(C.cost, "sources_table", rec("sources", C.Table("sources", ())))
@@ -423,7 +425,7 @@ def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     return {"root": root, "calls": calls, "docs": docs, "found": found, "env": env}
 
 
-TABLES = ["verdict per provider", "verdict reasons", "environment",
+TABLES = ["verdict per provider", "verdict reasons", "checks that passed", "environment",
           "busbw (all_reduce, out-of-place)", "stability (busbw from 16 MiB)",
           "transports NCCL used", "torch.distributed vs nccl-tests", "GPU health", "training"]
 
@@ -447,34 +449,37 @@ def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> Non
                                                      ("b", "x1")]
     assert list(c.measurements.index) == [10, 12, 13, 14]
     assert calls["env"][0][0] is sel.runs and calls["latest"] == [("every fact", sel.runs)]
-    assert c.env is parts["env"] and calls["diff"] == [(parts["env"], ["b", "a"])]
+    assert c.env is parts["env"] and calls["diff"] == [(parts["env"], ["b", "a"], c.orders)]
+    assert c.orders == {"b": {}, "a": {}}  # the stores' runs have no inventory copies
     ((s, ms, env, docs, text, name, ov),) = calls["costs"]
     assert (s, env, docs, text, name, ov) == (sel, parts["env"], parts["docs"],
                                               "providers: {}\n", str(inv), override)
     assert ms.equals(c.measurements)
     assert [a[0] for a in calls["verdict"]] == ["b", "a"]
-    for _, fs, m, e, paths in calls["verdict"]:
+    for _, fs, m, e, paths, order, health in calls["verdict"]:
         assert fs == c.findings and m.equals(c.measurements) and e is parts["env"]
-        assert paths == sel.paths
+        assert paths == sel.paths and order == {} and health is True
+    assert calls["headlines"] == [(c.verdicts, ["poc"])] and c.headlines == ["the headlines"]
     assert (c.costs, c.units, c.currencies_apart) == (["poc"], ["unit"], ["JPY"])
     assert calls["apart"] == [(["poc"], {"EUR": 1.1})] and calls["cost"] == [(["poc"],
                                                                               {"EUR": 1.1})]
     assert calls["sources"] == [(["poc"],)] and calls["units"] == [(["unit"],)]
     assert [t.title for t in c.tables] == [*TABLES, "cost", "sources", "units"]
-    busbw = c.tables[3]
+    busbw = c.tables[4]
     assert busbw.rows[0][:6] == ("single", "64 MiB", 80.0, "80.00-80.00", 100.0, "100.00-100.00")
-    assert c.tables[5].rows == [("b", "n1", "P2P", "said"), ("a", "n1", "NVLS", "said")]
-    health = {r[0]: r[1:] for r in c.tables[7].rows}
-    assert health["FAIL findings"] == ("none", "HEALTH_MEMBW")
-    train = {r[0]: r[1:] for r in c.tables[8].rows}
+    assert c.tables[6].rows == [("b", "n1", "P2P", "said"), ("a", "n1", "NVLS", "said")]
+    health = {r[0]: r[1:] for r in c.tables[8].rows}
+    assert health["FAIL and WARN findings"] == ("none", "FAIL HEALTH_MEMBW")
+    train = {r[0]: r[1:] for r in c.tables[9].rows}
     assert train["MFU (ratio)"] == (0.5, None)
     assert train["restore"] == ("PASS TRAIN_RESTORE_OK", "not measured")
-    assert c.tables[0].rows == [("b", "GO", 0, 0, 1), ("a", "GO", 0, 0, 1)]
+    assert c.tables[0].rows == [("b", "GO", "fine", 0, 0, 0, 1), ("a", "GO", "fine", 0, 0, 0, 1)]
     assert c.empty_sections == ["environment", "torch.distributed vs nccl-tests", "cost",
                                 "sources", "units"]
+    c.headlines = []
     assert c.as_json() == {
-        "providers": ["b", "a"], "runs": sel.chosen,
-        "verdicts": [{"provider": p, "verdict": "GO",
+        "providers": ["b", "a"], "runs": sel.chosen, "headlines": [], "orders": c.orders,
+        "verdicts": [{"provider": p, "verdict": "GO", "decisive": ["fine"],
                       "reasons": [{"check": "c", "outcome": "ok", "text": "fine",
                                    "evidence": ["e"]}]} for p in "ba"],
         "currencies_apart": ["JPY"], "empty_sections": c.empty_sections,

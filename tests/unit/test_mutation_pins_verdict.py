@@ -69,7 +69,7 @@ def test_nothing_at_all_is_every_line_missing_with_its_own_words() -> None:
     assert v.provider == "p" and v.verdict == "NOT ENOUGH EVIDENCE"
     assert _table(v) == [
         ("card and memory as ordered", "missing", "no preflight checked the card and memory "
-         "against an order (no GPU_MODEL, GPU_MEMORY finding)", ()),
+         "against an order (no GPU_MODEL or GPU_MEMORY finding)", ()),
         ("MIG as ordered", "missing",
          "no node reported its MIG mode (nvidia-smi --query-gpu was not read)", ()),
         ("GPU count as ordered", "missing",
@@ -185,17 +185,50 @@ def test_card_and_count_read_preflight_only_and_topology_every_step() -> None:
     assert _one(V.provider_verdict("p", fs, _ms(*_three()), ENV), "topology as ordered")[0] \
         == "ok"
     fs = [f for f in GOOD if f.code != "GPU_COUNT"] + [_f("GPU_COUNT", step="train")]
-    assert _one(V.provider_verdict("p", fs, _ms(*_three()), ENV), "GPU count as ordered") == (
-        "missing", "no preflight checked the GPU count against an order (no GPU_COUNT finding)",
-        ())
+    # preflight ran but checked no count: the order did not say one (the setup's side)
+    r = {r.check: r for r in V.provider_verdict("p", fs, _ms(*_three()), ENV).reasons}[
+        "GPU count as ordered"]
+    assert (r.outcome, r.text, r.evidence, r.side) == (
+        "not proven", "no preflight checked the GPU count against an order (no GPU_COUNT "
+        "finding)", (), "setup")
+    assert r.fix == "set expect.gpus_per_node in the inventory and rerun `gpuvet preflight`"
 
 
 def test_an_ok_code_that_did_not_pass_is_missing_not_ok() -> None:
-    fs = [f for f in GOOD if f.code != "GPU_MODEL"] + [_f("GPU_MODEL", "INFO")]
+    fs = [f for f in GOOD if f.code not in ("GPU_MODEL", "GPU_MEMORY")] + [_f("GPU_MODEL", "INFO")]
     v = V.provider_verdict("p", fs, _ms(*_three()), ENV)
     assert _one(v, "card and memory as ordered") == (
         "missing", "no preflight checked the card and memory against an order "
-        "(no GPU_MODEL finding)", ())
+        "(no GPU_MODEL or GPU_MEMORY finding)", ())
+
+
+def test_the_card_is_proven_by_either_of_its_findings() -> None:
+    """GPU_MODEL alone (no memory ordered) or GPU_MEMORY alone is the card's evidence: the
+    line is missing only when neither ran."""
+    for code in ("GPU_MODEL", "GPU_MEMORY"):
+        fs = [f for f in GOOD if f.code not in ("GPU_MODEL", "GPU_MEMORY")] + [_f(code)]
+        assert _one(V.provider_verdict("p", fs, _ms(*_three()), ENV),
+                    "card and memory as ordered") == ("ok", f"{code} said so", EV)
+
+
+def test_the_count_cites_only_what_pytorch_saw_wrong_about_the_count() -> None:
+    """TORCH_ORDER names each thing PyTorch saw wrong: a wrong card is the card's line,
+    never the count's, and a wrong count is the count's."""
+    def torch(*wrong: str) -> Finding:
+        return finding("r", "preflight", provider="p", node="n1", code="TORCH_ORDER",
+                       severity="FAIL", message="torch said so", evidence=["t.txt"],
+                       count=1, wrong=list(wrong))
+    card = torch("GPU0 is NVIDIA H100 80GB HBM3, H200 ordered")
+    v = V.provider_verdict("p", GOOD + [card], _ms(*_three()), ENV)
+    assert _one(v, "GPU count as ordered")[0] == "ok"
+    assert _one(v, "card and memory as ordered") == ("no-go", "n1: torch said so", ("r/t.txt",))
+    count = torch("1 GPU(s), 8 ordered")
+    v = V.provider_verdict("p", GOOD + [count], _ms(*_three()), ENV)
+    assert _one(v, "GPU count as ordered")[0] == "no-go"
+    assert _one(v, "card and memory as ordered")[0] == "ok"
+    cuda = torch("CUDA is not available to PyTorch")
+    assert _one(V.provider_verdict("p", GOOD + [cuda], _ms(*_three()), ENV),
+                "GPU count as ordered")[0] == "no-go"
 
 
 def test_every_pass_without_a_file_is_named() -> None:
@@ -294,7 +327,14 @@ def test_one_gpu_is_not_applicable_only_with_its_evidence() -> None:
 @pytest.mark.parametrize("code", V.TRAIN_BROKE)
 def test_each_broken_training_is_no_go(code: str) -> None:
     v = V.provider_verdict("p", GOOD + [_f(code, "FAIL", "train")], _ms(*_three()), ENV)
-    assert _one(v, "the real task ran") == ("no-go", f"n1: {code} said so", EV)
+    if code in V.SETUP_CODES:  # the user's own command, a preset too large: the setup's side
+        r = {r.check: r for r in v.reasons}["the real task ran"]
+        assert (r.outcome, r.text, r.evidence, r.side, r.fix) == (
+            "not proven", f"n1: {code} said so", EV, "setup", V.SETUP_CODES[code])
+        assert v.verdict == "NOT ENOUGH EVIDENCE"
+    else:
+        assert _one(v, "the real task ran") == ("no-go", f"n1: {code} said so", EV)
+        assert v.verdict == "NO-GO"
     v = V.provider_verdict("p", GOOD + [_f(code, "WARN", "train")], _ms(*_three()), ENV)
     assert _one(v, "the real task ran")[0] == "ok"
 
@@ -371,35 +411,50 @@ def test_probes_are_read_for_the_training_runs_known_by_path_only(tmp_path: Path
     assert V.train_probes(fs, {}) == []
 
 
-def test_the_two_tables_compare_prints() -> None:
+def test_the_tables_compare_prints() -> None:
     vs = [V.provider_verdict("p", GOOD, _ms(*_three()), ENV),
           V.provider_verdict("q", [_f("GPU_COUNT", "FAIL", provider="q")], EMPTY, EMPTY)]
     t = V.verdicts_table(vs)
     assert t.title == "verdict per provider"
-    assert t.columns == ("provider", "verdict", "no-go", "missing", "ok")
-    assert t.rows == [("p", "GO", 0, 0, 8), ("q", "NO-GO", 1, 7, 0)]
-    r = V.reasons_table(vs[1:])
+    assert t.columns == ("provider", "verdict", "why", "no-go", "not proven", "missing", "ok")
+    assert t.rows[0][:2] == ("p", "GO") and t.rows[0][3:] == (0, 0, 0, 8)
+    assert t.rows[1][:2] == ("q", "NO-GO") and t.rows[1][3:] == (1, 2, 5, 0)
+    assert t.rows[1][2] == "GPU count as ordered: n1: GPU_COUNT said so (GPU_COUNT)"
+    r = V.reasons_table(vs)
     assert r.title == "verdict reasons"
-    assert r.columns == ("provider", "check", "outcome", "reason", "evidence")
-    assert r.rows[2] == ("q", "GPU count as ordered", "no-go", "n1: GPU_COUNT said so",
-                         "r/nodes/n1/x.txt")
-    assert len(r.rows) == 8 and r.rows[0][:3] == ("q", "card and memory as ordered", "missing")
-    two = V.reasons_table([V.ProviderVerdict("p", "GO", [
-        V.Reason("c", "ok", "t", ("a", "b"))])])
-    assert two.rows == [("p", "c", "ok", "t", "a, b")]
+    assert r.columns == ("provider", "check", "outcome", "side", "reason", "fix", "evidence")
+    # only the lines that are not ok, no-go first, evidence relative to its run
+    assert r.rows[0] == ("q", "GPU count as ordered", "no-go", "provider",
+                         "n1: GPU_COUNT said so", "", "nodes/n1/x.txt")
+    assert [row[2] for row in r.rows] == ["no-go"] + ["not proven"] * 2 + ["missing"] * 5
+    assert all(row[0] == "q" for row in r.rows)
+    folded = V.folded_table(vs)
+    assert folded.rows == [("p", ", ".join(V.CHECKS), "-")]
+    many = V.reasons_table([V.ProviderVerdict("p", "NO-GO", [
+        V.Reason("c", "no-go", "t", ("r/a", "r/b", "r/c", "r/d")), V.Reason("d", "ok", "t")])])
+    assert many.rows == [("p", "c", "no-go", "provider", "t", "", "a, b, c (+1 more)")]
 
 
 def test_run_verdicts_is_each_runs_worst_finding() -> None:
     assert V.run_verdicts(pd.DataFrame()) == {}
-    df = pd.DataFrame([{"run_id": r, "severity": s} for r, s in [
+    df = pd.DataFrame([{"run_id": r, "severity": s, "code": "X"} for r, s in [
         ("a", "PASS"), ("a", "FAIL"), ("a", "WARN"), ("b", "WARN"), ("b", "INFO"),
         ("c", "INFO"), ("c", "PASS"), ("d", "FAIL"), ("e", "INFO")]])
+    # e judged nothing: its findings are all INFO (a health step on a node without a GPU)
     assert V.run_verdicts(df) == {"a": "FAIL", "b": "WARN", "c": "PASS", "d": "FAIL",
-                                  "e": "PASS"}
-    df = pd.DataFrame([{"run_id": "a", "severity": s} for s in ("WARN", "FAIL", "WARN")])
+                                  "e": "NOT MEASURED"}
+    df = pd.DataFrame([{"run_id": "a", "severity": s, "code": "X"} for s in ("WARN", "FAIL",
+                                                                             "WARN")])
     assert V.run_verdicts(df) == {"a": "FAIL"}
     # a PASS or INFO before the WARN ranks below it, whatever the order
-    df = pd.DataFrame([{"run_id": "a", "severity": s} for s in ("PASS", "INFO", "WARN")])
+    df = pd.DataFrame([{"run_id": "a", "severity": s, "code": "X"} for s in ("PASS", "INFO",
+                                                                             "WARN")])
+    assert V.run_verdicts(df) == {"a": "WARN"}
+    # a run whose worst findings are all the setup's says so
+    df = pd.DataFrame([{"run_id": "a", "severity": s, "code": c} for s, c in (
+        ("PASS", "GPU_MODEL"), ("WARN", "CKPT_DIR_UNUSABLE"))])
+    assert V.run_verdicts(df) == {"a": "WARN (setup)"}
+    df.loc[len(df)] = {"run_id": "a", "severity": "WARN", "code": "GPU_BUSY"}
     assert V.run_verdicts(df) == {"a": "WARN"}
 
 
@@ -419,7 +474,8 @@ def test_every_line_joins_two_findings_with_a_semicolon() -> None:
     assert _one(v, "the real task ran") == ("ok", "one; two", both)
     assert _one(v, "checkpoint restored") == ("ok", "one; two", both)
     assert _one(v, "storage persistent") == ("ok", "one; two", both)
-    bad = GOOD + two("TRAIN_OOM", "FAIL", "train") + two("TRAIN_RESTORE_FAILED", "FAIL", "train") \
+    bad = GOOD + two("TRAIN_FAILED", "FAIL", "train") \
+        + two("TRAIN_RESTORE_FAILED", "FAIL", "train") \
         + two("CKPT_DIR_EPHEMERAL", "WARN", "preflight")
     v = V.provider_verdict("p", bad, _ms(*_three()), ENV)
     for check in ("the real task ran", "checkpoint restored", "storage persistent"):

@@ -81,10 +81,15 @@ def test_subjects_asked_for_come_first_in_order_without_repeats() -> None:
     assert subjects(FINDINGS, ["n2", "n3", "n2"]) == ["n2", "n3", "n1", "provider:alpha"]
 
 
-def test_verdict_per_node_is_the_worst_and_a_silent_node_passes() -> None:
-    """A node asked for that produced no finding is listed (PASS), never dropped."""
-    assert verdicts(FINDINGS, ["n3"]) == {"n3": "PASS", "n1": "FAIL", "n2": "PASS",
+def test_verdict_per_node_is_the_worst_and_a_silent_node_is_not_measured() -> None:
+    """A node asked for that produced no finding is listed (NOT MEASURED: nothing was judged,
+    never PASS with 0 checks), never dropped; a node with only INFO findings too."""
+    assert verdicts(FINDINGS, ["n3"]) == {"n3": "NOT MEASURED", "n1": "FAIL", "n2": "PASS",
                                           "provider:alpha": "WARN"}
+    info = finding("r", "health", provider="alpha", node="n4", code="HEALTH_NO_GPU",
+                   severity="INFO", message="no GPU")
+    assert verdicts([info]) == {"n4": "NOT MEASURED"}
+    assert verdict_table([info]).rows == [("n4", "NOT MEASURED", 0, 0, 0)]
     t = verdict_table(FINDINGS, ["n2"])
     assert t.title == "verdict per node"
     assert t.columns == ("node", "verdict", "FAIL", "WARN", "PASS")
