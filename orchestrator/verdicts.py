@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.records import SEVERITY_ORDER, Finding, Severity, worst
+from orchestrator.records import SEVERITY_ORDER, Finding, worst
 
 # Shown in the default findings table whatever their severity: the results a
 # person ran the step for, not only what went wrong.

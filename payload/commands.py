@@ -49,6 +49,9 @@ COMMANDS: List[Command] = [
     Command("nvidia_smi_L", ["nvidia-smi", "-L"], "nvidia-smi-L"),
     Command("nvidia_smi_q_xml", ["nvidia-smi", "-q", "-x"], "nvidia-smi-q-xml", 60.0),
     Command("query_gpu", query_gpu_argv(QUERY_GPU_FIELDS), "nvidia-smi-query-gpu"),
+    # the processes on every GPU with their memory (the table truncates a wide cell)
+    Command("compute_apps", ["nvidia-smi", "--query-compute-apps=gpu_uuid,pid,process_name,"
+                             "used_memory", "--format=csv"], "nvidia-smi-compute-apps"),
     Command("topo_m", ["nvidia-smi", "topo", "-m"], "topo-m"),
     Command("topo_p2p_n", ["nvidia-smi", "topo", "-p2p", "n"], "topo-p2p"),
     Command("nvlink_s", ["nvidia-smi", "nvlink", "-s"], "nvlink-s"),

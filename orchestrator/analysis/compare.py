@@ -38,9 +38,9 @@ STEPS = ("preflight", "health", "nccl", "train")
 COMPLETE = ("passed", "failed")  # finished runs; running/interrupted/error ones are attempts
 BOOTSTRAP = 2000
 SEED = 20250101
-STABLE_FROM = 16 << 20
+STABLE_FROM = 16 << 20  # as the nccl judge: below 16 MiB round-to-round noise is latency
 # tables of the decision that are empty when everything passed (nothing is missing then)
-FOLDED = ("verdict reasons", "checks that passed")  # as the nccl judge: below 16 MiB round-to-round noise is latency
+FOLDED = ("verdict reasons", "checks that passed")
 
 
 class SuiteMismatch(UsageError):

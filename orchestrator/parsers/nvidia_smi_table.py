@@ -88,8 +88,9 @@ class TableProcess(_Model):
     pid: int
     type: str
     name: str
-    memory_mib: int | None
+    memory_mib: int | None  # None: N/A, or a cell nvidia-smi cut short (`memory_truncated`)
     line_no: int
+    memory_truncated: bool = False  # the cell read `12861...`: too wide for the column
 
 
 class NvidiaSmiTableFacts(_Model):
@@ -303,7 +304,7 @@ def _mig_devices(r: _Reader, header: list[str]) -> list[TableMigDevice]:
 
 
 _PROC = re.compile(r"\s*(?P<gpu>\d+)\s+(?:(?P<gi>\S+)\s+(?P<ci>\S+)\s+)?(?P<pid>\d+)\s+"
-                   r"(?P<type>[A-Z+]+)\s+(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A)\s*")
+                   r"(?P<type>[A-Z+]+)\s+(?P<name>.*?)\s+(?P<mem>\d+MiB|N/A|\d*\.\.\.)\s*")
 
 
 def _processes(r: _Reader, header: list[str]) -> list[TableProcess]:
@@ -324,7 +325,8 @@ def _processes(r: _Reader, header: list[str]) -> list[TableProcess]:
             out.append(TableProcess(
                 gpu=int(m["gpu"]), gpu_instance_id=opt(m["gi"]), compute_instance_id=opt(m["ci"]),
                 pid=int(m["pid"]), type=m["type"], name=m["name"],
-                memory_mib=None if m["mem"] == "N/A" else int(m["mem"][:-3]), line_no=n + 1))
+                memory_mib=int(m["mem"][:-3]) if m["mem"].endswith("MiB") else None,
+                line_no=n + 1, memory_truncated=m["mem"].endswith("...")))
     return out
 
 

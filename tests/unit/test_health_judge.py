@@ -154,9 +154,13 @@ def test_a_leftover_process_is_gpu_busy(tmp_path: Path) -> None:
             "GPU-00000000-1111-2222-3333-000000000000, 4242, /usr/bin/python3, 61440 MiB\n")
     sink = _judge(write_node(tmp_path / "n", gpus=2, compute_apps=apps,
                              links=two_gpu_links()))
-    f = _one(sink, "GPU_BUSY", "WARN")
+    f = _one(sink, "GPU_BUSY", "FAIL")  # 60 GiB held by another job: the GPU is not free
     assert "pid 4242" in f.message and "61440 MiB" in f.message and "GPU 0" in f.message
     assert f.details["used_mib"] == 61440
+    small = apps.replace("61440 MiB", "300 MiB")
+    sink = _judge(write_node(tmp_path / "m", gpus=2, compute_apps=small,
+                             links=two_gpu_links()))
+    assert "300 MiB" in _one(sink, "GPU_BUSY", "WARN").message
 
 
 def test_an_nv_pair_at_pcie_speed_fails(tmp_path: Path) -> None:

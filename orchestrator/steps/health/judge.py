@@ -62,7 +62,7 @@ def judge_node(sink: Sink, out: NodeOutput, expect: Expectations) -> dict[str, A
     for g in out.gpus:
         judge_checks.fp8_findings(sink, node, want_fp8, g.name, g.cc, f"GPU {g.entry}",
                                   [g.events_file])
-    judge_counters.judge_busy(sink, out)
+    busy = judge_counters.judge_busy(sink, out)
     judge_counters.judge_counters(sink, out)
     sheet = shipped()
     host_gbps = None
@@ -72,9 +72,12 @@ def judge_node(sink: Sink, out: NodeOutput, expect: Expectations) -> dict[str, A
         judge_checks.judge_phase_errors(sink, out, g)
         judge_checks.judge_sdc(sink, out, g)
         judge_checks.judge_memtest(sink, out, g)
-        judge_perf.judge_memory(sink, out, g, v)
-        judge_perf.judge_matmul(sink, out, g, v)
-        judge_perf.judge_sustained(sink, out, g, v, c)
+        # another process on this GPU: its figures are not the card's (GPU_BUSY)
+        on = next((busy[k] for k in (g.hello.get("uuid"), c.uuid if c else None,
+                                     c.bus_id if c else None, g.entry) if k and k in busy), None)
+        judge_perf.judge_memory(sink, out, g, v, on)
+        judge_perf.judge_matmul(sink, out, g, v, on)
+        judge_perf.judge_sustained(sink, out, g, v, c, on)
         judge_links.judge_pcie(sink, out, g, c, v, expect.pcie)
         gen, width = judge_links.expected_link(c, v, expect.pcie)
         if gen in (1, 2, 3, 4, 5, 6) and width:

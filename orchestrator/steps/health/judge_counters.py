@@ -16,6 +16,7 @@ from pathlib import Path
 from orchestrator.judging.sink import Sink
 from orchestrator.steps.health.counters import CountersDelta, delta
 from orchestrator.steps.health.output import NodeOutput
+from orchestrator.steps.preflight.busy import BUSY_FAIL_MIB
 from payload.health import protocol
 
 
@@ -118,15 +119,21 @@ def _kernel_log(sink: Sink, out: NodeOutput, d: CountersDelta) -> None:
                  line_no=b.line_no)
 
 
-def judge_busy(sink: Sink, out: NodeOutput) -> None:
-    """Processes already holding GPU memory when the step began: the usual OOM."""
+def judge_busy(sink: Sink, out: NodeOutput) -> dict[str, str]:
+    """Processes already holding GPU memory when the step began: another job on the GPU
+    (FAIL above `BUSY_FAIL_MIB` on a GPU, as preflight judges it; WARN below: a monitoring
+    agent), the usual cause of out-of-memory and of figures that are not the card's.
+    Returns, per GPU (its UUID, bus id and index as text), the processes in words, so the
+    figures measured beside them say whose they are."""
     snap = out.before
     if snap is None or snap.apps is None:
-        return
-    apps = [a for a in snap.apps.apps]
+        return {}
+    apps = list(snap.apps.apps)
     if not apps:
-        return
+        return {}
     by_gpu: dict[str, list[str]] = {}
+    held: dict[str, int] = {}
+    keys: dict[str, list[str]] = {}
     for a in apps:
         gpu = a.gpu_uuid or a.gpu_bus_id or "?"
         g = snap.gpus.get(gpu) or next((x for x in snap.gpus.values()
@@ -134,12 +141,23 @@ def judge_busy(sink: Sink, out: NodeOutput) -> None:
         name = f"GPU {g.index}" if g is not None and g.index is not None else gpu
         mib = f"{a.used_mib} MiB" if a.used_mib is not None else "memory unknown"
         by_gpu.setdefault(name, []).append(f"pid {a.pid} {a.process_name or '?'} ({mib})")
+        held[name] = held.get(name, 0) + (a.used_mib or 0)
+        keys[name] = [k for k in (gpu, g.uuid if g else None, g.bus_id if g else None,
+                                  str(g.index) if g is not None and g.index is not None
+                                  else None) if k]
     total = sum(a.used_mib or 0 for a in apps)
-    sink.add("GPU_BUSY", "WARN", f"{out.node}: {len(apps)} process(es) already on the GPUs "
+    big = any(v > BUSY_FAIL_MIB for v in held.values()) or any(a.used_mib is None for a in apps)
+    sink.add("GPU_BUSY", "FAIL" if big else "WARN",
+             f"{out.node}: {len(apps)} process(es) already on the GPUs "
              f"before gpuvet started, holding {total} MiB: " + "; ".join(
                  f"{k}: {', '.join(v)}" for k, v in sorted(by_gpu.items()))
-             + " (the usual cause of out-of-memory on a card of the full size)",
+             + (": another job holds the GPU; the figures measured beside it are not the "
+                "card's. Ask the provider for a free GPU" if big else
+                " (the usual cause of out-of-memory on a card of the full size)"),
              _files(out, "compute-apps"), processes=[{"pid": a.pid, "name": a.process_name,
                                                       "used_mib": a.used_mib,
                                                       "gpu": a.gpu_uuid or a.gpu_bus_id}
                                                      for a in apps], used_mib=total)
+    if not big:
+        return {}
+    return {k: f"{name}: {', '.join(by_gpu[name])}" for name, ks in keys.items() for k in ks}

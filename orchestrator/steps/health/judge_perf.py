@@ -34,18 +34,27 @@ def grade(ratio: float) -> Severity:
 
 def _judge_figure(sink: Sink, code: str, who: str, what: str, value: float, unit: str,
                   paper: float, fraction: float, variant: Variant, g: GpuOutput,
-                  **extra: object) -> None:
+                  busy: str | None = None, **extra: object) -> None:
+    """A figure against what a healthy card reaches. Measured while another process used
+    the GPU (`busy`: the processes in words, GPU_BUSY), a low figure is that process's
+    load, not the card's: WARN, naming the process, never a FAIL of the card."""
     expected = paper * fraction
     ratio = value / expected if expected else 0.0
     sev = grade(ratio)
     text = (f"{who}: {what} {value:.1f} {unit}, {ratio:.2f} of the {expected:.1f} {unit} a "
             f"healthy {variant.name} reaches ({fraction:.3f} of its datasheet {paper:g})")
+    if busy and sev != "PASS":
+        sev = "WARN"
+        text += (f", measured while another process used the GPU ({busy}): not the card's "
+                 "figure (GPU_BUSY); measure again on a free GPU")
+        extra = {**extra, "busy": busy}
     sink.add(code, sev, text, [g.events_file], gpu=g.entry, value=round(value, 3),
              expected=round(expected, 3), ratio=round(ratio, 4), datasheet=paper, achievable=fraction,
              variant=variant.name, **extra)
 
 
-def judge_memory(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None) -> None:
+def judge_memory(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None,
+                 busy: str | None = None) -> None:
     who = f"{out.node} GPU {g.entry}"
     copy, read = g.values("memcopy"), g.values("memread")
     ev = g.done("memcopy")
@@ -59,14 +68,15 @@ def judge_memory(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None) -
     if isinstance(copy.get("copy_gbps"), (int, float)):
         _judge_figure(sink, "HEALTH_MEMBW", who, "device copy (read + written)",
                       float(copy["copy_gbps"]), "GB/s", v.memory_gbps,
-                      v.achievable.memory_copy, v, g, measure="copy")
+                      v.achievable.memory_copy, v, g, busy, measure="copy")
     if isinstance(read.get("read_gbps"), (int, float)):
         _judge_figure(sink, "HEALTH_MEMBW", who, "read-only pass",
                       float(read["read_gbps"]), "GB/s", v.memory_gbps,
-                      v.achievable.memory_read, v, g, measure="read")
+                      v.achievable.memory_read, v, g, busy, measure="read")
 
 
-def judge_matmul(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None) -> None:
+def judge_matmul(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None,
+                 busy: str | None = None) -> None:
     who = f"{out.node} GPU {g.entry}"
     vals = g.values("matmul")
     ev = g.done("matmul")
@@ -83,12 +93,12 @@ def judge_matmul(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None) -
             continue
         _judge_figure(sink, "HEALTH_MATMUL", who, f"{PRECISION_NAMES[prec]} products "
                       f"(burst, n={((ev or {}).get('params') or {}).get('n')})", float(val),
-                      "TFLOP/s", paper, getattr(v.achievable, prec), v, g,
+                      "TFLOP/s", paper, getattr(v.achievable, prec), v, g, busy,
                       precision=prec)
 
 
 def judge_sustained(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None,
-                    counters: GpuCounters | None) -> None:
+                    counters: GpuCounters | None, busy: str | None = None) -> None:
     vals = g.values("sustained")
     if not vals:
         return
@@ -110,7 +120,7 @@ def judge_sustained(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None
     grew = counters_reasons(out, counters)
     reasons = sorted(set(seen) | set(grew))
     hot = [r for r in reasons if r in THERMAL]
-    sev: Severity = "PASS" if rel >= WARN_BELOW else ("FAIL" if hot else "WARN")
+    sev: Severity = "PASS" if rel >= WARN_BELOW else ("FAIL" if hot and not busy else "WARN")
     why = (f"clock event reasons during the load: {', '.join(reasons)}" if reasons
            else "no clock event reason recorded" if out.reason_samples.get(index or -1)
            else "the clock event reasons were not sampled")

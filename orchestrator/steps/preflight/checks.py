@@ -20,6 +20,7 @@ from orchestrator.judging.storage import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts
 from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts
+from orchestrator.steps.preflight.busy import check_busy
 from orchestrator.steps.preflight.facts import NodeFacts, Result, gpu_outputs, gpu_views
 from orchestrator.steps.preflight.gpu import check_driver, check_gpus, check_health
 from orchestrator.steps.preflight.gpu_state import check_fabric_state, check_torch_order
@@ -121,7 +122,7 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
 
 NODE_CHECKS: list[Callable[[NodeFacts, Expectations, PreflightParams], list[Result]]] = [
     check_driver, check_gpus, check_topology, check_health, check_torch, check_build_tools,
-    check_fabric, check_storage, check_torch_order, check_fabric_state,
+    check_fabric, check_storage, check_torch_order, check_fabric_state, check_busy,
 ]
 
 
