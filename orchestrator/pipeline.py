@@ -18,8 +18,9 @@ import fcntl
 import json
 import os
 import socket
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,7 @@ class Outcome:
     steps: list[str] = field(default_factory=list)
     evaluation: Evaluation | None = None
     findings: list[Finding] = field(default_factory=list)  # the regress findings
+    warm_failures: dict[str, str] = field(default_factory=dict)  # builds beside health
 
 
 def wants_train(suite: Suite, flag: bool | None) -> bool:
@@ -156,6 +158,28 @@ def wants_fleet(suite: Suite, flag: bool | None) -> bool:
     if flag is not None:
         return flag
     return suite.fleet is not None
+
+
+class Warm:
+    """Work started beside a step in a thread of its own (the nccl-tests builds beside the
+    health step); `join` waits for it and returns what failed per node, never raises:
+    the step that needs the work does it again and judges its failure."""
+
+    def __init__(self, fn: Callable[[], dict[str, str]]) -> None:
+        self.failures: dict[str, str] = {}
+        self._fn = fn
+        self._thread = threading.Thread(target=self._run, name="gpuvet-warm", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.failures = self._fn()
+        except Exception as exc:  # the step itself builds again and says why it failed
+            self.failures = {"*": f"{type(exc).__name__}: {exc}"}
+
+    def join(self, timeout: float | None = None) -> dict[str, str]:
+        self._thread.join(timeout)
+        return self.failures
 
 
 def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
@@ -177,7 +201,17 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
     if health:
-        health_step.run_health(inv, nodes, run, suite, pool=pool, progress=shown("health"))
+        # nccl-tests builds on the CPU while health loads the GPUs; the nccl step then
+        # finds its build in the node's cache (joined before the step: never two builds
+        # of one commit in one cache at once)
+        warm = Warm(lambda: nccl_step.warm_builds(nodes, run, suite, pool,
+                                                  concurrency=inv.settings.concurrency))
+        try:
+            health_step.run_health(inv, nodes, run, suite, pool=pool, progress=shown("health"))
+        except BaseException:  # an interrupt killed the builds with every command in flight
+            warm.join(timeout=60)
+            raise
+        out.warm_failures = warm.join()
         out.steps.append("health")
     nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=shown("nccl"))
     out.steps.append("nccl")

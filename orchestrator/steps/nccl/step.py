@@ -333,3 +333,26 @@ def _judge(outcome: NcclOutcome, run: Run, inv: Inventory, suite: Suite, s: Seri
     fs, ms = judge_series(s, run, inv, suite)
     outcome.findings += fs
     outcome.measurements += ms
+
+
+def warm_builds(nodes: list[Node], run: Run, suite: Suite, pool: ExecutorPool, *,
+                concurrency: int = 32) -> dict[str, str]:
+    """Build nccl-tests on every node into its cache (the same build the step makes, keyed
+    by commit, CUDA, NCCL, MPI and GPU arch), so the step's own build is then a cache hit.
+
+    The pipeline runs this beside the health step: a build needs only the CPU, while
+    health loads the GPUs. A node whose build fails here is built (and its failure
+    judged) again by the step itself; what went wrong is returned per node for the
+    log, never judged here. The build documents are kept as
+    `nodes/<node>/nccl/prebuild/build.json`."""
+    if not nodes:
+        return {}
+    archive = nccltests.source_archive(suite.nccl, run.dir / ".staging")
+
+    def one(n: Node) -> None:
+        out_dir = run.node_dir(n.name, STEP) / "prebuild"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        nccltests.build(pool(n), suite.nccl, archive, run.dir / ".staging", out_dir)
+
+    res = fanout(nodes, one, concurrency=concurrency)
+    return {name: str(exc) for name, exc in res.failures.items()}
