@@ -128,6 +128,11 @@ class Job:
         startup.init_group(dist, self.backend, self.device if cuda else None,
                     float(cfg["collective_timeout_s"]))
         laps.lap("process_group")
+        # started ahead of its turn: hold here until the phase before it is over
+        self.gate_t = startup.wait_gate(dict(os.environ), float(os.environ.get(
+            "GPUVET_TRAIN_GATE_TIMEOUT", "3600")))
+        if self.gate_t is not None:
+            laps.lap("gate_wait")
         self.autocast = cuda and cfg["dtype"] == "bf16"
         random.seed(int(cfg["seed"]) + self.rank)
         torch.manual_seed(int(cfg["seed"]))  # identical initial weights on every rank
@@ -342,7 +347,7 @@ def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[startup.Laps] 
         autocast_bf16=job.autocast, deterministic=job.det, versions=versions, config=cfg,
         params=config.param_count(cfg), flops_per_token=config.flops_per_token(cfg),
         local_rank=int(os.environ.get("LOCAL_RANK", "0")),
-        node_hostid=os.environ.get("NCCL_HOSTID"))
+        node_hostid=os.environ.get("NCCL_HOSTID"), gate_open_t=job.gate_t)
     log(protocol.WARMUP, seconds=round(job.warm_up(), 4))
     if args.phase == "restore":
         info = job.restore()
@@ -383,6 +388,9 @@ def main(args: Any) -> int:
     oom = getattr(torch.cuda, "OutOfMemoryError", None)
     try:
         rc = run(args, cfg, log, clock)
+    except startup.GateStopped as exc:  # started ahead and not needed: not a failure
+        log(protocol.ERROR, kind="gate_stopped", message=str(exc))
+        rc = protocol.RC_GATE_STOPPED
     except Exception as exc:  # the record says why; torchrun reports the exit status
         kind = "oom" if (oom is not None and isinstance(exc, oom)) or \
             "out of memory" in str(exc) else "exception"

@@ -30,6 +30,7 @@ RC_NONFINITE = 4
 RC_OOM = 5
 RC_NO_CHECKPOINT = 6
 RC_RESTORE_MISMATCH = 7
+RC_GATE_STOPPED = 8  # started ahead of its turn and told not to run
 
 PHASES = ("reference", "kill", "restore")
 # where the kill phase is SIGKILLed: after a step; when a later save begins (on a large

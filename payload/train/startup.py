@@ -147,3 +147,37 @@ def init_group(dist: Any, backend: str, device: Any, timeout_s: float) -> None:
         except TypeError:  # torch before 2.3 has no device_id
             pass
     dist.init_process_group(backend, **kwargs)
+
+
+GATE_ENV = "GPUVET_TRAIN_GATE"  # a file: the launch waits for it to say "go" (or "stop")
+GATE_POLL_S = 0.02
+
+
+class GateStopped(Exception):
+    """The launch was started ahead and then told not to run (the phase before it failed),
+    or its gate was never opened in time."""
+
+
+def wait_gate(env: Dict[str, str], timeout_s: float) -> Optional[float]:
+    """A launch started ahead of its turn (the next phase while the previous one still
+    runs on the GPU) holds here, after the interpreter, torch, the CUDA context and the
+    process group, and before it allocates anything of its own: the GPU cannot hold two
+    jobs. The controller writes "go" into the gate file when the previous phase is over,
+    or "stop". Returns when it opened (None without a gate)."""
+    path = env.get(GATE_ENV)
+    if not path:
+        return None
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            with open(path) as f:
+                said = f.read().strip()
+        except OSError:
+            said = ""
+        if said == "go":
+            return time.time()
+        if said == "stop":
+            raise GateStopped("told to stop before it ran (the phase before it failed)")
+        if time.time() > deadline:
+            raise GateStopped("its gate was not opened within %.0f s" % timeout_s)
+        time.sleep(GATE_POLL_S)

@@ -62,6 +62,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--command", help="the user's own training command (shell), instead of "
                    "the built-in task")
     p.add_argument("--resume-flag", help="appended to --command in the restore phase")
+    p.add_argument("--gate", help="started ahead of its turn: the ranks hold, before they "
+                   "allocate, until this file says go (or stop)")
 
 
 class Stopped(Exception):
@@ -186,6 +188,9 @@ def _job_env(args: Any) -> Dict[str, str]:
         # where your own command keeps its checkpoints, to be found again on a relaunch
         env["GPUVET_CKPT_DIR"] = args.ckpt_dir
         os.makedirs(args.ckpt_dir, exist_ok=True)
+    if getattr(args, "gate", None):
+        env["GPUVET_TRAIN_GATE"] = args.gate
+        env["GPUVET_TRAIN_GATE_TIMEOUT"] = str(args.timeout)
     return env
 
 

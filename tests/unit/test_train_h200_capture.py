@@ -116,6 +116,9 @@ def replay(name: str, tmp: Path) -> Replayed:
     scripts = {n.name: Script().on(re.compile(r" train-probe "), reply=probe(n.name))
                .on(re.compile(r" train-supervise "), reply=supervise(n.name))
                .on(re.compile(r"^rm -rf /tmp/gpuvet-local/\S+/gpuvet-train/"), rc=0)
+               # the gates of the launches started ahead of their turn
+               .on(re.compile(r"^mkdir -p \S+ && printf (go|stop) > \S+\.gate\.tmp && mv -f "),
+                   rc=0)
                for n in nodes}
     pool = scripted_pool(scripts, files=files)
     train.run_train(inv, nodes, run, suite, pool=cast(ExecutorPool, pool))
@@ -238,11 +241,19 @@ def test_rejudging_the_capture_writes_what_the_host_wrote(runs: dict[str, Replay
     # the suite written next to the run is the one it ran with
     own = load_suite(SUITE_FILE[name])
     assert own.hash == r.suite.hash == r.run.meta.suite_hash
-    # the step asked each node for the three phases, in order, and cleaned up after itself
+    # the step asked each node for the three phases (the next one started ahead of its
+    # turn, held at its gate, then told to go), and cleaned up after itself
     for ex in r.pool.executors.values():
-        phases = [c.command.split("--phase ", 1)[1].split()[0] for c in ex.calls
-                  if " train-supervise " in c.command]
-        assert phases == (["reference", "kill", "restore"] * (2 if name == SIM else 1))
+        sup = [c.command for c in ex.calls if " train-supervise " in c.command]
+        phases = [c.split("--phase ", 1)[1].split()[0] for c in sup]
+        assert sorted(phases) == sorted(["reference", "kill", "restore"]
+                                        * (2 if name == SIM else 1))
+        # a single-node unit's kill and restore are started ahead; a multi-node unit's never
+        assert all((" --gate " in c) == (" --phase reference " not in c and "/multi-" not in c)
+                   for c in sup)
+        gates = [c.command for c in ex.calls if ".gate.tmp" in c.command]
+        assert len(gates) == 2  # the kill and the restore that run on this node
+        assert all(" printf go > " in g for g in gates)
         # the one-GPU run kept its checkpoints (keep_checkpoints) to time their hashing
         assert sum(c.command.startswith("rm -rf ") for c in ex.calls) >= (name != ONE)
 

@@ -36,7 +36,11 @@ def restart_parts(out: PhaseOutput) -> dict[str, float]:
             parts["launch_s"] = float(start["launch_s"])
         init = start.get("init_s")
         if isinstance(init, dict) and init:
-            parts["init_s"] = round(sum(float(v) for v in init.values()), 4)
+            # a launch started ahead of its turn waited at its gate: not relaunch time
+            parts["init_s"] = round(sum(float(v) for k, v in init.items()
+                                        if k != "gate_wait"), 4)
+            if isinstance(init.get("gate_wait"), (int, float)):
+                parts["gate_wait_s"] = float(init["gate_wait"])
     if warm is not None and isinstance(warm.get("seconds"), (int, float)):
         parts["warmup_s"] = float(warm["seconds"])
     if loaded is not None:
@@ -241,6 +245,11 @@ def restart(sink: Sink, earlier: Earlier, out: PhaseOutput, got: dict[int, dict[
     start = out.nodes[0].supervise.get("start_time")
     if not deaths or not start:
         return
+    # a restore started ahead (held at its gate while the kill phase ran) relaunches from
+    # the moment its gate opened: its interpreter, torch and CUDA context were ready
+    opened = (out.first(protocol.START) or {}).get("gate_open_t")
+    if isinstance(opened, (int, float)) and float(opened) > float(start):
+        start = opened
     relaunch = float(got[K + 1]["t"]) - float(start)
     sink.measure("restart_s", max(deaths) + relaunch, "s", dying_s=max(deaths),
                  relaunch_to_first_step_s=relaunch, **restart_parts(out))

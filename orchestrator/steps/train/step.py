@@ -29,6 +29,7 @@ import re
 import shlex
 import shutil
 import socket
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,9 +154,13 @@ class Job:
     master: str = "127.0.0.1"
     port: int = 29500
     extra: list[str] = field(default_factory=list)
+    gate: str | None = None  # started ahead of its turn: held until this file says go
 
     def remote_out(self, run: Run) -> str:
         return f"{self.node.work_dir.rstrip('/')}/train-runs/{run.run_id}/{self.unit}/{self.phase}"
+
+    def gate_path(self, run: Run) -> str:
+        return f"{self.remote_out(run)}.gate"
 
 
 def ckpt_root(node: Node, run: Run, unit: str) -> str:
@@ -174,7 +179,9 @@ def _supervise_args(job: Job, run: Run, params: TrainParams) -> list[str]:
         return [*args, f"--command={params.command}",
                 *([f"--resume-flag={params.resume_flag}"] if params.resume_flag else []),
                 *job.extra]
-    return [*args, "--params", json.dumps(params.payload_params(), sort_keys=True), *job.extra]
+    gate = ["--gate", job.gate] if job.gate else []
+    return [*args, "--params", json.dumps(params.payload_params(), sort_keys=True), *gate,
+            *job.extra]
 
 
 def phase_extra(params: TrainParams, phase: str) -> list[str]:
@@ -232,6 +239,51 @@ def run_phase(pool: ExecutorPool, run: Run, suite: Suite,
     group = fanout([j.node for j in jobs], lambda n: run_job(pool, run, suite, by_node[n.name]),
                    concurrency=max(1, len(jobs)))
     return [j for j in jobs if j.node.name in group.results], group.failures
+
+
+class Ahead:
+    """The jobs of the next phase started while the current one still runs: torchrun, the
+    interpreter, torch, the CUDA context and the process group are ready when the GPU
+    frees, and each job's ranks hold at their gate until `open` says go (or stop, for a
+    unit whose phase before failed). About 12 s of every relaunch on an H100 (torchrun
+    3 s, import torch 3 s, the CUDA context 4 s, compile set-up 2 s) leave the critical
+    path (docs/training.md, "Launches started ahead")."""
+
+    def __init__(self, pool: ExecutorPool, run: Run, suite: Suite, jobs: list[Job]) -> None:
+        self.pool, self.run, self.jobs = pool, run, jobs
+        for j in jobs:
+            j.gate = j.gate_path(run)
+        self.result: tuple[list[Job], dict[str, GpuvetError]] | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._work, args=(suite,), daemon=True,
+                                        name="gpuvet-train-ahead")
+        self._thread.start()
+
+    def _work(self, suite: Suite) -> None:
+        try:
+            self.result = run_phase(self.pool, self.run, suite, self.jobs)
+        except BaseException as exc:  # handed to the caller in wait()
+            self.error = exc
+
+    def open(self, go: set[str]) -> None:
+        """Say go to the jobs of the units in `go`, stop to the others."""
+        def one(n: Node) -> None:
+            for j in self.jobs:
+                if j.node.name != n.name or not j.gate:
+                    continue
+                word = "go" if j.unit in go else "stop"
+                gate, tmp = shlex.quote(j.gate), shlex.quote(j.gate + ".tmp")
+                self.pool(n).run(f"mkdir -p {shlex.quote(str(Path(j.gate).parent))} && "
+                                 f"printf {word} > {tmp} && mv -f {tmp} {gate}", timeout=60)
+        nodes = list({j.node.name: j.node for j in self.jobs}.values())
+        fanout(nodes, one, concurrency=max(1, len(nodes)))
+
+    def wait(self) -> tuple[list[Job], dict[str, GpuvetError]]:
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+        assert self.result is not None
+        return self.result
 
 
 def _free_port() -> int:
@@ -317,9 +369,13 @@ class Step:
             self.storage(judges[p.node.name], p, [q for q in provider_nodes if q is not p])
         alive = list(names)
         saved_on: dict[str, Node] = {}
-        for phase in ("reference", "kill", "restore"):
-            if phase != "reference" and (params.command and params.resume_flag is None):
-                break
+        phases: tuple[str, ...] = ("reference", "kill", "restore")
+        if params.command and params.resume_flag is None:
+            phases = ("reference",)
+        # the user's own command holds at no gate: its phases run one after the other
+        ahead_ok = not params.command
+
+        def jobs_of(phase: str) -> list[Job]:
             jobs = []
             for i, owner in enumerate(names):
                 if owner not in alive:
@@ -328,11 +384,36 @@ class Step:
                 local = run.node_dir(owner, STEP) / phase / runner.name
                 jobs.append(Job(owner, runner, phase, local, ckpt_root(runner, run, owner),
                                 extra=phase_extra(params, phase)))
+            return jobs
+
+        ahead: Ahead | None = None
+        for k, phase in enumerate(phases):
+            jobs = ahead.jobs if ahead is not None else jobs_of(phase)
             stage.note(f"{phase} on " + ", ".join(
                 j.node.name if j.unit == j.node.name else f"{j.node.name} ({j.unit}'s checkpoint)"
                 for j in jobs))
             with stage("execute"):
-                done, failures = run_phase(self.pool, run, self.suite, jobs)
+                current = ahead
+                nxt = phases[k + 1] if k + 1 < len(phases) else None
+                if current is None:
+                    # the next phase's launches start now and hold at their gates
+                    ahead = Ahead(self.pool, run, self.suite, jobs_of(nxt)) \
+                        if nxt and ahead_ok else None
+                    try:
+                        done, failures = run_phase(self.pool, run, self.suite, jobs)
+                    except BaseException:
+                        if ahead is not None:
+                            ahead.open(set())
+                        raise
+                else:
+                    ahead = Ahead(self.pool, run, self.suite, jobs_of(nxt)) \
+                        if nxt and ahead_ok else None
+                    try:
+                        done, failures = current.wait()
+                    except BaseException:
+                        if ahead is not None:
+                            ahead.open(set())
+                        raise
             with stage("judge"):
                 for j in jobs:
                     jd = judges[j.unit]
@@ -346,6 +427,8 @@ class Step:
                         alive.remove(j.unit)
                     if phase == "kill":
                         saved_on[j.unit] = j.node
+            if ahead is not None:
+                ahead.open(set(alive))
         _cleanup(self.pool, run, params, [(p.node, ckpt_root(p.node, run, p.node.name))
                                           for p in group])
         return combined([jd.sink for jd in judges.values()], {"nodes": names})
