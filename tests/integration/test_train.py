@@ -90,12 +90,15 @@ def test_each_node_restores_the_others_checkpoint(cluster: Cluster, tmp_path: Pa
     restarts = {m.nodes[0]: m for m in run.measurements() if m.metric == "restart_s"}
     for n in NODES:
         assert ms[("steps_lost", n)] == 2 and ms[("restart_s", n)] > 0
-        # where the restart went, as the restoring ranks timed it: torchrun's launch, the
-        # start-up stages, the warm-up pass, finding, verifying and loading the checkpoint
+        # where the restart went, as the restoring ranks timed it. The restore was started
+        # while the kill phase ran and held at its gate: torchrun, torch and the process
+        # group were ready (ahead_s); the stages after the gate, the warm-up pass, finding,
+        # verifying and loading the checkpoint are the relaunch
         parts = restarts[n].tags
-        assert set(parts) >= {"launch_s", "init_s", "warmup_s", "verify_s", "load_s"}
+        assert set(parts) >= {"ahead_s", "gate_wait_s", "init_s", "warmup_s", "verify_s",
+                              "load_s"} and "launch_s" not in parts
         assert 0 < parts["verify_s"] < parts["load_s"]
-        assert 0 < parts["launch_s"] + parts["init_s"] + parts["warmup_s"] + parts[
+        assert 0 < parts["init_s"] + parts["warmup_s"] + parts[
             "load_s"] < parts["relaunch_to_first_step_s"]
         # the headline speed from the steps after the verified ones, out of deterministic
         # mode; the verified steps' own figures beside it

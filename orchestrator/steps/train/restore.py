@@ -23,6 +23,11 @@ from orchestrator.suite import TrainParams
 from payload.train import protocol
 
 
+# the start-up stages a rank runs before its gate (payload/train/loop.py: Job); the record
+# keeps them by name, not in order
+BEFORE_GATE = ("import_torch", "cuda_context", "process_group")
+
+
 def restart_parts(out: PhaseOutput) -> dict[str, float]:
     """Where a relaunch's seconds went, from rank 0's own records: torchrun and the
     interpreter (launch_s), torch import, CUDA, process group, model, compile set-up,
@@ -36,11 +41,16 @@ def restart_parts(out: PhaseOutput) -> dict[str, float]:
             parts["launch_s"] = float(start["launch_s"])
         init = start.get("init_s")
         if isinstance(init, dict) and init:
-            # a launch started ahead of its turn waited at its gate: not relaunch time
-            parts["init_s"] = round(sum(float(v) for k, v in init.items()
-                                        if k != "gate_wait"), 4)
-            if isinstance(init.get("gate_wait"), (int, float)):
+            names = [k for k in init if k != "gate_wait"]
+            if "gate_wait" in init:
+                # started ahead of its turn: what ran before the gate (torchrun, torch, the
+                # CUDA context, the process group) was done while the kill phase ran, and
+                # only the stages after it are on the relaunch's path
                 parts["gate_wait_s"] = float(init["gate_wait"])
+                parts["ahead_s"] = round(parts.pop("launch_s", 0.0) + sum(
+                    float(init[k]) for k in names if k in BEFORE_GATE), 4)
+                names = [k for k in names if k not in BEFORE_GATE]
+            parts["init_s"] = round(sum(float(init[k]) for k in names), 4)
     if warm is not None and isinstance(warm.get("seconds"), (int, float)):
         parts["warmup_s"] = float(warm["seconds"])
     if loaded is not None:

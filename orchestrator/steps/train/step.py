@@ -416,6 +416,8 @@ class Step:
                         raise
             with stage("judge"):
                 for j in jobs:
+                    if j.unit not in alive:  # started ahead, then told to stop: not run
+                        continue
                     jd = judges[j.unit]
                     if j.node.name in failures:
                         _launch_failed(jd, phase, j.node.name, failures[j.node.name], j.local_dir)
