@@ -22,7 +22,6 @@ from orchestrator.steps.train.throughput import nondeterministic
 from orchestrator.suite import TrainParams
 from payload.train import protocol
 
-
 # the start-up stages a rank runs before its gate (payload/train/loop.py: Job); the record
 # keeps them by name, not in order
 BEFORE_GATE = ("import_torch", "cuda_context", "process_group")
