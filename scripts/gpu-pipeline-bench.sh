@@ -12,7 +12,7 @@ set -u
 OUT=${OUT:-/tmp/gpuvet-pipeline-bench}
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu-env.sh"
-R=$OUT/results W=/root/gpuvet-bench
+R=$OUT/results W=${WORK:-/tmp/gpuvet-bench}
 rm -rf "$W" "$R"; mkdir -p "$W"
 card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$card" in *H200*) model=H200 ;; *H100*) model=H100 ;; *) model="$card" ;; esac
@@ -45,12 +45,13 @@ INV=$OUT/inventory.yaml SUITE=$OUT/suite.yaml
 gv() { "$PY" -m orchestrator "$@"; }
 {
 echo "card: $card; $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1)"
+for i in $(seq 1 "${RUNS:-1}"); do
 t0=$(date +%s.%N)
-gv pipeline -i "$INV" --suite "$SUITE" --results "$R" --json > "$OUT/pipeline.json" \
-  2> "$OUT/pipeline.stderr"
+gv pipeline -i "$INV" --suite "$SUITE" --results "$R" --json > "$OUT/pipeline$i.json" \
+  2> "$OUT/pipeline$i.stderr"
 rc=$?
 t1=$(date +%s.%N)
-echo "pipeline rc=$rc wall=$("$PY" -c "print(round($t1 - $t0, 1))") s"
+echo "pipeline $i rc=$rc wall=$("$PY" -c "print(round($t1 - $t0, 1))") s"
 "$PY" - "$R" "$t0" <<'PY'
 import json, pathlib, sys
 root, t0 = pathlib.Path(sys.argv[1]), float(sys.argv[2])
@@ -78,8 +79,15 @@ ms = [json.loads(l) for l in (run / "measurements.jsonl").read_text().splitlines
 for m in ms:
     if m["metric"] in ("restart_s", "mfu", "deterministic_mfu", "ckpt_save_s", "ckpt_load_s",
                        "step_time_s"):
-        print(f"  {m['metric']} = {m['value']:.4g} {m['unit']}")
+        print(f"  {m['metric']} = {m['value']:.4g} {m['unit']}",
+              {k: v for k, v in m["tags"].items() if k.endswith("_s")}
+              if m["metric"] == "restart_s" else "")
+for sup in sorted((run / "nodes" / "gpu1" / "train").glob("*/gpu1/supervise.json")):
+    d = json.loads(sup.read_text())
+    print(f"  {sup.parts[-3]:9s} supervise {d.get('start_time', 0) - t0:6.1f} s to "
+          f"{d.get('end_time', 0) - t0:6.1f} s after the pipeline's start")
 PY
+done
 # the busy GPU: another tenant's job holding 60 GiB and computing
 "$PY" - <<'PY' > "$OUT/hog.txt" 2>&1 &
 import torch, time
@@ -110,5 +118,8 @@ for name in ("busy-preflight.json", "busy-health.json"):
             print("  ", name.split(".")[0], f["severity"], f["code"], f["message"][:260])
 PY
 } 2>&1 | tee "$OUT/table.txt"
-tar czf "$OUT/results.tar.gz" -C "$OUT" results inventory.yaml suite.yaml pipeline.json \
-  pipeline.stderr busy-preflight.json busy-health.json 2>/dev/null
+tar czf /tmp/results.tar.gz -C "$OUT" results inventory.yaml suite.yaml $(cd "$OUT" && ls \
+  pipeline*.json pipeline*.stderr busy-*.json busy-*.stderr 2>/dev/null)
+# what comes back: the table and the run folders, nothing else (the device tool returns few files)
+find "$OUT" -mindepth 1 -maxdepth 1 ! -name table.txt -exec rm -rf {} +
+mv /tmp/results.tar.gz "$OUT/"

@@ -94,3 +94,18 @@ def test_thresholds_as_documented() -> None:
     assert B.BUSY_FAIL_MIB == 1024 and B.IDLE_USED_MIB == 512
     doc = (Path(__file__).resolve().parents[2] / "docs" / "health.md").read_text()
     assert "1024 MiB" in doc and "GPU_BUSY" in doc
+
+
+GATED = Path(__file__).resolve().parents[1] / "fixtures" / "h100x1-gated"
+
+
+def test_the_busy_capture_after_the_change_judges_the_same() -> None:
+    """The quick health run on the device beside a process holding 62 GiB, captured with
+    this version: the same judgement from its own folder."""
+    sink = _sink()
+    folder = GATED / "20261206-064546-d500" / "nodes" / "gpu1" / "health"
+    judge_node(sink, read_output(folder, "h100-n1"), Expectations(gpu_model="H100"))
+    assert [f.severity for f in sink.findings if f.code == "GPU_BUSY"] == ["FAIL"]
+    assert not [f for f in sink.findings if f.code.startswith("HEALTH_") and f.severity == "FAIL"]
+    assert any(f.code == "HEALTH_MATMUL" and f.severity == "WARN" and "pid 3542 python3"
+               in f.message for f in sink.findings)
