@@ -189,7 +189,7 @@ class Catalog:
         if memory_mib and sms:
             gb = memory_mib * 1.048576 / 1000  # MiB as the datasheet's GB
             cards = tuple(c for c in self.cards if c.sms == sms and any(
-                0.9 <= gb / size <= 1.1 for size in (c.memory_gb or 0, *c.memory_also) if size))
+                0.97 <= gb / size <= 1.1 for size in (c.memory_gb or 0, *c.memory_also) if size))
             if cards:
                 return Identified(cards, f"by its memory ({memory_mib / 1024:.0f} GiB) and SM "
                                   f"count ({sms})")
