@@ -141,13 +141,14 @@ class Datasheet(_Model):
     achievable: Achievable
     measured_on: str
 
-    def for_name(self, gpu_name: str | None) -> Variant | None:
-        """The variant a name (reported or ordered) places on, where it places on exactly
-        one with a datasheet (gpunames' rules, as MFU and the preflight checks read them);
-        None for a name that leaves several open (a bare "A100") or none."""
+    def for_name(self, gpu_name: str | None, order: bool = False) -> Variant | None:
+        """The variant a name places on, where it places on exactly one with a datasheet
+        (gpunames' rules, as MFU and the preflight checks read them); None for a name that
+        leaves several open (a bare "A100", an order "H200": SXM or NVL) or none. An order is
+        placed as orders are (a bare family leaves the form factor open)."""
         if not gpu_name:
             return None
-        return self.for_cards(gpunames.place(gpu_name, strict=False).cards)
+        return self.for_cards(gpunames.place(gpu_name, strict=order).cards)
 
     def for_cards(self, cards: tuple[gpunames.Card, ...]) -> Variant | None:
         if len(cards) != 1:

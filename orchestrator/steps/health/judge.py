@@ -74,7 +74,7 @@ def judge_node(sink: Sink, out: NodeOutput, expect: Expectations) -> dict[str, A
                if isinstance(g.hello.get("total_bytes"), (int, float)) else None)
         sms = g.hello.get("sms") if isinstance(g.hello.get("sms"), int) else None
         ident = gpunames.identify(g.name, None, mib, sms)
-        v = sheet.for_cards(ident.cards) or sheet.for_name(expect.gpu_model)
+        v = sheet.for_cards(ident.cards) or sheet.for_name(expect.gpu_model, order=True)
         judge_checks.judge_phase_errors(sink, out, g)
         judge_checks.judge_sdc(sink, out, g)
         judge_checks.judge_memtest(sink, out, g)

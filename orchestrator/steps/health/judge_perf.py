@@ -118,7 +118,8 @@ def judge_sustained(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None
            else "the clock event reasons were not sampled")
     sink.add("HEALTH_SUSTAINED", sev, f"{who}: sustained bf16 {float(rate or 0):.1f} TFLOP/s "
              f"over {((g.done('sustained') or {}).get('params') or {}).get('window_s')} s, "
-             f"{ratio:.2f} of the burst (a healthy card holds {healthy:.2f}); {why}",
+             f"{ratio:.2f} of the burst (a healthy card holds {healthy:.2f}"
+             f"{v.fraction_note if v is not None else ''}); {why}",
              [out.folder / "gpu-reasons.csv", g.events_file], gpu=g.entry,
              ratio=round(ratio, 4), healthy_ratio=round(healthy, 4), reasons=reasons,
              thermal=bool(hot), min_tflops=vals.get("min_tflops"),

@@ -124,7 +124,7 @@ def name_variant(m: Measured, ordered: str | None = None,
                  sheet: Datasheet | None = None) -> Naming:
     """The datasheet variant these measurements fit best, and a line that says so."""
     sheet = sheet or shipped()
-    want = sheet.for_name(ordered) if ordered else None
+    want = sheet.for_name(ordered, order=True) if ordered else None
     allowed = tuple(c.name for c in gpunames.place(ordered).cards
                     if sheet.variant(c.name) is not None) if ordered else ()
     candidates = list(sheet.variants)
