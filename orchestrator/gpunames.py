@@ -101,7 +101,9 @@ class Catalog:
 
     @functools.cached_property
     def _exact(self) -> dict[str, Card]:
-        return {_squash(n): c for c in self.cards for n in c.smi_names}
+        """The names nvidia-smi prints, and the labels gpuvet writes (an order may copy one
+        from the inventory check's list), each its one variant."""
+        return {_squash(n): c for c in self.cards for n in (*c.smi_names, c.label)}
 
     @functools.cached_property
     def _families(self) -> dict[str, str]:
@@ -215,6 +217,8 @@ def pci_device(value: str | None) -> str | None:
 
 
 def _label(row: dict[str, Any], boards: set[str | None]) -> str:
+    if row.get("label"):
+        return str(row["label"])
     parts = [str(row["family"])]
     board = row.get("board")
     if board in ("sxm", "nvl") or (board == "pcie" and len(boards) > 1):

@@ -47,6 +47,9 @@ SPELLINGS = [
     ("A10", "NVIDIA A10", True),
     ("H20", "NVIDIA H20-3e", True),
     ("RTX PRO 6000", "NVIDIA RTX PRO 6000 Blackwell Server Edition", True),
+    ("RTX PRO 6000", "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", True),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition",
+     "NVIDIA RTX PRO 6000 Blackwell Server Edition", True),
     ("RTX 4090", "NVIDIA GeForce RTX 4090", True),
     ("B300", "NVIDIA B300 SXM6 AC", True),
     # the near misses: never the same card
@@ -76,6 +79,8 @@ SPELLINGS = [
     ("H200 SXM", "NVIDIA H200 NVL", False),
     ("H100 SXM", "NVIDIA Graphics Device", False),  # unidentified is not a match
     ("TeslaV100", "Tesla P100-PCIE-16GB", False),
+    ("RTX PRO 6000 Blackwell Server Edition",
+     "NVIDIA RTX PRO 6000 Blackwell Workstation Edition", False),
 ]
 
 

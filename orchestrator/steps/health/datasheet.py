@@ -107,6 +107,7 @@ class Variant(_Model):
 class _Row(_Model):
     name: str
     family: str
+    label: str | None = None
     aliases: list[str] | None = None
     memory_gb: float | None = None
     memory_also: list[float] | None = None
