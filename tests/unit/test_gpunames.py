@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from collectdoc import doc_from, inventory
 
-from orchestrator import cli, gpunames
+from orchestrator import bands, cli, gpunames
 from orchestrator.steps.health import datasheet
 from orchestrator.steps.preflight.step import judge_document
 
@@ -310,3 +310,11 @@ def test_an_order_gpuvet_cannot_place_is_an_inventory_error(
                                    "knows in it; known variants: B200 SXM 180GB, ")
     assert "H100 SXM 80GB" in line and "A10G 24GB" in line and "Traceback" not in err
     assert "providers.good" not in err
+
+
+def test_every_shipped_band_names_cards_gpuvet_can_place() -> None:
+    """The shipped reference bands are found for a machine by the same matching as orders."""
+    for ref in bands.shipped():
+        assert gpunames.order_problem(ref.gpu) is None, ref.gpu
+    assert bands.find_shipped("NVIDIA H100 80GB HBM3", 8, 1) is not None
+    assert bands.find_shipped("NVIDIA H100 PCIe", 8, 1) is None  # an SXM band is not a PCIe's
