@@ -21,7 +21,7 @@ class Command(NamedTuple):
 # clocks_throttle_reasons.active; an unknown field fails the whole query, so the
 # payload retries with QUERY_GPU_FIELDS_OLD when the first form is refused.
 QUERY_GPU_FIELDS = [
-    "index", "name", "uuid", "pci.bus_id", "memory.total", "memory.used",
+    "index", "name", "uuid", "pci.bus_id", "pci.device_id", "memory.total", "memory.used",
     "power.limit", "power.max_limit", "enforced.power.limit", "driver_version",
     "vbios_version", "pcie.link.gen.current", "pcie.link.gen.max",
     "pcie.link.width.current", "pcie.link.width.max", "temperature.gpu",

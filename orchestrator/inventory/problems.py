@@ -10,8 +10,10 @@ after an hour of provisioning is an hour lost:
   reported there, once, not once per node. Unknown keys say "did you mean".
 - problems between values, which no single field can see: duplicate node
   names, a node named like a jump host, a provider whose ``name`` is not its
-  key, unknown jump hosts ("did you mean"), proxy_jump loops, nodes without
-  a host, and the files the inventory names.
+  key, an ordered ``gpu_model`` no variant of the GPU catalog answers to
+  (``gpunames``: the known variants listed), unknown jump hosts ("did you
+  mean"), proxy_jump loops, nodes without a host, and the files the
+  inventory names.
 
 Files named by the inventory are checked only for providers that use ssh, so
 the local-executor demo runs on a machine without ``~/.ssh``:
@@ -37,6 +39,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from orchestrator import gpunames
 from orchestrator.inventory.model import (
     DEFAULT_KNOWN_HOSTS,
     NAME_PATTERN,
@@ -268,6 +271,10 @@ def semantic_problems(source: Source) -> Iterator[Problem]:
     for pkey, prov in providers.items():
         if not isinstance(prov, dict):
             continue
+        model = _str(_dict(prov, "expect"), "gpu_model")
+        if model is not None and (why := gpunames.order_problem(model)):
+            loc = ("providers", pkey, "expect", "gpu_model")
+            yield Problem(source.line_of(loc), loc, why)
         access = _dict(prov, "access")
         executor = prov.get("executor", "ssh")
         if pkey in ssh_providers:

@@ -38,6 +38,7 @@ class GpuView:
     index: int
     bus_id: str | None = None
     name: str | None = None
+    pci_device_id: str | None = None  # how a card the driver cannot name is still told
     driver_version: str | None = None
     memory_total_mib: int | None = None
     mig_enabled: bool | None = None
@@ -98,7 +99,8 @@ def _rows(facts: BaseModel) -> Iterable[dict[str, Any]]:
     if isinstance(facts, QueryGpuFacts):
         for pos, g in enumerate(facts.gpus):
             yield {"index": g.index if g.index is not None else pos, "bus_id": g.pci_bus_id,
-                   "name": g.name, "driver_version": g.driver_version,
+                   "name": g.name, "pci_device_id": g.pci_device_id,
+                   "driver_version": g.driver_version,
                    "memory_total_mib": g.memory_total_mib, "mig_enabled": g.mig_enabled,
                    "pcie_gen_current": g.pcie_gen_current, "pcie_gen_max": g.pcie_gen_max,
                    "pcie_gen_host_max": g.pcie_gen_host_max,

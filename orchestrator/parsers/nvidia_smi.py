@@ -178,6 +178,7 @@ _COLUMNS: dict[str, _Conv] = {
     "serial": ("serial", TEXT),
     "gpu_serial": ("serial", TEXT),
     "pci.bus_id": ("pci_bus_id", TEXT),
+    "pci.device_id": ("pci_device_id", TEXT),
     "gpu_bus_id": ("pci_bus_id", TEXT),
     "memory.total": ("memory_total_mib", MIB),
     "memory.used": ("memory_used_mib", MIB),
@@ -234,6 +235,7 @@ class QueryGpu(BaseModel):
     uuid: str | None = None
     serial: str | None = None
     pci_bus_id: str | None = None
+    pci_device_id: str | None = None  # 0x233010DE: the device id, then NVIDIA's vendor id
     memory_total_mib: int | None = None
     memory_used_mib: int | None = None
     memory_reserved_mib: int | None = None

@@ -50,7 +50,7 @@ def write_node(root: Path, *, gpus: int = 1, phases: list[dict[str, dict[str, An
                reasons_csv: str | None = None, query_before: str | None = None,
                device: str = "cuda", status: str = "ok", dcgmi: str | None = None,
                kernel_readable: bool = True, cc: tuple[int, int] = (9, 0),
-               name: str = "NVIDIA H200") -> Path:
+               name: str = "NVIDIA H200", sms: int | None = None) -> Path:
     """The folder of one node; `phases[i]` overrides GPU i's done events (merged)."""
     root.mkdir(parents=True, exist_ok=True)
     src = H1 if gpus == 1 else H2
@@ -94,7 +94,8 @@ def write_node(root: Path, *, gpus: int = 1, phases: list[dict[str, dict[str, An
                     merged[kk] = vv
             ph[k] = merged
         evs = [{"event": "hello", "gpu": str(i), "t": T0, "name": name, "cc": list(cc),
-                "total_bytes": 143771 << 20, "uuid": None}]
+                "total_bytes": 143771 << 20, "uuid": None,
+                **({"sms": sms} if sms is not None else {})}]
         for n, (phase, ev) in enumerate(ph.items()):
             event = ev.pop("event", "done")
             evs.append({"event": event, "phase": phase, "gpu": str(i), "t": T0 + 2 + 3 * n,

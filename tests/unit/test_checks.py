@@ -73,7 +73,7 @@ def test_real_h200_passes_its_own_order() -> None:
                  "TORCH_SEES_GPUS", "BUILD_TOOLS", "CKPT_DIR"):
         assert one(fs, code).severity == "PASS", code
     assert one(fs, "GPU_COUNT").message == "2 GPU(s) found, 2 ordered"
-    assert one(fs, "GPU_MODEL").message == "NVIDIA H200 matches H200"
+    assert one(fs, "GPU_MODEL").message == "NVIDIA H200 matches H200 SXM 141GB (ordered H200)"
     assert one(fs, "GPU_MEMORY").message == "every GPU has >= 141 GB"
     assert one(fs, "INTERCONNECT").message == "every GPU pair on NVLink (NV18)"
     assert one(fs, "TORCH_SEES_GPUS").message == "PyTorch 2.11.0+cu130 sees 2 GPU(s), CUDA 13.0"
@@ -521,7 +521,10 @@ def test_model_matches(expected: str, actual: str, ok: bool) -> None:
     ("NVIDIA H100 NVL", "pcie"),
     ("NVIDIA H100 80GB HBM3", "sxm"),
     ("NVIDIA H200", "sxm"),
-    ("NVIDIA L40S", None),
+    ("NVIDIA L40S", "pcie"),  # a PCIe-only card: its variant says so
+    ("NVIDIA GB200", "sxm"),
+    ("NVIDIA Graphics Device", None),
+    ("NVIDIA A800-SXM4-80GB", "sxm"),  # a variant open on its board: the name says it
 ])
 def test_form_factor_of(name: str, ff: str | None) -> None:
     assert gpunames.form_factor_of(name) == ff

@@ -51,6 +51,10 @@ def test_the_h200_reference_figures_judge_healthy(tmp_path: Path) -> None:
             "HEALTH_PCIE"} <= set(_codes(sink, "PASS"))
     v = _one(sink, "HEALTH_VARIANT", "INFO")
     assert v.details["variant"] == "H200 SXM" and "measures like H200 SXM" in v.message
+    # the achievable fractions were measured on this variant: no stand-in to own up to
+    membw = [f for f in sink.findings if f.code == "HEALTH_MEMBW"]
+    assert membw and all(f.details["achievable_measured"] and "no achievable fraction" not in
+                         f.message for f in membw)
     metrics = {m.metric for m in sink.measurements}
     assert {"health.membw.copy_gbps", "health.membw.read_gbps", "health.matmul.bf16_tflops",
             "health.sustained.tflops", "health.sustained.ratio", "health.pcie.h2d_gbps",
@@ -234,6 +238,26 @@ def test_a_phase_error_fails_and_a_slow_80gb_a100_measures_like_a_40gb(tmp_path:
                   Expectations(gpu_model="A100 80GB PCIe"))
     v = _one(sink, "HEALTH_VARIANT", "WARN")
     assert v.details["variant"] == "A100 40 GB PCIe" and "ordered A100 80 GB PCIe" in v.message
+    # its figures are judged with the H200's fractions, and each finding says so
+    judged = [f for f in sink.findings if f.code in ("HEALTH_MEMBW", "HEALTH_MATMUL")]
+    assert judged and all(
+        not f.details["achievable_measured"] and f.message.endswith(
+            "; no achievable fraction measured on A100 80 GB PCIe yet: judged against its "
+            "datasheet with the H200 SXM's)") for f in judged)
+
+
+def test_a_card_the_driver_cannot_name_is_told_by_memory_and_sm_count(tmp_path: Path) -> None:
+    q = (H1 / "query-health.csv").read_text().replace("143771 MiB", "81559 MiB")
+    sink = _judge(write_node(tmp_path / "n", query_before=q, name="NVIDIA Graphics Device",
+                             sms=132))
+    v = next(f for f in sink.findings if f.code == "HEALTH_VARIANT")
+    assert "reports NVIDIA Graphics Device, identified by its memory (80 GiB) and SM count " \
+           "(132) as H100 SXM 80GB)" in v.message
+    assert {f.details["variant"] for f in sink.findings if f.code == "HEALTH_MEMBW"} == {
+        "H100 SXM"}
+    # without the SM count nothing tells it: no datasheet, nothing judged against one
+    sink = _judge(write_node(tmp_path / "m", query_before=q, name="NVIDIA Graphics Device"))
+    assert not [f for f in sink.findings if f.code == "HEALTH_MEMBW"]
 
 
 def test_a_node_without_a_gpu_says_so_and_nothing_else(tmp_path: Path) -> None:

@@ -110,7 +110,7 @@ def test_compute_capability_and_fp8_narrow_the_candidates() -> None:
     m = _like("L40S", cc=(8, 6))
     n = name_variant(m)
     assert n.best is not None and n.best.variant.cc == (8, 6)
-    assert set(n.candidates) == {"A10", "A40"}
+    assert set(n.candidates) == {"A10", "A10G", "A40"}
     assert all(SHEET.variant(c).fp8 for c in name_variant(  # type: ignore[union-attr]
         Measured(copy_gbps=700, fp8_ran=True)).candidates)
     assert name_variant(Measured()).best is None
@@ -127,10 +127,13 @@ def test_the_fp8_rule() -> None:
 
 
 def test_a_variant_row_without_its_datasheet_is_refused() -> None:
-    doc = {"achievable": SHEET.achievable.model_dump(), "peaks": [
-        {"match": "X1", "tflops": 1, "variant": "X1", "memory_gb": 8}]}
+    doc = {"achievable": SHEET.achievable.model_dump(), "variants": [
+        {"name": "X1", "family": "X1", "tflops": 1, "memory_gb": 8}]}
     with pytest.raises(ValueError, match="lacks memory_gbps"):
         datasheet.parse_datasheet(doc)
+    with pytest.raises(ValueError, match="lacks sources"):  # an MFU-only card still cites
+        datasheet.parse_datasheet({"achievable": SHEET.achievable.model_dump(), "variants": [
+            {"name": "X1", "family": "X1", "tflops": 1, "mfu_only": True}]})
     with pytest.raises(ValueError):
         datasheet.parse_datasheet({"achievable": SHEET.achievable.model_dump(),
-                                   "peaks": [{"match": "X", "tflopz": 1}]})
+                                   "variants": [{"name": "X", "family": "X", "tflopz": 1}]})

@@ -85,9 +85,10 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                      'details': {'found': 2, 'ordered': 2}},
                     {'code': 'GPU_MODEL',
                      'severity': 'PASS',
-                     'message': 'NVIDIA H200 matches H200',
+                     'message': 'NVIDIA H200 matches H200 SXM 141GB (ordered H200)',
                      'evidence': [],
-                     'details': {}},
+                     'details': {'ordered': ['H200 NVL 141GB', 'H200 SXM 141GB'],
+                                 'matched': ['H200 SXM 141GB']}},
                     {'code': 'GPU_MEMORY',
                      'severity': 'PASS',
                      'message': 'every GPU has >= 141 GB',
@@ -138,9 +139,10 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                          {'code': 'GPU_MODEL',
                           'severity': 'FAIL',
                           'message': 'GPU model differs from the order (A100-SXM4-80GB): GPU0 '
-                                     'NVIDIA H200, GPU1 NVIDIA H200',
+                                     'NVIDIA H200 (H200 SXM 141GB), GPU1 NVIDIA H200 (H200 SXM '
+                                     '141GB); the order allows A100 SXM 80GB',
                           'evidence': [],
-                          'details': {}},
+                          'details': {'ordered': ['A100 SXM 80GB'], 'matched': []}},
                          {'code': 'GPU_MEMORY',
                           'severity': 'PASS',
                           'message': 'every GPU has >= 80 GB',
@@ -195,10 +197,14 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                             {'code': 'GPU_MODEL',
                              'severity': 'FAIL',
                              'message': 'GPU model differs from the order (A100 80GB): GPU0 NVIDIA '
-                                        'A100-PCIE-40GB, GPU1 NVIDIA A100-PCIE-40GB, GPU2 NVIDIA '
-                                        'A100-PCIE-40GB, GPU3 NVIDIA A100-PCIE-40GB',
+                                        'A100-PCIE-40GB (A100 PCIe 40GB), GPU1 NVIDIA '
+                                        'A100-PCIE-40GB (A100 PCIe 40GB), GPU2 NVIDIA '
+                                        'A100-PCIE-40GB (A100 PCIe 40GB), GPU3 NVIDIA '
+                                        'A100-PCIE-40GB (A100 PCIe 40GB); the order allows A100 '
+                                        'SXM 80GB, A100 PCIe 80GB',
                              'evidence': [],
-                             'details': {}},
+                             'details': {'ordered': ['A100 SXM 80GB', 'A100 PCIe 80GB'],
+                                         'matched': []}},
                             {'code': 'GPU_MEMORY',
                              'severity': 'FAIL',
                              'message': 'GPU memory below the 80 GB ordered: GPU0 39.6 GiB, GPU1 '
@@ -512,9 +518,10 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
              'details': {'found': 2, 'ordered': 2}},
             {'code': 'GPU_MODEL',
              'severity': 'PASS',
-             'message': 'NVIDIA H200 matches H200',
+             'message': 'NVIDIA H200 matches H200 SXM 141GB (ordered H200)',
              'evidence': [],
-             'details': {}},
+             'details': {'ordered': ['H200 NVL 141GB', 'H200 SXM 141GB'],
+                         'matched': ['H200 SXM 141GB']}},
             {'code': 'GPU_MEMORY',
              'severity': 'PASS',
              'message': 'every GPU has >= 141 GB',

@@ -221,7 +221,8 @@ def test_with_only_the_xml_the_count_cites_the_xml(tmp_path: Path) -> None:
     found = judge(tmp_path, doc, {"gpus_per_node": 2, "gpu_model": "H200", "form_factor": "sxm"})
     assert found[:3] == [
         ("GPU_COUNT", "PASS", "2 GPU(s) found, 2 ordered", [XML], {"found": 2, "ordered": 2}),
-        ("GPU_MODEL", "PASS", "NVIDIA H200 matches H200", [XML], {}),
+        ("GPU_MODEL", "PASS", "NVIDIA H200 matches H200 SXM 141GB (ordered H200)", [XML],
+         {"ordered": ["H200 NVL 141GB", "H200 SXM 141GB"], "matched": ["H200 SXM 141GB"]}),
         ("FORM_FACTOR", "PASS", "SXM as ordered", [XML], {})]
 
 
@@ -232,17 +233,23 @@ def test_a_table_that_cut_the_name_leaves_the_model_unverified(tmp_path: Path) -
                   {"gpu_model": "H200", "form_factor": "sxm"})
     assert only(found, "GPU_MODEL") == [
         ("GPU_MODEL", "WARN", "GPU model not reported in full for GPUs [0, 1] (a shortened table "
-         "name): H200 unverified", [TABLE], {})]
+         "name): H200 unverified", [TABLE],
+         {"ordered": ["H200 NVL 141GB", "H200 SXM 141GB"], "matched": []})]
     assert only(found, "FORM_FACTOR") == [
         ("FORM_FACTOR", "INFO", "form factor not evident from the name (?); see the topology "
          "checks", [TABLE], {})]
 
 
 def test_names_that_do_not_say_the_form_factor_are_all_listed(tmp_path: Path) -> None:
+    doc = doc_from(texts={"query_gpu": query_csv([], [[], []], names=(
+        "NVIDIA Graphics Device", "NVIDIA L4"))})
+    found = only(judge(tmp_path, doc, {"form_factor": "pcie"}), "FORM_FACTOR")
+    assert found == [("FORM_FACTOR", "INFO", "form factor not evident from the name (NVIDIA "
+                      "Graphics Device, NVIDIA L4); see the topology checks", [CSV], {})]
+    # PCIe-only cards: their variants say what their names do not
     doc = doc_from(texts={"query_gpu": query_csv([], [[], []], names=("NVIDIA L40S", "NVIDIA L4"))})
     found = only(judge(tmp_path, doc, {"form_factor": "pcie"}), "FORM_FACTOR")
-    assert found == [("FORM_FACTOR", "INFO", "form factor not evident from the name (NVIDIA L4, "
-                      "NVIDIA L40S); see the topology checks", [CSV], {})]
+    assert found == [("FORM_FACTOR", "PASS", "PCIE as ordered", [CSV], {})]
 
 
 def test_mixed_form_factors_are_both_named(tmp_path: Path) -> None:
@@ -257,8 +264,10 @@ def test_two_models_that_match_are_both_named(tmp_path: Path) -> None:
     doc = doc_from(texts={"query_gpu": query_csv([], [[], []], names=(
         "NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"))})
     found = only(judge(tmp_path, doc, {"gpu_model": "H100"}), "GPU_MODEL")
-    assert found == [("GPU_MODEL", "PASS", "NVIDIA H100 80GB HBM3, NVIDIA H100 PCIe matches H100",
-                      [CSV], {})]
+    assert found == [("GPU_MODEL", "PASS", "NVIDIA H100 80GB HBM3, NVIDIA H100 PCIe matches H100 "
+                      "SXM 80GB, H100 PCIe 80GB (ordered H100)", [CSV],
+                      {"ordered": ["H100 NVL 94GB", "H100 PCIe 80GB", "H100 SXM 80GB"],
+                       "matched": ["H100 SXM 80GB", "H100 PCIe 80GB"]})]
 
 
 @pytest.mark.parametrize(("order", "name", "ok"), [

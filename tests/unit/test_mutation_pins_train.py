@@ -214,6 +214,11 @@ def test_peak_table_lookups_and_their_sources() -> None:
     assert peak_tflops("NVIDIA A10G", "lab", plain) == (
         None, "gpu_peaks.yaml lists 'A10G' without a figure")
     assert peak_tflops("Tesla K80", "lab", plain) == (None, "'Tesla K80' is not in gpu_peaks.yaml")
+    # variants, never substrings: a GB200 is not a B200, and its own figure is used
+    assert peak_tflops("NVIDIA GB200", "lab", plain) == (2500.0, "gpu_peaks.yaml 'GB200'")
+    assert peak_tflops("NVIDIA B200", "lab", plain) == (2250.0, "gpu_peaks.yaml 'B200'")
+    assert peak_tflops("Tesla V100-SXM2-32GB", "lab", plain) == (
+        None, "gpu_peaks.yaml lists 'V100' without a figure")  # Volta has no BF16
     assert peak_tflops(None, "lab", plain) == (None, "no GPU")
     assert peak_tflops("", "lab", plain) == (None, "no GPU")
     own = TrainParams(peak_tflops={"lab": 500})

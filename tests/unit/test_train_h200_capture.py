@@ -27,7 +27,7 @@ from typing import Any, cast
 import pytest
 from ruamel.yaml import YAML
 
-from orchestrator import inventory
+from orchestrator import gpunames, inventory
 from orchestrator.executors import ExecutorPool
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.records import Finding, Measurement
@@ -374,10 +374,11 @@ def test_restart_time_and_steps_lost(runs: dict[str, Replayed], name: str, unit:
 
 
 def _peak(gpu: str) -> float:
-    """The shipped table read directly: patterns in order, the first contained one wins."""
-    text = resources.files("orchestrator").joinpath("data/gpu_peaks.yaml").read_text()
-    rows = YAML(typ="safe").load(text)["peaks"]
-    return float(next(r["tflops"] for r in rows if str(r["match"]).lower() in gpu.lower()))
+    """The shipped catalog read directly: the variants the name places on, their figure."""
+    rows = YAML(typ="safe").load(resources.files("orchestrator").joinpath(
+        "data/gpu_peaks.yaml").read_text())["variants"]
+    names = {c.name for c in gpunames.place(gpu, strict=False).cards}
+    return float(next(r["tflops"] for r in rows if r["name"] in names))
 
 
 # (step time median, p90, tokens/s/GPU, MFU) as printed: the verified steps, the fastest kernels

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator import gpunames
 from orchestrator.inventory.model import Expectations
 from orchestrator.judging import telemetry
 from orchestrator.judging.sink import Sink
@@ -68,7 +69,12 @@ def judge_node(sink: Sink, out: NodeOutput, expect: Expectations) -> dict[str, A
     host_gbps = None
     for g in out.gpus:
         c = out.counters_of(g, out.before)
-        v = sheet.for_name(g.name) or sheet.for_name(expect.gpu_model)
+        mib = (c.memory_total_mib if c is not None and c.memory_total_mib else
+               g.hello["total_bytes"] / 2**20
+               if isinstance(g.hello.get("total_bytes"), (int, float)) else None)
+        sms = g.hello.get("sms") if isinstance(g.hello.get("sms"), int) else None
+        ident = gpunames.identify(g.name, None, mib, sms)
+        v = sheet.for_cards(ident.cards) or sheet.for_name(expect.gpu_model, order=True)
         judge_checks.judge_phase_errors(sink, out, g)
         judge_checks.judge_sdc(sink, out, g)
         judge_checks.judge_memtest(sink, out, g)
@@ -82,7 +88,7 @@ def judge_node(sink: Sink, out: NodeOutput, expect: Expectations) -> dict[str, A
         gen, width = judge_links.expected_link(c, v, expect.pcie)
         if gen in (1, 2, 3, 4, 5, 6) and width:
             host_gbps = max(host_gbps or 0.0, pcie_gbps(gen, width))
-        judge_perf.judge_variant(sink, out, g, c, expect.gpu_model)
+        judge_perf.judge_variant(sink, out, g, c, expect.gpu_model, ident)
     judge_links.judge_pcie_all(sink, out)
     judge_links.judge_peers(sink, out, host_gbps)
     judge_checks.judge_dcgmi(sink, out)

@@ -72,7 +72,8 @@ def judge_pcie(sink: Sink, out: NodeOutput, g: GpuOutput, c: GpuCounters | None,
         sev = grade(ratio)
         sink.add("HEALTH_PCIE", sev, f"{who}: pinned {way.upper()} {val:.1f} GB/s, "
                  f"{ratio:.2f} of the {expected:.1f} GB/s a {_link_text(gen, width)} link "
-                 f"gives ({frac:.3f} of {pcie_gbps(gen, width):.1f}); the link reads {cur} "
+                 f"gives ({frac:.3f} of {pcie_gbps(gen, width):.1f}"
+                 f"{v.fraction_note if v is not None else ''}); the link reads {cur} "
                  f"(at most {top})", [links], gpu=g.entry, way=way, value=round(val, 3),
                  expected=round(expected, 3), ratio=round(ratio, 4), gen=gen, width=width)
 

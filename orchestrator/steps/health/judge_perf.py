@@ -13,6 +13,7 @@ or hardware), with the power cap alone WARN.
 
 from __future__ import annotations
 
+from orchestrator.gpunames import BY_NAME, Identified
 from orchestrator.judging.sink import Sink
 from orchestrator.records import Severity
 from orchestrator.steps.health.counters import GpuCounters
@@ -42,7 +43,8 @@ def _judge_figure(sink: Sink, code: str, who: str, what: str, value: float, unit
     ratio = value / expected if expected else 0.0
     sev = grade(ratio)
     text = (f"{who}: {what} {value:.1f} {unit}, {ratio:.2f} of the {expected:.1f} {unit} a "
-            f"healthy {variant.name} reaches ({fraction:.3f} of its datasheet {paper:g})")
+            f"healthy {variant.name} reaches ({fraction:.3f} of its datasheet {paper:g}"
+            f"{variant.fraction_note})")
     if busy and sev != "PASS":
         sev = "WARN"
         text += (f", measured while another process used the GPU ({busy}): not the card's "
@@ -50,7 +52,7 @@ def _judge_figure(sink: Sink, code: str, who: str, what: str, value: float, unit
         extra = {**extra, "busy": busy}
     sink.add(code, sev, text, [g.events_file], gpu=g.entry, value=round(value, 3),
              expected=round(expected, 3), ratio=round(ratio, 4), datasheet=paper, achievable=fraction,
-             variant=variant.name, **extra)
+             achievable_measured=variant.achievable_measured, variant=variant.name, **extra)
 
 
 def judge_memory(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None,
@@ -126,7 +128,8 @@ def judge_sustained(sink: Sink, out: NodeOutput, g: GpuOutput, v: Variant | None
            else "the clock event reasons were not sampled")
     sink.add("HEALTH_SUSTAINED", sev, f"{who}: sustained bf16 {float(rate or 0):.1f} TFLOP/s "
              f"over {((g.done('sustained') or {}).get('params') or {}).get('window_s')} s, "
-             f"{ratio:.2f} of the burst (a healthy card holds {healthy:.2f}); {why}",
+             f"{ratio:.2f} of the burst (a healthy card holds {healthy:.2f}"
+             f"{v.fraction_note if v is not None else ''}); {why}",
              [out.folder / "gpu-reasons.csv", g.events_file], gpu=g.entry,
              ratio=round(ratio, 4), healthy_ratio=round(healthy, 4), reasons=reasons,
              thermal=bool(hot), min_tflops=vals.get("min_tflops"),
@@ -166,8 +169,9 @@ def measured(g: GpuOutput, counters: GpuCounters | None) -> Measured:
 
 
 def judge_variant(sink: Sink, out: NodeOutput, g: GpuOutput, counters: GpuCounters | None,
-                  ordered: str | None) -> Naming | None:
-    """`measures like <variant>` next to the order; WARN when it fits another variant."""
+                  ordered: str | None, identified: Identified | None = None) -> Naming | None:
+    """`measures like <variant>` next to the order; WARN when it fits another variant. A GPU
+    the driver could not name says how it was identified (memory and SM count)."""
     if _on_cpu(out):
         return None
     m = measured(g, counters)
@@ -180,8 +184,11 @@ def judge_variant(sink: Sink, out: NodeOutput, g: GpuOutput, counters: GpuCounte
     order = (f"ordered {naming.ordered.name}" if naming.ordered is not None
              else f"ordered {ordered}" if ordered else "no model in the order")
     sev: Severity = "WARN" if naming.matches_order is False else "INFO"
+    told = (f", identified {identified.how} as {identified.labels}"
+            if identified is not None and identified.cards and identified.how != BY_NAME else "")
     sink.add("HEALTH_VARIANT", sev, f"{who}: {naming.text} ({order}; reports "
-             f"{g.name or '?'})", [out.doc_file], gpu=g.entry, variant=naming.best.variant.name,
+             f"{g.name or '?'}{told})", [out.doc_file], gpu=g.entry,
+             variant=naming.best.variant.name,
              ordered=naming.ordered.name if naming.ordered else ordered,
              distance=round(naming.best.distance, 4),
              runner_up=naming.runner_up.variant.name if naming.runner_up else None)

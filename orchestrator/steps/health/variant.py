@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from orchestrator import gpunames
 from orchestrator.steps.health.datasheet import Datasheet, Variant, shipped
 
 FP8_MIN_CC = (8, 9)
@@ -89,12 +90,13 @@ class Naming:
     text: str
     ordered: Variant | None = None
     candidates: tuple[str, ...] = field(default=())
+    allowed: tuple[str, ...] = field(default=())  # the variants the order allows
 
     @property
     def matches_order(self) -> bool | None:
-        if self.best is None or self.ordered is None:
+        if self.best is None or not self.allowed:
             return None
-        return self.best.variant.name == self.ordered.name
+        return self.best.variant.name in self.allowed
 
 
 def _terms(m: Measured, v: Variant) -> list[Term]:
@@ -122,7 +124,9 @@ def name_variant(m: Measured, ordered: str | None = None,
                  sheet: Datasheet | None = None) -> Naming:
     """The datasheet variant these measurements fit best, and a line that says so."""
     sheet = sheet or shipped()
-    want = sheet.for_name(ordered) if ordered else None
+    want = sheet.for_name(ordered, order=True) if ordered else None
+    allowed = tuple(c.name for c in gpunames.place(ordered).cards
+                    if sheet.variant(c.name) is not None) if ordered else ()
     candidates = list(sheet.variants)
     if m.cc is not None:
         candidates = [v for v in candidates if v.cc == tuple(m.cc)]
@@ -134,10 +138,12 @@ def name_variant(m: Measured, ordered: str | None = None,
     if not fits:
         return Naming(best=None, runner_up=None, ordered=want,
                       text="measures like no variant in the datasheet: nothing comparable "
-                      "was measured", candidates=tuple(v.name for v in candidates))
+                      "was measured", candidates=tuple(v.name for v in candidates),
+                      allowed=allowed)
     best = fits[0]
     return Naming(best=best, runner_up=fits[1] if len(fits) > 1 else None, ordered=want,
-                  text=describe(best, m), candidates=tuple(v.name for v in candidates))
+                  text=describe(best, m), candidates=tuple(v.name for v in candidates),
+                  allowed=allowed)
 
 
 def describe(fit: Fit, m: Measured) -> str:

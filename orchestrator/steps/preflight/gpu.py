@@ -7,7 +7,8 @@ remapped memory, error states.
 
 from __future__ import annotations
 
-from orchestrator.gpunames import form_factor_of, model_matches
+from orchestrator import gpunames
+from orchestrator.gpunames import form_factor_of
 from orchestrator.inventory import Expectations
 from orchestrator.parsers.gpus import GpuView
 from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts
@@ -83,17 +84,7 @@ def check_gpus(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Resu
                           f"{found} GPU(s) found, {ex.gpus_per_node} ordered", ev,
                           {"found": found, "ordered": ex.gpus_per_node}))
     if ex.gpu_model:
-        bad = [f"GPU{v.index} {v.name}" for v in views
-               if v.name is not None and not model_matches(ex.gpu_model, v.name)]
-        unnamed = [v.index for v in views if v.name is None]
-        if bad or not unnamed:
-            out.append(Result("GPU_MODEL", "FAIL" if bad else "PASS",
-                              (f"GPU model differs from the order ({ex.gpu_model}): "
-                               + ", ".join(bad)) if bad else
-                              f"{', '.join(names)} matches {ex.gpu_model}", ev))
-        else:
-            out.append(Result("GPU_MODEL", "WARN", f"GPU model not reported in full for GPUs "
-                              f"{unnamed} (a shortened table name): {ex.gpu_model} unverified", ev))
+        out.append(_model(ex.gpu_model, views, ev))
     if ex.memory_per_gpu_gb:
         out += _memory(nf, views, ex.memory_per_gpu_gb)
     if ex.form_factor:
@@ -109,6 +100,50 @@ def check_gpus(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Resu
                               f"{ex.form_factor.upper()} ordered", ev))
     out += _mig(nf, views, ex)
     return out
+
+
+def _model(order: str, views: list[GpuView], ev: list[str]) -> Result:
+    """The order's variants against each GPU's, as gpunames places them: by the name, or by
+    the PCI device id where the driver cannot name the card."""
+    want = gpunames.place(order)
+    allows = f"; the order allows {want.labels}" if want.cards else ""
+    bad: list[str] = []
+    cut: list[int] = []  # a shortened table name
+    unnamed: list[int] = []  # "NVIDIA Graphics Device" and no PCI device id
+    told: list[str] = []
+    matched: list[str] = []
+    for v in views:
+        ident = gpunames.identify(v.name, v.pci_device_id)
+        if not ident.cards:
+            if v.name is None:
+                cut.append(v.index)
+            elif gpunames.GENERIC.match(v.name):
+                unnamed.append(v.index)
+            else:
+                bad.append(f"GPU{v.index} {v.name} (no card gpuvet knows)")
+            continue
+        if ident.how != gpunames.BY_NAME:
+            told.append(f"GPU{v.index} {v.name or '?'} identified {ident.how} as "
+                        f"{ident.labels}")
+        if gpunames.matches(order, ident.cards):
+            matched += [c.label for c in ident.cards if c.label not in matched]
+        else:
+            bad.append(f"GPU{v.index} {v.name or '?'} ({ident.labels})")
+    note = f"; {'; '.join(told)}" if told else ""
+    names = ", ".join(sorted({v.name or "?" for v in views}))
+    details = {"ordered": [c.label for c in want.cards], "matched": matched}
+    if bad:
+        return Result("GPU_MODEL", "FAIL", f"GPU model differs from the order ({order}): "
+                      + ", ".join(bad) + allows + note, ev, details)
+    if cut or unnamed:
+        why = "; ".join(x for x in (
+            f"not reported in full for GPUs {cut} (a shortened table name)" if cut else "",
+            f"GPUs {unnamed} are named 'NVIDIA Graphics Device' (a driver older than the card) "
+            "and no PCI device id was read" if unnamed else "") if x)
+        return Result("GPU_MODEL", "WARN", f"GPU model {why}: {order} unverified" + note, ev,
+                      details)
+    return Result("GPU_MODEL", "PASS", f"{names} matches {', '.join(matched)} (ordered "
+                  f"{order}){note}", ev, details)
 
 
 def _memory(nf: NodeFacts, views: list[GpuView], want_gib: float) -> list[Result]:

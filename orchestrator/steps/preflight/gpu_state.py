@@ -11,7 +11,7 @@ at start or run without NVLink, whatever `topo -m` shows.
 
 from __future__ import annotations
 
-from orchestrator.gpunames import model_matches
+from orchestrator.gpunames import GENERIC, model_matches
 from orchestrator.inventory import Expectations
 from orchestrator.steps.preflight.facts import NodeFacts, Result, gpu_views
 from orchestrator.steps.preflight.gpu import MEMORY_TOLERANCE
@@ -32,7 +32,10 @@ def check_torch_order(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> li
     floor = ex.memory_per_gpu_gb * MEMORY_TOLERANCE if ex.memory_per_gpu_gb else None
     for d in torch.devices:
         gib = d.memory_bytes / 2**30
-        if ex.gpu_model and not model_matches(ex.gpu_model, d.name):
+        # a driver older than the card names it "NVIDIA Graphics Device": GPU_MODEL tells it
+        # by its PCI device id
+        if ex.gpu_model and not GENERIC.match(d.name) and not model_matches(ex.gpu_model,
+                                                                            d.name):
             wrong.append(f"GPU{d.index} is {d.name}, {ex.gpu_model} ordered")
         if floor is not None and gib < floor:
             wrong.append(f"GPU{d.index} has {gib:.1f} GiB, {ex.memory_per_gpu_gb:g} GB ordered")

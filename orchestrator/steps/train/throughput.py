@@ -6,39 +6,37 @@ losses of two runs may not match bit for bit.
 
 from __future__ import annotations
 
-import functools
 import statistics
-from importlib import resources
 from typing import Any
 
-from ruamel.yaml import YAML
-
+from orchestrator import gpunames
 from orchestrator.judging.sink import Sink
 from orchestrator.steps.train.reading import PhaseOutput
 from orchestrator.suite import TrainParams
 from payload.train import protocol
 
 
-@functools.lru_cache(maxsize=1)
-def _peak_table() -> list[dict[str, Any]]:
-    text = resources.files("orchestrator").joinpath("data/gpu_peaks.yaml").read_text()
-    doc = YAML(typ="safe").load(text)
-    return list(doc["peaks"])
-
-
 def peak_tflops(gpu_name: str | None, provider: str,
                 params: TrainParams) -> tuple[float | None, str]:
-    """(dense bf16 peak, where it came from); None where the GPU is not known."""
+    """(dense bf16 peak, where it came from); None where the GPU is not known. The name is
+    placed on the catalog's variants as the preflight checks place it (never by substring:
+    a GB200 is not a B200); a name several variants share gets their figure only when they
+    agree on it."""
     if provider in params.peak_tflops:
         return float(params.peak_tflops[provider]), f"suite train.peak_tflops.{provider}"
     if not gpu_name:
         return None, "no GPU"
-    for row in _peak_table():
-        if str(row["match"]).lower() in gpu_name.lower():
-            if row.get("tflops") is None:
-                return None, f"gpu_peaks.yaml lists {row['match']!r} without a figure"
-            return float(row["tflops"]), f"gpu_peaks.yaml {row['match']!r}"
-    return None, f"{gpu_name!r} is not in gpu_peaks.yaml"
+    cards = gpunames.place(gpu_name, strict=False).cards
+    if not cards:
+        return None, f"{gpu_name!r} is not in gpu_peaks.yaml"
+    named = cards[0].family  # the catalog entry as the stored records have always named it
+    figures = {c.tflops for c in cards}
+    if figures == {None}:
+        return None, f"gpu_peaks.yaml lists {named!r} without a figure"
+    if len(figures) > 1:
+        return None, (f"{gpu_name!r} could be {', '.join(c.label for c in cards)} in "
+                      "gpu_peaks.yaml, with different figures")
+    return float(next(iter(figures))), f"gpu_peaks.yaml {named!r}"  # type: ignore[arg-type]
 
 
 def p90(values: list[float]) -> float:

@@ -59,7 +59,8 @@ def test_outputs_for_different_gpus_stay_apart(synth) -> None:
 # ------------------------------------------------ each output alone, every field of the view
 # (the tests above merge outputs that agree: a fact one of them dropped was told by another)
 
-_NONE = {name: None for name in ("bus_id", "name", "driver_version", "memory_total_mib",
+_NONE = {name: None for name in ("bus_id", "name", "pci_device_id", "driver_version",
+                                 "memory_total_mib",
                                  "mig_enabled", "mig_devices", "pcie_gen_current",
                                  "pcie_gen_max", "pcie_gen_host_max", "pcie_width_current",
                                  "pcie_width_max", "power_limit_w", "power_max_limit_w",
@@ -95,7 +96,8 @@ def test_query_csv_alone_gives_every_field_it_has(public) -> None:
     facts = facts.model_copy(update={"gpus": [g]})
     assert _alone("q", facts) == [_expect(
         0, errors=["power.draw: [GPU requires reset]"], bus_id="00000000:01:00.0",
-        name="NVIDIA L40S", driver_version="595.80", memory_total_mib=46068,
+        name="NVIDIA L40S", pci_device_id="0x26B910DE", driver_version="595.80",
+        memory_total_mib=46068,
         pcie_gen_current=4, pcie_gen_max=4, pcie_gen_host_max=4, pcie_width_current=16,
         pcie_width_max=16, power_limit_w=350.0, power_max_limit_w=350.0, temperature_c=63,
         clocks_event_reasons=ClockEventReasons(mask=0, active=[]), ecc_uncorrected=2,
