@@ -149,6 +149,7 @@ def test_control_characters_are_written_out_in_both_twins(comparison, tmp_path, 
 
     f = comparison.findings[0]
     monkeypatch.setattr(f, "message", CONTROLS)
+    monkeypatch.setattr(f, "code", CONTROLS)  # a cell no path may be in
     monkeypatch.setattr(f, "severity", "FAIL")
     i = next(i for i, t in enumerate(comparison.tables) if t.title == "environment")
     tables = list(comparison.tables)
@@ -160,7 +161,7 @@ def test_control_characters_are_written_out_in_both_twins(comparison, tmp_path, 
         assert not RAW.search(text), RAW.search(text)
     written = terminal_text(CONTROLS)
     assert written.count("\\") == 6
-    assert html.count("GPU\\x1b[31mred\\x07 \\x9b2J \\u202eevil\\u2066 \\x00") == 2
+    assert html.count("GPU\\x1b[31mred\\x07 \\x9b2J \\u202eevil\\u2066 \\x00") == 3
     assert "GPU\\x1b[31mred\\x07 \\x9b2J \\u202eevil\\u2066 \\x00" in \
         _markdown_html(md)  # what a Markdown viewer shows
 
