@@ -15,6 +15,7 @@ half report.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import urllib.parse
@@ -80,8 +81,6 @@ _HASH = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 def _wbr_html(text: str) -> str:
     """HTML of a text with <wbr> after every / and - of its paths and run ids."""
-    import html  # the stdlib's escaper: the text is data
-
     out, last = [], 0
     for m in _WRAPPABLE.finditer(text):
         out.append(html.escape(text[last:m.start()]))
@@ -92,23 +91,29 @@ def _wbr_html(text: str) -> str:
     return "".join(out)
 
 
+class Html(str):
+    """HTML the report wrote itself, of escaped parts: Jinja's autoescape passes it."""
+
+    def __html__(self) -> str:
+        return str(self)
+
+
 def _env(markdown: bool = False) -> Any:
     try:
         import jinja2  # imported late: only `gpuvet report` renders templates
-        from markupsafe import Markup  # jinja2's own dependency, imported with it
     except ImportError:
         raise UsageError("the report needs jinja2, a dependency of gpuvet missing from this "
                          "Python environment", hint=INSTALL) from None
 
     def html_value(v: Any) -> Any:
-        # Markup (an SVG, a wrapped path) is the template's own; the rest is data
+        # Markup or Html (an SVG, a wrapped path) is the template's own; the rest is data
         return v if hasattr(v, "__html__") else terminal_text(_cell(v))
 
     def wrap(v: Any) -> Any:
         text = terminal_text(_cell(v))
         if _HASH.fullmatch(text):  # a commit: its first 12 digits, the whole as a tooltip
-            return Markup('<span class="hash" title="{0}">{1}…</span>').format(text, text[:12])
-        return Markup(_wbr_html(text))
+            return Html(f'<span class="hash" title="{text}">{text[:12]}…</span>')
+        return Html(_wbr_html(text))
 
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("orchestrator.report", "templates"),
