@@ -228,15 +228,15 @@ def step_time_words(data: dict[str, list[float]]) -> str:
     if not meds:
         return ""
     base, mb = next(iter(meds.items()))
-    parts = [f"median step time {base} {mb:.4g} s"]
+    parts = [f"median step time {base} {mb:.5g} s"]
     for p, m in list(meds.items())[1:]:
         d = (m - mb) / mb * 100 if mb > 0 else float("nan")
         if d != d:
-            parts.append(f"{p} {m:.4g} s")
+            parts.append(f"{p} {m:.5g} s")
         elif abs(d) < 0.05:
-            parts.append(f"{p} {m:.4g} s, the same as {base}'s within 0.1%")
+            parts.append(f"{p} {m:.5g} s, the same as {base}'s within 0.1%")
         else:
-            parts.append(f"{p} {m:.4g} s, {abs(d):.1f}% {'below' if d < 0 else 'above'} "
+            parts.append(f"{p} {m:.5g} s, {abs(d):.1f}% {'below' if d < 0 else 'above'} "
                          f"{base}'s")
     return "; ".join(parts)
 

@@ -330,7 +330,7 @@ def test_the_step_time_box_plot_starts_at_zero_and_states_the_difference(monkeyp
     assert words == ("median step time h100 0.2134 s; h200 0.2129 s, 0.2% below h100's")
     assert ax.get_title() == words.replace("; ", "\n")
     assert plots.step_time_words({"a": [1.0], "b": [1.0002]}) == \
-        "median step time a 1 s; b 1 s, the same as a's within 0.1%"
+        "median step time a 1 s; b 1.0002 s, the same as a's within 0.1%"
 
 
 def test_plots_fill_their_box(two_orders, tmp_path) -> None:
