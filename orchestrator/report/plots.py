@@ -100,6 +100,7 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
         if ratio:
             rx = axes[per * col + 1][0]
             rx.sharex(ax)
+            rx.set_xscale("log", base=2)  # sharex shares the limits; the scale is set here
             ax.tick_params(labelbottom=False)
             rx.set_gid(f"ratio-panel-{scope}")  # the SVG group's id: found by the browser test
             for i, p in enumerate(providers[1:], start=1):
