@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.compare import busbw_values, ratio_ci, size_label
-from orchestrator.errors import ParseError, UsageError
+from orchestrator.errors import ParseError, UsageError, escaped
 from orchestrator.parsers.dmon import parse_dmon
 from payload.train import protocol
 
@@ -37,7 +37,7 @@ def _plt() -> Any:
     matplotlib.use("Agg")  # before pyplot: no display, no GUI backend
     import matplotlib.pyplot as plt  # as above
 
-    plt.rcParams.update({"svg.fonttype": "path", "font.size": 9, "axes.grid": True,
+    plt.rcParams.update({"svg.fonttype": "path", "font.size": 10, "axes.grid": True,
                          "grid.alpha": 0.3, "figure.dpi": 100})
     return plt
 
@@ -48,8 +48,15 @@ def _svg(fig: Any) -> str:
     _plt().close(fig)
     text = buf.getvalue()
     text = text[text.index("<svg"):]  # the XML prolog and doctype have no place inside HTML
-    # the RDF metadata block only names its vocabularies (purl.org, creativecommons.org)
-    return re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+    # the RDF metadata block only names its vocabularies (purl.org, creativecommons.org);
+    # the comments repeat the labels drawn as paths
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, count=1, flags=re.S)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)
+    # as wide as its box (a phone's screen, a column of the page), the height from the
+    # viewBox's aspect ratio
+    head, rest = text.split(">", 1)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
+    return escaped(f'{head} width="100%">{rest}', keep_lines=True)
 
 
 def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
@@ -64,12 +71,15 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
     from matplotlib.ticker import NullLocator  # after _plt(), which chose the backend
 
     ratio = len(providers) > 1
-    fig, axes = plt.subplots(2 if ratio else 1, len(scopes),
-                             figsize=(6.4 * len(scopes), 6.4 if ratio else 3.8), squeeze=False,
-                             sharex="col", gridspec_kw={"height_ratios": [3, 2] if ratio else [1]})
+    # the scopes one under the other: one column reads on a phone as on a screen
+    per = 2 if ratio else 1
+    fig, axes = plt.subplots(per * len(scopes), 1,
+                             figsize=(6.4, (6.4 if ratio else 3.8) * len(scopes)), squeeze=False,
+                             gridspec_kw={"height_ratios": ([3, 2] if ratio else [1])
+                                          * len(scopes)})
     base = providers[0]
     for col, scope in enumerate(scopes):
-        ax = axes[0][col]
+        ax = axes[per * col][0]
         vals = {p: busbw_values(ms, p, scope) for p in providers}
         sizes_all = sorted({s for v in vals.values() for s in v})
         for i, p in enumerate(providers):
@@ -88,7 +98,10 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
         ax.legend()
         last = ax
         if ratio:
-            rx = axes[1][col]
+            rx = axes[per * col + 1][0]
+            rx.sharex(ax)
+            rx.set_xscale("log", base=2)  # sharex shares the limits; the scale is set here
+            ax.tick_params(labelbottom=False)
             rx.set_gid(f"ratio-panel-{scope}")  # the SVG group's id: found by the browser test
             for i, p in enumerate(providers[1:], start=1):
                 pts = [(s, *ratio_ci(vals[base][s], vals[p][s])) for s in sizes_all
@@ -183,8 +196,8 @@ def losses(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
     if not provs:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(provs), figsize=(4.4 * len(provs), 3.2), squeeze=False)
-    for ax, p in zip(axes[0], provs, strict=True):
+    fig, axes = plt.subplots(len(provs), 1, figsize=(6.4, 3.0 * len(provs)), squeeze=False)
+    for ax, p in zip(axes[:, 0], provs, strict=True):
         for phase, style in (("reference", "-"), ("restore", "--")):
             steps = train[p].get(phase) or []
             if steps:
@@ -195,6 +208,7 @@ def losses(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
         ax.set_xlabel("step")
         ax.set_ylabel("loss")
         ax.legend()
+    fig.tight_layout()
     return _svg(fig)
 
 
@@ -207,16 +221,41 @@ def step_time_samples(train: dict[str, dict[str, list[dict[str, Any]]]]
     return {p: v for p, v in data.items() if v}
 
 
+def step_time_words(data: dict[str, list[float]]) -> str:
+    """The medians and how far each provider's is from the first's, in percent: the box
+    plot's axis starts at zero, so a 0.2% difference looks as small as it is, and the
+    words say it."""
+    meds = {p: float(np.median(v)) for p, v in data.items() if v}
+    if not meds:
+        return ""
+    base, mb = next(iter(meds.items()))
+    parts = [f"median step time {base} {mb:.5g} s"]
+    for p, m in list(meds.items())[1:]:
+        d = (m - mb) / mb * 100 if mb > 0 else float("nan")
+        if d != d:
+            parts.append(f"{p} {m:.5g} s")
+        elif abs(d) < 0.05:
+            parts.append(f"{p} {m:.5g} s, the same as {base}'s within 0.1%")
+        else:
+            parts.append(f"{p} {m:.5g} s, {abs(d):.1f}% {'below' if d < 0 else 'above'} "
+                         f"{base}'s")
+    return "; ".join(parts)
+
+
 def step_times(train: dict[str, dict[str, list[dict[str, Any]]]]) -> str | None:
+    """Step times per provider as box plots on an axis from zero, the difference of the
+    medians in the title."""
     data = step_time_samples(train)
     if not data:
         return None
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6.2, 3.0))
+    fig, ax = plt.subplots(figsize=(6.4, 1.4 + 0.6 * len(data)))
     ax.boxplot(list(data.values()), orientation="horizontal")
     ax.set_yticks(range(1, len(data) + 1), list(data))
-    ax.set_xlabel("step time s (fastest kernels, else the reference phase)")
-    ax.set_title("step-time distribution")
+    ax.set_xlim(left=0, right=max(max(v) for v in data.values()) * 1.1)
+    ax.set_xlabel("step time s, axis from zero (fastest kernels, else the reference phase)",
+                  fontsize=8)
+    ax.set_title(step_time_words(data).replace("; ", "\n"), fontsize=9)
     return _svg(fig)
 
 
@@ -248,7 +287,8 @@ def telemetry(series: dict[str, dict[str, list[float | None]]]) -> str | None:
     plt = _plt()
     panels = (("pwr", "power W"), ("pclk", "SM clock MHz"), ("gtemp", "temperature C"),
               ("pviol", "throttle: power violation % / thermal"))
-    fig, axes = plt.subplots(1, 4, figsize=(13, 2.8))
+    # four panels one under the other, sharing the time axis: readable on a phone
+    fig, axes = plt.subplots(4, 1, figsize=(6.4, 8.0), sharex=True)
     for ax, (col, label) in zip(axes, panels, strict=True):
         for i, (p, s) in enumerate(series.items()):
             ys = s.get(col) or []
@@ -258,8 +298,9 @@ def telemetry(series: dict[str, dict[str, list[float | None]]]) -> str | None:
             ax.plot(range(len(ys)), [np.nan if v is None else v for v in ys],
                     color=COLORS[i % len(COLORS)], label=p)
         ax.set_title(label)
-        ax.set_xlabel("seconds (GPU 0)")
+    axes[-1].set_xlabel("seconds (GPU 0)")
     axes[0].legend()
+    fig.tight_layout()
     return _svg(fig)
 
 
@@ -276,10 +317,12 @@ def cost_bars(units: Sequence[Any]) -> str | None:
                 if any(getattr(u, a) for u in rows)]
     currencies = sorted({u.currency for u in rows})
     plt = _plt()
-    fig, axes = plt.subplots(len(currencies), len(measures),
-                             figsize=(4.2 * len(measures), 2.6 * len(currencies)), squeeze=False)
-    for row, cur in zip(axes, currencies, strict=True):
-        for ax, (attr, title) in zip(row, measures, strict=True):
+    # every panel one under the other: one column reads on a phone as on a screen
+    n = len(currencies) * len(measures)
+    fig, axes = plt.subplots(n, 1, figsize=(6.4, (1.1 + 0.35 * len(rows)) * n), squeeze=False)
+    panels = iter(axes[:, 0])
+    for cur in currencies:
+        for (attr, title), ax in zip(measures, panels, strict=False):
             mine = [u for u in rows if u.currency == cur and getattr(u, attr)]
             vals = [float(getattr(u, attr)) for u in mine]
             ax.barh([u.provider for u in mine], vals,

@@ -25,6 +25,7 @@ import pytest
 
 from tests.unit.clirun import gpuvet
 from tests.unit.comparestore import build_store
+from tests.unit.twoorders import two_orders_store
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 60
@@ -120,7 +121,7 @@ MEASURE = """JSON.stringify({
   graphics: Array.from(document.querySelectorAll('svg, img')).filter(
       e => !e.parentElement.closest('svg')).map(e => {
     const r = e.getBoundingClientRect(); return [e.tagName, r.width, r.height]; }),
-  verdicts: Array.from(document.querySelectorAll('.card')).map(e => e.innerText),
+  verdicts: Array.from(document.querySelectorAll('.headline h2')).map(e => e.innerText),
   text: document.body.innerText,
   links: Array.from(document.querySelectorAll('a')).length,
 })"""
@@ -163,7 +164,7 @@ def test_the_report_renders_offline_in_chromium(tmp_path: Path, capsys) -> None:
     graphics = page["graphics"]
     assert len(graphics) == 6, graphics
     assert all(w > 50 and h > 50 for _, w, h in graphics), graphics
-    assert [v.split() for v in page["verdicts"]] == [["h200", "GO"], ["beta", "NO-GO"]]
+    assert [v.split() for v in page["verdicts"]] == [["beta:", "NO-GO"], ["h200:", "GO"]]
     text = page["text"]
     for key in ("346.69", "277.35", "570.133.20", "580.159.04", "19.93 USD",
                 "TRAIN_RESTORE_MISMATCH", "monthly above 612 h/month"):
@@ -233,3 +234,97 @@ def test_unpriced_and_poc_reports_have_no_empty_chart(tmp_path: Path, capsys) ->
     assert "not priced" in unpriced["text"]
     assert phone["overflow"] <= 1 and poc["overflow"] <= 1  # tables scroll, paths wrap
     assert not poc["ratio"]  # one provider: no ratio to draw, and no empty panel for it
+
+
+# What a reader sees at one width: the headline's place, the page's width, every line
+# break inside a word (a text node's word whose glyphs lie on two lines), every element
+# whose computed style lets a word break, the plots' widths, the cost totals' place.
+READER = r"""(() => {
+  const vw = window.innerWidth;
+  const heads = document.getElementById('headlines').getBoundingClientRect();
+  const first = Array.from(document.querySelectorAll('.headline')).map(e => e.innerText);
+  document.querySelectorAll('details').forEach(d => { d.open = true; });
+  const scrolls = e => { for (let a = e.parentElement; a; a = a.parentElement) {
+    const o = getComputedStyle(a).overflowX; if (o === 'auto' || o === 'scroll') return true; }
+    return false; };
+  const wide = [];
+  for (const e of document.body.querySelectorAll('*')) {
+    if (e.closest('svg') && e.tagName.toLowerCase() !== 'svg') continue;
+    const r = e.getBoundingClientRect();
+    if (r.width > 0 && r.right > vw + 1 && !scrolls(e)) wide.push(e.tagName + ' ' + r.right);
+  }
+  const broken = [], styled = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const seen = new Set();
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    const el = n.parentElement;
+    if (!n.textContent.trim() || el.closest('svg, style, script, title')) continue;
+    if (!seen.has(el)) { seen.add(el); const cs = getComputedStyle(el);
+      if (cs.overflowWrap !== 'normal' || !['normal', 'keep-all'].includes(cs.wordBreak))
+        styled.push(el.tagName + ': ' + cs.overflowWrap + ' ' + cs.wordBreak); }
+    const re = /[^\s-]+-?|-/g; let m;
+    while ((m = re.exec(n.textContent)) !== null) {
+      const range = document.createRange();
+      range.setStart(n, m.index); range.setEnd(n, m.index + m[0].length);
+      const tops = new Set(Array.from(range.getClientRects()).filter(r => r.width > 0)
+                             .map(r => Math.round(r.top)));
+      if (tops.size > 1) broken.push(m[0]);
+    }
+  }
+  const th = Array.from(document.querySelectorAll('table[data-title="PoC cost"] th'))
+    .filter(e => e.innerText.startsWith('total')).map(e => e.getBoundingClientRect().right);
+  const svgs = Array.from(document.querySelectorAll('figure > svg')).map(e => {
+    const r = e.getBoundingClientRect(); return [r.width, r.height]; });
+  return JSON.stringify({vw, heads_bottom: heads.bottom, first, wide, broken, styled, th, svgs,
+    scroll_width: document.documentElement.scrollWidth,
+    body_width: document.body.getBoundingClientRect().width});
+})()"""
+
+
+def _read(ws_url: str, url: str, width: int, shots: Path) -> dict[str, Any]:
+    import base64
+
+    cdp = Cdp(ws_url)
+    try:
+        cdp.call("Page.enable")
+        cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=900,
+                 deviceScaleFactor=1, mobile=width < 500)
+        cdp.call("Page.navigate", url=url)
+        cdp.wait_for("Page.loadEventFired")
+        shot = cdp.call("Page.captureScreenshot", format="png")
+        (shots / f"report-{width}-first-screen.png").write_bytes(base64.b64decode(shot["data"]))
+        value = cdp.call("Runtime.evaluate", expression=READER, returnByValue=True)
+        shot = cdp.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+        (shots / f"report-{width}.png").write_bytes(base64.b64decode(shot["data"]))
+        return json.loads(value["result"]["value"])  # type: ignore[no-any-return]
+    finally:
+        cdp.close()
+
+
+def test_the_report_reads_as_a_decision_at_1400_and_400_px(tmp_path: Path, capsys) -> None:
+    """The two-orders comparison (h200 delivered an H100) as a reader opens it on a
+    screen and on a phone: the headlines in the first 900 px, no element wider than the
+    page but inside its own scroll box, no word or number broken across lines (and no
+    style that would let one break), the PoC cost totals on screen, plots full width."""
+    root = two_orders_store(tmp_path / "results")
+    report = tmp_path / "report.html"
+    r = gpuvet(capsys, "report", "--results", root, "-p", "h100", "-p", "h200", "-o", report)
+    assert r.returncode == 0, r.output
+    shots = Path(os.environ.get("GPUVET_ARTIFACTS") or tmp_path / "artifacts")
+    shots.mkdir(parents=True, exist_ok=True)
+    with browser(tmp_path / "profile") as ws_url:
+        pages = {w: _read(ws_url, report.resolve().as_uri(), w, shots) for w in (1400, 400)}
+    for width, page in pages.items():
+        assert page["heads_bottom"] <= 900, (width, page["heads_bottom"])
+        assert page["first"][0].startswith("h200: NO-GO\ndelivered NVIDIA H100 80GB HBM3, "
+                                           "ordered H200"), page["first"]
+        assert all("PoC cost" in h for h in page["first"]), page["first"]
+        assert page["scroll_width"] <= page["vw"], (width, page["scroll_width"])
+        assert page["wide"] == [], (width, page["wide"][:10])
+        assert page["styled"] == [], (width, page["styled"][:10])
+        assert page["broken"] == [], (width, page["broken"][:20])
+        assert page["th"] and max(page["th"]) <= page["vw"], (width, page["th"])
+        assert len(page["svgs"]) == 4
+        assert all(w >= page["body_width"] * 0.4 and h > 100 for w, h in page["svgs"])
+    phone = pages[400]
+    assert all(w >= phone["vw"] - 40 for w, _ in phone["svgs"]), phone["svgs"]  # full width
