@@ -27,7 +27,7 @@ from orchestrator.cli._common import (
     results_option,
     verbose_option,
 )
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.verdicts import Table
 
 if TYPE_CHECKING:
@@ -44,6 +44,47 @@ def _since(value: str | None) -> str | None:
         raise UsageError(f"--since {value!r} is not a date", hint="use YYYY-MM-DD or "
                          "YYYY-MM-DDTHH:MM:SSZ (UTC, as run times are recorded)")
     return value.replace(" ", "T")
+
+
+LATEST = "latest"
+
+
+def known_providers(root: Path, providers: Sequence[str]) -> None:
+    """-p names providers with runs in the store: an unknown one is a typo (exit 2, the
+    nearest name suggested), never an empty table."""
+    from orchestrator.analysis import frames
+
+    if not providers:
+        return
+    have = sorted({p for ps in frames.runs(root)["providers"] for p in ps})
+    for p in providers:
+        if p not in have:
+            raise UsageError(f"no runs of provider {shown(p)} under {root}"
+                             f"{did_you_mean(p, have)} (providers with runs: "
+                             f"{', '.join(have) or 'none'})",
+                             hint=f"see `gpuvet runs --results {root}`")
+
+
+def resolve_runs(root: Path, run_ids: Sequence[str]) -> list[str]:
+    """The runs named, each once, `latest` standing for the newest run in the store; an
+    unknown id is exit 2 with the nearest id suggested."""
+    from orchestrator.analysis import frames
+
+    every = frames.runs(root)
+    have = list(every["run_id"])
+    out: list[str] = []
+    for rid in run_ids:
+        if rid == LATEST and rid not in have:
+            if not have:
+                raise UsageError(f"no runs under {root}: `{LATEST}` names none",
+                                 hint="run a step first")
+            rid = str(every.sort_values(["started", "run_id"])["run_id"].iloc[-1])
+        elif rid not in have:
+            raise UsageError(f"no run {shown(rid)} under {root}{did_you_mean(rid, have)}",
+                             hint=f"see `gpuvet runs --results {root}`; `{LATEST}` names the "
+                                  "newest run")
+        out.append(rid)
+    return list(dict.fromkeys(out))
 
 
 def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = None) -> Table:
@@ -232,6 +273,7 @@ def register(root: click.Group) -> None:
         from orchestrator.store import reap_stale
 
         reap_stale(results)
+        known_providers(results, providers)
         table = runs_table(results, providers, _since(since))
         if as_json:
             rows = table.as_json()["rows"]
@@ -254,14 +296,13 @@ def register(root: click.Group) -> None:
     @verbose_option
     @json_option
     def show(results: Path, run_id: str, verbose: bool, as_json: bool) -> int:
-        """Show a run's findings, verdicts and measurements again (read only)."""
+        """Show a run's findings, verdicts and measurements again (read only). RUN is a
+        run id from `gpuvet runs`, or `latest` for the newest run."""
         from orchestrator.analysis import frames
         from orchestrator.verdicts import findings_table, verdict_table, verdicts
 
+        (run_id,) = resolve_runs(results, [run_id])
         r = frames.runs(results, run_ids=[run_id])
-        if r.empty:
-            raise UsageError(f"no run {run_id} under {results}",
-                             hint=f"see `gpuvet runs --results {results}`")
         row: dict[Any, Any] = r.iloc[0].to_dict()
         fs = frames.finding_records(results, [run_id])
         nodes = [str(n) for n in row["nodes"]]
@@ -295,14 +336,9 @@ def register(root: click.Group) -> None:
                        " `-o x` (no suffix) a new folder x of runs.parquet, ...")
     def export(results: Path, run_ids: tuple[str, ...], fmt: str, output: Path) -> int:
         """Export runs' findings, measurements and environment facts as tidy tables: times
-        as timestamps, lists as lists, tags and details as columns (dicts in JSON)."""
-        from orchestrator.analysis import frames
-
-        known = set(frames.runs(results, run_ids=list(run_ids))["run_id"])
-        missing = [r for r in run_ids if r not in known]
-        if missing:
-            raise UsageError(f"no run {', '.join(missing)} under {results}",
-                             hint=f"see `gpuvet runs --results {results}`")
+        as timestamps, lists as lists, tags and details as columns (dicts in JSON). RUN is
+        a run id from `gpuvet runs`, or `latest` for the newest run."""
+        ids = resolve_runs(results, run_ids)
         if fmt == "parquet":
             try:
                 import pyarrow  # noqa: F401 - imported late, for Parquet only
@@ -310,7 +346,7 @@ def register(root: click.Group) -> None:
                 raise UsageError("--format parquet needs pyarrow, a dependency of gpuvet "
                                  "missing from this Python environment",
                                  hint="pip install 'pyarrow>=15,<27'") from None
-        tables = export_tables(results, list(dict.fromkeys(run_ids)))
+        tables = export_tables(results, ids)
         files = output_written(lambda: write_export(tables, fmt, output), output)
         for f in files:
             out.print(str(f))

@@ -139,3 +139,34 @@ def test_export_writes_nothing_on_bad_input(tmp_path, store, capsys) -> None:
     assert r.returncode == 2 and "exists; an export never overwrites" in r.stderr
     assert [p.name for p in dest.iterdir()] == ["keep.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_an_unknown_provider_or_run_is_exit_2_with_the_nearest_name(store, capsys) -> None:
+    root, ids = store
+    r = gpuvet(capsys, "runs", "--results", root, "-p", "nosuch")
+    assert r.returncode == 2 and r.stdout == ""  # not an empty table with exit 0
+    assert r.stderr.startswith(f"error: no runs of provider nosuch under {root} "
+                               "(providers with runs: beta, h200)")
+    r = gpuvet(capsys, "runs", "--results", root, "-p", "h200", "-p", "betta")
+    assert r.returncode == 2 and "provider betta under" in r.stderr
+    assert "(did you mean 'beta'?)" in r.stderr
+    typo = ids["beta"]["nccl"][:-1] + ("x" if not ids["beta"]["nccl"].endswith("x") else "y")
+    for argv in (["show", typo], ["export", typo, "-o", "unused"],
+                 ["compare", "--runs", typo]):
+        r = gpuvet(capsys, *argv, "--results", root)
+        assert r.returncode == 2, (argv, r.output)
+        assert f"no run {typo}" in r.stderr and f"(did you mean '{ids['beta']['nccl']}'?)" \
+            in r.stderr, (argv, r.stderr)
+    r = gpuvet(capsys, "compare", "--results", root, "-p", "h200", "-p", "betaa")
+    assert r.returncode == 2 and "betaa (did you mean 'beta'?)" in r.stderr
+
+
+def test_show_latest_is_the_newest_run(store, capsys) -> None:
+    root, ids = store
+    newest = json.loads(gpuvet(capsys, "runs", "--results", root, "--json").stdout)[-1]["run"]
+    assert newest == ids["beta"]["train"]
+    r = gpuvet(capsys, "show", "--results", root, "latest", "--json")
+    assert r.returncode == 0, r.output
+    assert json.loads(r.stdout)["run_id"] == newest
+    text = gpuvet(capsys, "show", "--results", root, "latest")
+    assert text.returncode == 0 and text.stdout.startswith(f"run {newest}: ")
