@@ -193,6 +193,9 @@ def provider_nodes(root: Path, run_id: str, provider: str, df: pd.DataFrame) -> 
 
 # --- which runs are the baseline ------------------------------------------------------------
 
+JUDGED_LEFT_OUT = " left out: the run judged is never its own baseline"
+
+
 @dataclass(frozen=True)
 class BaselineSource:
     kind: str  # "stored" | "automatic"
@@ -207,7 +210,10 @@ class BaselineSource:
     @property
     def describe(self) -> str:
         if self.kind == "stored":
-            return f"set by {self.set_by} at {self.set_at} ({self.how}; {len(self.runs)} run(s))"
+            judged = [w for w in self.left_out if w.endswith(JUDGED_LEFT_OUT)]
+            note = f"; {judged[0]}" if judged else ""
+            return (f"set by {self.set_by} at {self.set_at} ({self.how}; {len(self.runs)} "
+                    f"run(s){note})")
         if not self.runs:
             return "none: no complete earlier run of this suite and machine class"
         return f"the last {len(self.runs)} complete run(s) before this one"
@@ -277,8 +283,12 @@ def resolve(root: Path, provider: str, judged: str, df: pd.DataFrame, runs: pd.D
     recs = stored(root, provider, suite_hash, machine)
     if recs:
         r = recs[0]
-        return BaselineSource("stored", tuple(r.runs), machine, suite_hash, r.set_at, r.set_by,
-                              r.how)
+        # a baseline set from the runs that include the one judged (`baseline set --last 1`,
+        # then `regress`) holds it; a run is never judged against itself: it is left out
+        kept = tuple(x for x in r.runs if x != judged)
+        left = (f"{judged}{JUDGED_LEFT_OUT}",) if len(kept) < len(r.runs) else ()
+        return BaselineSource("stored", kept, machine, suite_hash, r.set_at, r.set_by,
+                              r.how, left)
     return automatic(root, provider, judged, df, runs, machine, last)
 
 
@@ -394,6 +404,15 @@ def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: i
                         set_by=who or _who(), how=how)
     add_baselines(root, records)
     return records
+
+
+def newest_measured(root: Path, provider: str, min_size: int = MIN_SIZE) -> str | None:
+    """The provider's newest run with measurements a baseline uses and not still running:
+    the run `gpuvet regress` judges by default."""
+    runs = frames.runs(root)
+    have = set(sample_frame(root, provider, min_size=min_size)["run_id"])
+    have -= set(runs.loc[runs["status"] == "running", "run_id"])
+    return next((str(r) for r in reversed(list(runs["run_id"])) if r in have), None)
 
 
 def _who() -> str:
