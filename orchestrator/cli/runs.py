@@ -159,12 +159,17 @@ def _columns(df: pd.DataFrame, column: str) -> pd.DataFrame:
 
     if column not in df.columns:
         return df
-    wide = pd.DataFrame([_flat(column, d) for d in df[column]], index=df.index)
+    flats = [_flat(column, d) for d in df[column]]
+    wide = pd.DataFrame(flats, index=df.index)
     for c in wide.columns:
-        vals = [v for v in wide[c] if v is not None and not (isinstance(v, float) and v != v)]
+        raw = [f.get(c) for f in flats]  # as recorded: the frame made 8 of an int column 8.0
+        vals = [v for v in raw if v is not None and not (isinstance(v, float) and v != v)]
         kinds = {type(v) for v in vals}
         if kinds <= {list, tuple} and all(isinstance(x, str) for v in vals for x in v):
             continue  # a list of names stays a list (Parquet list<string>)
+        if kinds == {int}:  # a count stays an integer where some rows have none (not 8.0)
+            wide[c] = pd.array([v if isinstance(v, int) else None for v in raw], dtype="Int64")
+            continue
         if len(kinds - {int, float}) > 0 and len(kinds) > 1 or kinds & {list, tuple}:
             wide[c] = wide[c].map(lambda v: None if v is None else
                                   json.dumps(v, default=str) if isinstance(v, (list, tuple))
@@ -184,7 +189,13 @@ def export_tables(root: Path, run_ids: Sequence[str]) -> dict[str, pd.DataFrame]
     fs = frames.finding_records(root, run_ids)
     findings = pd.DataFrame([f.model_dump(mode="json") for f in fs])
     ms = frames.measurements_tagged(root, run_ids)
-    env = environment.environment(runs)
+    # integers stay integers where some rows have none (training metrics have no size), and
+    # a measurement's nodes are a list as a run's are, not the index's joined text
+    for col in ("size", "round"):
+        if col in ms.columns:
+            ms[col] = ms[col].astype("Int64")
+    ms["nodes"] = ms["nodes"].map(lambda s: [n for n in str(s or "").split(",") if n])
+    env = environment.with_units(environment.environment(runs))
     for col in ("started", "finished"):
         runs[col] = pd.to_datetime(runs[col], utc=True, errors="coerce")
     tables = {"runs": runs, "findings": findings, "measurements": ms, "environment": env}
@@ -336,8 +347,10 @@ def register(root: click.Group) -> None:
                        " `-o x` (no suffix) a new folder x of runs.parquet, ...")
     def export(results: Path, run_ids: tuple[str, ...], fmt: str, output: Path) -> int:
         """Export runs' findings, measurements and environment facts as tidy tables: times
-        as timestamps, lists as lists, tags and details as columns (dicts in JSON). RUN is
-        a run id from `gpuvet runs`, or `latest` for the newest run."""
+        as timestamps, integers as integers (empty where a row has none), lists as lists
+        (joined with ';' in CSV), tags and details as columns (dicts in JSON), an
+        environment fact's value beside its unit. RUN is a run id from `gpuvet runs`, or
+        `latest` for the newest run."""
         ids = resolve_runs(results, run_ids)
         if fmt == "parquet":
             try:

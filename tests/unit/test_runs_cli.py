@@ -170,3 +170,46 @@ def test_show_latest_is_the_newest_run(store, capsys) -> None:
     assert json.loads(r.stdout)["run_id"] == newest
     text = gpuvet(capsys, "show", "--results", root, "latest")
     assert text.returncode == 0 and text.stdout.startswith(f"run {newest}: ")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
+def test_export_keeps_integers_lists_and_units_apart(tmp_path, store, capsys, fmt) -> None:
+    """With training metrics beside nccl rounds (no size, no round), integers stayed
+    integers only where every row had one: `size` 8.0, `tags.gpus` 2.0. A measurement's
+    nodes were joined text while a run's were a list; "140.4 GiB" held its unit inside."""
+    import csv
+
+    root, ids = store
+    runs = [ids["h200"]["preflight"], ids["h200"]["nccl"], ids["h200"]["train"]]
+    dest = tmp_path / ("out.json" if fmt == "json" else "out")
+    r = gpuvet(capsys, "export", "--results", root, *runs, "--format", fmt, "-o", dest)
+    assert r.returncode == 0, r.output
+    int_columns = ("size", "round", "tags.gpus")
+    if fmt == "json":
+        doc = json.loads(dest.read_text())
+        ms, env = doc["measurements"], doc["environment"]
+        nccl = [m for m in ms if m["step"] == "nccl"]
+        assert {type(m["size"]) for m in nccl} == {type(m["round"]) for m in nccl} == {int}
+        assert {type(m["tags"]["gpus"]) for m in nccl} == {int}
+        assert {m["size"] for m in ms if m["step"] == "train"} == {None}
+        assert {tuple(m["nodes"]) for m in ms} == {("h200-host",)}
+        assert doc["runs"][0]["nodes"] == ["h200-host"]
+        mem = [e for e in env if e["key"] == "gpu_memory"]
+    elif fmt == "csv":
+        with (dest / "measurements.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        for c in int_columns:  # "8", never "8.0"; empty where a row has none
+            assert all(v == "" or v.isdigit() for v in (row[c] for row in rows)), c
+            assert any(row[c] for row in rows) and any(not row["size"] for row in rows)
+        assert {row["nodes"] for row in rows} == {"h200-host"}  # lists joined as runs' are
+        with (dest / "environment.csv").open() as fh:
+            mem = [e for e in csv.DictReader(fh) if e["key"] == "gpu_memory"]
+    else:
+        ms = pd.read_parquet(dest / "measurements.parquet")
+        for c in int_columns:
+            assert str(ms[c].dtype) == "Int64", (c, ms[c].dtype)
+        assert ms["size"].isna().any() and ms["size"].max() == 4 << 30
+        assert {tuple(v) for v in ms["nodes"]} == {("h200-host",)}
+        mem = pd.read_parquet(dest / "environment.parquet").query(
+            "key == 'gpu_memory'").to_dict("records")
+    assert [(e["value"], e["unit"]) for e in mem] == [("140.4", "GiB")]
