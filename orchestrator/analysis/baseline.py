@@ -40,7 +40,7 @@ from ruamel.yaml import YAML
 from orchestrator import bands as bands_mod
 from orchestrator.analysis import frames
 from orchestrator.bands import Band
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.index import BaselineRecord, Index, add_baselines
 from orchestrator.verdicts import Table
 
@@ -359,7 +359,8 @@ def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: i
     if runs:
         missing = [r for r in runs if r not in known]
         if missing:
-            raise UsageError(f"no run {', '.join(missing)} under {root}",
+            raise UsageError(f"no run {', '.join(shown(m) + did_you_mean(m, known) for m in missing)}"
+                             f" under {root}",
                              hint=f"see `gpuvet runs --results {root}`")
         empty = [r for r in runs if r not in set(df["run_id"])]
         if empty:
@@ -385,14 +386,14 @@ def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: i
         how = f"last {last}"
     hashes = {r: str(all_runs.loc[all_runs["run_id"] == r, "suite_hash"].iloc[0]) for r in chosen}
     if len(set(hashes.values())) > 1:
-        shown = ", ".join(f"{r}={h}" for r, h in hashes.items())
-        raise UsageError(f"the runs were measured with different suites ({shown}): a baseline "
+        listed = ", ".join(f"{r}={h}" for r, h in hashes.items())
+        raise UsageError(f"the runs were measured with different suites ({listed}): a baseline "
                          "holds runs of one suite", hint="choose runs of one suite hash")
     classes = {r: machine_class(root, r, provider_nodes(root, r, provider, df)) for r in chosen}
     known_classes = {c for c in classes.values() if c.known}
     if len(known_classes) > 1:
-        shown = ", ".join(f"{r}={c}" for r, c in classes.items())
-        raise UsageError(f"the runs were measured on different machines ({shown})",
+        listed = ", ".join(f"{r}={c}" for r, c in classes.items())
+        raise UsageError(f"the runs were measured on different machines ({listed})",
                          hint="a baseline is per GPU model and count: choose runs of one")
     machine = next(iter(known_classes), MachineClass())
     sub = df[df["run_id"].isin(chosen)]

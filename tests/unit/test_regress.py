@@ -383,3 +383,18 @@ def test_a_baseline_never_holds_the_run_it_judges(tmp_path: Path,
     assert doc["providers"][0]["baseline"]["left_out"] == []
     res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--runs", ids[0], "--results", root)
     assert "note:" not in res.stderr
+
+
+def test_regress_and_baseline_suggest_the_nearest_provider_and_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.clirun import gpuvet
+
+    root = tmp_path / "results"
+    ids = make_history(root, 2)
+    typo = ids[0][:-1] + ("9" if not ids[0].endswith("9") else "8")
+    for argv in (["regress", typo], ["baseline", "set", "-p", "lab", "--runs", typo]):
+        res = gpuvet(capsys, *argv, "--results", root)
+        assert res.returncode == 2, res.output
+        assert f"no run {typo}" in res.stderr and "(did you mean '" in res.stderr, res.stderr
+    res = gpuvet(capsys, "regress", "-p", "lbb", "--results", root)
+    assert res.returncode == 2 and "provider lbb (did you mean 'lab'?)" in res.stderr
