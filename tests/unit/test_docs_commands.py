@@ -90,3 +90,14 @@ def test_a_wrong_command_line_is_caught() -> None:
                 ["schedule", "print", "--every"]):
         with pytest.raises(click.ClickException):
             parse(bad)
+
+
+def test_the_quick_start_of_gpuvet_help_parses_and_is_the_readme_s() -> None:
+    epilog = build().epilog or ""
+    shown = [shlex.split(line)[1:] for line in epilog.splitlines()
+             if line.strip().startswith("gpuvet ")]
+    assert len(shown) == 5
+    for args in shown:
+        parse(args)
+    readme = [a for a in shown_commands("README.md") if a[0] in ("inventory", "ping", "pipeline")]
+    assert readme == shown[:3]
