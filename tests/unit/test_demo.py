@@ -10,6 +10,7 @@ it is timed by hand (docs/benchmarks.md), not run here.
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 import shutil
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 
 
+@functools.lru_cache(maxsize=1)
 def demo_lines() -> list[str]:
     res = subprocess.run(["make", "-n", "-W", "pyproject.toml", "demo"], cwd=ROOT,
                          capture_output=True, text=True, timeout=30)
