@@ -34,21 +34,32 @@ $(STAMP): $(RUNSTAMP)
 	$(BIN)/python -m pip install -q -e '.[dev,ray]'
 	touch $(STAMP)
 
-# The main job on the built-in local inventory. Exit code 1 from preflight/health/nccl
-# means "a check FAILed" (on a machine without GPUs: no NVIDIA driver), which
-# is a result, not an error; 2 and 3 still stop the demo.
+# The quick start on two offers simulated on this machine (inventories/demo.yaml, one
+# local node each): the pipeline with the CPU training step (suites/train-cpu.yaml: the
+# tiny model, checkpoint, SIGKILL, restore verified bit for bit), then compare and report
+# of the two under that one suite. The nodes' python3 is the venv's (torch). Exit code 1
+# from pipeline/compare means "a check FAILed" / "a provider is NO-GO" (on a machine
+# without GPUs: no NVIDIA driver), which is a result, not an error; 2 and 3 still stop
+# the demo. Runs again as often as wanted: each run adds one pipeline run to results/.
+DEMO_INV   := inventories/demo.yaml
+DEMO_SUITE := suites/train-cpu.yaml
+DEMO_ENV   := PATH="$(CURDIR)/$(BIN):$$PATH"
 demo: setup-run
-	$(BIN)/gpuvet inventory check inventories/local.yaml
-	$(BIN)/gpuvet ping -i inventories/local.yaml
-	$(BIN)/gpuvet preflight -i inventories/local.yaml || test $$? -eq 1
-	$(BIN)/gpuvet health -i inventories/local.yaml || test $$? -eq 1
-	$(BIN)/gpuvet nccl -i inventories/local.yaml || test $$? -eq 1
-	@echo "--- importing nccl-tests logs captured on a real 2 x H200 host (tests/fixtures/h200x2):"
-	@echo "--- they show what a healthy GPU node's results look like next to this machine's"
+	$(BIN)/gpuvet inventory check $(DEMO_INV)
+	$(DEMO_ENV) $(BIN)/gpuvet ping -i $(DEMO_INV)
+	mkdir -p /tmp/gpuvet-demo/sim-a/ckpt /tmp/gpuvet-demo/sim-b/ckpt
+	$(DEMO_ENV) $(BIN)/gpuvet pipeline -i $(DEMO_INV) --suite $(DEMO_SUITE) || test $$? -eq 1
+	@echo "--- both offers measured under one suite: side by side, with a verdict each"
+	$(BIN)/gpuvet compare -p offer-a -p offer-b || test $$? -eq 1
+	$(BIN)/gpuvet report -p offer-a -p offer-b -o results/demo-report.html
+	@echo "--- nccl-tests logs of a real 2 x H200 host (tests/fixtures/h200x2), imported as"
+	@echo "--- provider h200-capture: what all_reduce measures on GPUs (its own suite: shown, not compared)"
 	$(BIN)/gpuvet import nccl-tests -p h200-capture \
 	  tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round1.log \
 	  tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round2.log \
 	  tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round3.log
+	@echo "--- the report: results/demo-report.html (and .md); every run: .venv/bin/gpuvet runs"
+	@echo "--- next, your own two nodes (README, Quick start): cp inventories/example-two-providers.yaml my-nodes.yaml"
 
 # The integration tests need root, network namespaces and openssh-server;
 # scripts/test-deps.sh installs the system packages when they are missing.

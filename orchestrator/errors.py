@@ -6,7 +6,9 @@ next. The CLI maps these to exit codes; the library never exits.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 
 from orchestrator.command import CommandResult
 
@@ -178,3 +180,10 @@ def shown(text: str) -> str:
     control characters shown as `\\xNN`, never an encoding error or a terminal escape
     when printed or stored."""
     return escaped(text)
+
+
+def did_you_mean(name: str, known: Iterable[str], cutoff: float = 0.6) -> str:
+    """` (did you mean 'x'?)` naming the known name closest to `name`, or '' when none is
+    close: one spelling of the suggestion for every "no such ..." message."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
+    return f" (did you mean {shown(close[0])!r}?)" if close else ""

@@ -18,6 +18,10 @@ from pathlib import Path
 from orchestrator.errors import UsageError
 
 _EVERY_RE = re.compile(r"^(\d+)\s*([mhd])$")
+# A run may take the interval less a margin (the timer's next start must find it ended);
+# less than 10 minutes is too short for preflight, health and nccl-tests on one node
+MARGIN_MIN = 5
+MIN_LIMIT_MIN = 10
 
 
 @dataclass(frozen=True)
@@ -29,7 +33,7 @@ class Every:
     @classmethod
     def parse(cls, text: str) -> Every:
         m = _EVERY_RE.match(text.strip().lower())
-        ok = "30m, 15m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d"
+        ok = "15m, 20m, 30m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d"
         if not m or int(m.group(1)) == 0:
             raise UsageError(f"--every {text!r} is not an interval like {ok}")
         n, unit = int(m.group(1)), m.group(2)
@@ -39,6 +43,11 @@ class Every:
         if not exact:
             raise UsageError(f"--every {text}: cron can only run at intervals that divide an hour "
                              f"or a day evenly", hint=f"choose one of {ok}")
+        if minutes < MIN_LIMIT_MIN + MARGIN_MIN:
+            raise UsageError(f"--every {text} is shorter than a run's time limit "
+                             f"({MIN_LIMIT_MIN} min at least) plus a {MARGIN_MIN}-minute margin: "
+                             "runs would overlap or be killed before they end",
+                             hint=f"choose {MIN_LIMIT_MIN + MARGIN_MIN}m or longer ({ok})")
         return cls(minutes)
 
     @property
@@ -79,8 +88,10 @@ ENVIRONMENT = (("COLUMNS", "160"),)  # the service's Environment=, the crontab l
 
 
 def timeout_min(every: Every) -> int:
-    """The time one pipeline run may take: the interval less five minutes (at least 5)."""
-    return max(every.minutes - 5, 5)
+    """The time one pipeline run may take: the interval less the margin (at least
+    MIN_LIMIT_MIN, as `Every.parse` accepts no shorter interval), so a run always ends
+    before the timer starts the next."""
+    return every.minutes - MARGIN_MIN
 
 
 def default_log_file() -> Path:

@@ -40,7 +40,7 @@ from ruamel.yaml import YAML
 from orchestrator import bands as bands_mod
 from orchestrator.analysis import frames
 from orchestrator.bands import Band
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.index import BaselineRecord, Index, add_baselines
 from orchestrator.verdicts import Table
 
@@ -193,6 +193,9 @@ def provider_nodes(root: Path, run_id: str, provider: str, df: pd.DataFrame) -> 
 
 # --- which runs are the baseline ------------------------------------------------------------
 
+JUDGED_LEFT_OUT = " left out: the run judged is never its own baseline"
+
+
 @dataclass(frozen=True)
 class BaselineSource:
     kind: str  # "stored" | "automatic"
@@ -207,7 +210,10 @@ class BaselineSource:
     @property
     def describe(self) -> str:
         if self.kind == "stored":
-            return f"set by {self.set_by} at {self.set_at} ({self.how}; {len(self.runs)} run(s))"
+            judged = [w for w in self.left_out if w.endswith(JUDGED_LEFT_OUT)]
+            note = f"; {judged[0]}" if judged else ""
+            return (f"set by {self.set_by} at {self.set_at} ({self.how}; {len(self.runs)} "
+                    f"run(s){note})")
         if not self.runs:
             return "none: no complete earlier run of this suite and machine class"
         return f"the last {len(self.runs)} complete run(s) before this one"
@@ -277,8 +283,12 @@ def resolve(root: Path, provider: str, judged: str, df: pd.DataFrame, runs: pd.D
     recs = stored(root, provider, suite_hash, machine)
     if recs:
         r = recs[0]
-        return BaselineSource("stored", tuple(r.runs), machine, suite_hash, r.set_at, r.set_by,
-                              r.how)
+        # a baseline set from the runs that include the one judged (`baseline set --last 1`,
+        # then `regress`) holds it; a run is never judged against itself: it is left out
+        kept = tuple(x for x in r.runs if x != judged)
+        left = (f"{judged}{JUDGED_LEFT_OUT}",) if len(kept) < len(r.runs) else ()
+        return BaselineSource("stored", kept, machine, suite_hash, r.set_at, r.set_by,
+                              r.how, left)
     return automatic(root, provider, judged, df, runs, machine, last)
 
 
@@ -349,7 +359,8 @@ def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: i
     if runs:
         missing = [r for r in runs if r not in known]
         if missing:
-            raise UsageError(f"no run {', '.join(missing)} under {root}",
+            raise UsageError(f"no run {', '.join(shown(m) + did_you_mean(m, known) for m in missing)}"
+                             f" under {root}",
                              hint=f"see `gpuvet runs --results {root}`")
         empty = [r for r in runs if r not in set(df["run_id"])]
         if empty:
@@ -375,14 +386,14 @@ def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: i
         how = f"last {last}"
     hashes = {r: str(all_runs.loc[all_runs["run_id"] == r, "suite_hash"].iloc[0]) for r in chosen}
     if len(set(hashes.values())) > 1:
-        shown = ", ".join(f"{r}={h}" for r, h in hashes.items())
-        raise UsageError(f"the runs were measured with different suites ({shown}): a baseline "
+        listed = ", ".join(f"{r}={h}" for r, h in hashes.items())
+        raise UsageError(f"the runs were measured with different suites ({listed}): a baseline "
                          "holds runs of one suite", hint="choose runs of one suite hash")
     classes = {r: machine_class(root, r, provider_nodes(root, r, provider, df)) for r in chosen}
     known_classes = {c for c in classes.values() if c.known}
     if len(known_classes) > 1:
-        shown = ", ".join(f"{r}={c}" for r, c in classes.items())
-        raise UsageError(f"the runs were measured on different machines ({shown})",
+        listed = ", ".join(f"{r}={c}" for r, c in classes.items())
+        raise UsageError(f"the runs were measured on different machines ({listed})",
                          hint="a baseline is per GPU model and count: choose runs of one")
     machine = next(iter(known_classes), MachineClass())
     sub = df[df["run_id"].isin(chosen)]
@@ -394,6 +405,15 @@ def set_baseline(root: Path, provider: str, *, runs: Sequence[str] = (), last: i
                         set_by=who or _who(), how=how)
     add_baselines(root, records)
     return records
+
+
+def newest_measured(root: Path, provider: str, min_size: int = MIN_SIZE) -> str | None:
+    """The provider's newest run with measurements a baseline uses and not still running:
+    the run `gpuvet regress` judges by default."""
+    runs = frames.runs(root)
+    have = set(sample_frame(root, provider, min_size=min_size)["run_id"])
+    have -= set(runs.loc[runs["status"] == "running", "run_id"])
+    return next((str(r) for r in reversed(list(runs["run_id"])) if r in have), None)
 
 
 def _who() -> str:

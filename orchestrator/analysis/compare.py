@@ -30,7 +30,7 @@ import pandas as pd
 
 from orchestrator.analysis import billing, cost, environment, frames, verdict
 from orchestrator.analysis.billing import train_value
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
 
@@ -67,8 +67,8 @@ class Selection:
 def _unknown(root: Path, want: Sequence[str], have: Sequence[str]) -> None:
     missing = [r for r in want if r not in set(have)]
     if missing:
-        raise UsageError(f"no run {', '.join(missing)} under {root}",
-                         hint=f"see `gpuvet runs --results {root}`")
+        raise UsageError(f"no run {', '.join(shown(m) + did_you_mean(m, have) for m in missing)}"
+                         f" under {root}", hint=f"see `gpuvet runs --results {root}`")
 
 
 def select(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
@@ -92,8 +92,10 @@ def select(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = (
     known = sorted({p for ps in everything["providers"] for p in ps})
     unknown = [p for p in providers if p not in known]
     if unknown:
-        raise UsageError(f"no runs of provider {', '.join(unknown)} under {root} "
-                         f"(providers with runs: {', '.join(known) or 'none'})")
+        raise UsageError(f"no runs of provider "
+                         f"{', '.join(shown(p) + did_you_mean(p, known) for p in unknown)}"
+                         f" under {root} (providers with runs: {', '.join(known) or 'none'})",
+                         hint=f"see `gpuvet runs --results {root}`")
     pool = pool[pool["providers"].map(lambda ps: bool(set(ps) & set(providers)))]
     steps = frames.steps_of(root, list(pool["run_id"])) if not pool.empty else \
         pd.DataFrame(columns=["run_id", "provider", "step"])

@@ -33,6 +33,7 @@ LABELS = {"gpu_model": "GPU model", "gpu_memory": "GPU memory", "gpu_count": "GP
           "nccl_torch": "NCCL (torch)", "nccl_tests_commit":
           "nccl-tests commit", "torch": "torch", "kernel": "kernel", "image": "image"}
 COLUMNS = ["run_id", "provider", "node", "key", "value", "evidence"]
+UNITS = {"gpu_memory": "GiB"}  # the unit a key's values are written in, for `with_units`
 MISSING = "not reported"
 
 
@@ -116,7 +117,8 @@ def preflight_values(facts_doc: dict[str, Any], node_rel: str) -> dict[str, tupl
         out["gpu_count"] = (str(len(gpus)), ev)
         mems = sorted({g["memory_total_mib"] for g in gpus if g.get("memory_total_mib")})
         if mems:
-            out["gpu_memory"] = (", ".join(f"{m / 1024:.1f} GiB" for m in mems), ev)
+            unit = UNITS["gpu_memory"]
+            out["gpu_memory"] = (", ".join(f"{m / 1024:.1f} {unit}" for m in mems), ev)
         forms = sorted({form_factor_of(n) or "not evident from the name" for n in names})
         out["form_factor"] = (", ".join(f.upper() if len(f) < 5 else f for f in forms), ev)
         mig = [g.get("index") for g in gpus if g.get("mig_enabled")]
@@ -192,6 +194,25 @@ def environment(runs: pd.DataFrame) -> pd.DataFrame:
     for run_id, path, provs in zip(runs["run_id"], runs["path"], runs["providers"], strict=True):
         rows += run_environment(Path(str(path)), str(run_id), list(provs))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def with_units(env: pd.DataFrame) -> pd.DataFrame:
+    """The facts as data: the unit in a column of its own ("79.6 GiB" is value "79.6",
+    unit "GiB"; a node of several sizes "79.6, 80.0" GiB), null where a fact has none."""
+    def split(key: str, value: str) -> tuple[str, str | None]:
+        unit = UNITS.get(key)
+        if unit is None:
+            return value, None
+        parts = value.split(", ")
+        if not all(p.endswith(f" {unit}") for p in parts):
+            return value, None
+        return ", ".join(p[:-len(unit) - 1] for p in parts), unit
+
+    pairs = [split(str(k), str(v)) for k, v in zip(env["key"], env["value"], strict=True)]
+    out = env.copy()
+    out["value"] = [v for v, _ in pairs]
+    out.insert(list(out.columns).index("value") + 1, "unit", [u for _, u in pairs])
+    return out
 
 
 def latest(env: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:

@@ -44,7 +44,7 @@ from orchestrator.analysis.significance import (
     Verdict,
     compare_all,
 )
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import subject_key, subject_label
 from orchestrator.verdicts import Table
 
@@ -223,7 +223,8 @@ def evaluate(root: Path, run_id: str | None = None, providers: Sequence[str] = (
     runs = frames.runs(root)
     if run_id is not None:
         if run_id not in set(runs["run_id"]):
-            raise UsageError(f"no run {run_id} under {root}",
+            raise UsageError(f"no run {shown(run_id)} under {root}"
+                             f"{did_you_mean(run_id, runs['run_id'])}",
                              hint=f"see `gpuvet runs --results {root}`")
         in_run = list(runs.loc[runs["run_id"] == run_id, "providers"].iloc[0])
         unknown = [p for p in providers if p not in in_run]
@@ -235,8 +236,9 @@ def evaluate(root: Path, run_id: str | None = None, providers: Sequence[str] = (
         seen = list(dict.fromkeys(p for ps in runs["providers"] for p in ps))
         unknown = [p for p in providers if p not in seen]
         if unknown:
-            raise UsageError(f"no runs of provider {', '.join(unknown)} under {root}"
-                             + (f" (providers: {', '.join(seen)})" if seen else ""))
+            raise UsageError(f"no runs of provider "
+                             f"{', '.join(shown(p) + did_you_mean(p, seen) for p in unknown)}"
+                             f" under {root}" + (f" (providers: {', '.join(seen)})" if seen else ""))
         wanted = list(providers) or seen
     if not wanted:
         raise UsageError(f"no runs under {root} to judge")

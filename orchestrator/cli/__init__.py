@@ -45,7 +45,15 @@ GROUPS = (
 
 def build() -> click.Group:
     @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]},
-                 help="Vet rented GPU nodes before a long job, and compare GPU platforms fairly.")
+                 help="Vet rented GPU nodes before a long job, and compare GPU platforms fairly.",
+                 epilog="\b\nOn your own nodes (the README's quick start):\n"
+                        "  gpuvet inventory check my-nodes.yaml\n"
+                        "  gpuvet ping -i my-nodes.yaml --accept-new-host-keys\n"
+                        "  gpuvet pipeline -i my-nodes.yaml\n"
+                        "  gpuvet compare -p A -p B\n"
+                        "  gpuvet report -p A -p B -o report.html\n"
+                        "Every command with an example: docs/commands.md; "
+                        "gpuvet COMMAND --help.")
     @click.version_option(__version__, "--version", prog_name="gpuvet",
                           message="%(prog)s %(version)s")
     def root() -> None:

@@ -115,6 +115,32 @@ class Group(click.Group):
 
 Group.group_class = Group
 
+
+class ManyValues(click.Option):
+    """An option of one or more values: `--runs A B C` as well as `--runs A --runs B`.
+    The words after it, up to the next option (or `--`), are its values."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["multiple"] = True
+        super().__init__(*args, **kwargs)
+
+    def add_to_parser(self, parser: Any, ctx: click.Context) -> None:
+        super().add_to_parser(parser, ctx)
+        # click's parser takes one value per occurrence; its option objects are reached
+        # through the parser's tables (click 8), and each gets the words that follow it
+        for name in self.opts:
+            opt = parser._long_opt.get(name) or parser._short_opt.get(name)
+            if opt is None:
+                continue
+            one = opt.process
+
+            def process(value: Any, state: Any, one: Callable[[Any, Any], None] = one) -> None:
+                one(value, state)
+                while state.rargs and not state.rargs[0].startswith("-"):
+                    one(state.rargs.pop(0), state)
+
+            opt.process = process
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 

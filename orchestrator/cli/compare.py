@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from orchestrator.cli._common import (
+    ManyValues,
     emit_json,
     err,
     json_option,
@@ -71,9 +72,9 @@ def _options(f: F) -> F:
     f = click.option("-i", "--inventory", type=click.Path(path_type=Path, dir_okay=False),
                      help="Take prices (and settings.rates) from this inventory instead of the "
                           "runs' own copies.")(f)
-    f = click.option("--runs", "run_ids", multiple=True, metavar="RUN",
-                     help="Compare these runs (repeatable); default: each provider's latest "
-                          "complete run of every step.")(f)
+    f = click.option("--runs", "run_ids", cls=ManyValues, metavar="RUN...",
+                     help="Compare these runs (`--runs A B C`, or repeated); default: each "
+                          "provider's latest complete run of every step.")(f)
     f = click.option("-p", "--provider", "providers", multiple=True, metavar="NAME",
                      help="A provider to compare (repeatable; the first is the baseline of "
                           "the ratios).")(f)

@@ -120,7 +120,8 @@ def register(root: click.Group) -> None:
 
     @schedule_group.command("print")
     @click.option("--every", required=True, metavar="INTERVAL",
-                  help="How often: 15m, 30m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d.")
+                  help="How often: 15m, 20m, 30m, 1h, 2h, 3h, 4h, 6h, 8h, 12h or 1d. A run may take "
+                       "the interval less 5 minutes; a shorter interval than 15m is refused.")
     @inventory_option
     @results_option
     @suite_option

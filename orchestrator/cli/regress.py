@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from orchestrator.cli._common import emit_json, json_option, out, render, results_option
+from orchestrator.cli._common import (
+    ManyValues,
+    emit_json,
+    err,
+    json_option,
+    out,
+    render,
+    results_option,
+)
 
 if TYPE_CHECKING:  # the statistics load scipy: only the commands that judge import them
     from orchestrator.analysis.significance import Settings
@@ -84,8 +92,8 @@ def register(root: click.Group) -> None:
     @baseline_group.command("set")
     @click.option("-p", "--provider", required=True, metavar="NAME",
                   help="The provider whose baseline this is.")
-    @click.option("--runs", "run_ids", multiple=True, metavar="RUN",
-                  help="Accept these runs (repeatable).")
+    @click.option("--runs", "run_ids", cls=ManyValues, metavar="RUN...",
+                  help="Accept these runs (`--runs A B C`, or repeated).")
     @click.option("--last", type=int, default=None, metavar="N",
                   help="Accept the provider's last N complete runs (passed, no FAIL finding).")
     @click.option("--min-size", default="16M", show_default=True, callback=_size,
@@ -104,6 +112,11 @@ def register(root: click.Group) -> None:
 
         recs = baseline.set_baseline(results, provider, runs=run_ids, last=last,
                                      min_size=min_size)
+        newest = baseline.newest_measured(results, provider, min_size)
+        if newest is not None and newest in recs[0].runs:
+            err.print(f"note: the baseline holds {newest}, {provider}'s newest measured run; "
+                      "`gpuvet regress` judging it leaves it out (a run is never its own "
+                      "baseline): the next run is judged against all of them")
         if as_json:
             emit_json({"baseline": [r.model_dump(mode="json") for r in recs]})
             return 0

@@ -27,7 +27,7 @@ from orchestrator.cli._common import (
     results_option,
     verbose_option,
 )
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.verdicts import Table
 
 if TYPE_CHECKING:
@@ -44,6 +44,47 @@ def _since(value: str | None) -> str | None:
         raise UsageError(f"--since {value!r} is not a date", hint="use YYYY-MM-DD or "
                          "YYYY-MM-DDTHH:MM:SSZ (UTC, as run times are recorded)")
     return value.replace(" ", "T")
+
+
+LATEST = "latest"
+
+
+def known_providers(root: Path, providers: Sequence[str]) -> None:
+    """-p names providers with runs in the store: an unknown one is a typo (exit 2, the
+    nearest name suggested), never an empty table."""
+    from orchestrator.analysis import frames
+
+    if not providers:
+        return
+    have = sorted({p for ps in frames.runs(root)["providers"] for p in ps})
+    for p in providers:
+        if p not in have:
+            raise UsageError(f"no runs of provider {shown(p)} under {root}"
+                             f"{did_you_mean(p, have)} (providers with runs: "
+                             f"{', '.join(have) or 'none'})",
+                             hint=f"see `gpuvet runs --results {root}`")
+
+
+def resolve_runs(root: Path, run_ids: Sequence[str]) -> list[str]:
+    """The runs named, each once, `latest` standing for the newest run in the store; an
+    unknown id is exit 2 with the nearest id suggested."""
+    from orchestrator.analysis import frames
+
+    every = frames.runs(root)
+    have = list(every["run_id"])
+    out: list[str] = []
+    for rid in run_ids:
+        if rid == LATEST and rid not in have:
+            if not have:
+                raise UsageError(f"no runs under {root}: `{LATEST}` names none",
+                                 hint="run a step first")
+            rid = str(every.sort_values(["started", "run_id"])["run_id"].iloc[-1])
+        elif rid not in have:
+            raise UsageError(f"no run {shown(rid)} under {root}{did_you_mean(rid, have)}",
+                             hint=f"see `gpuvet runs --results {root}`; `{LATEST}` names the "
+                                  "newest run")
+        out.append(rid)
+    return list(dict.fromkeys(out))
 
 
 def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = None) -> Table:
@@ -118,12 +159,17 @@ def _columns(df: pd.DataFrame, column: str) -> pd.DataFrame:
 
     if column not in df.columns:
         return df
-    wide = pd.DataFrame([_flat(column, d) for d in df[column]], index=df.index)
+    flats = [_flat(column, d) for d in df[column]]
+    wide = pd.DataFrame(flats, index=df.index)
     for c in wide.columns:
-        vals = [v for v in wide[c] if v is not None and not (isinstance(v, float) and v != v)]
+        raw = [f.get(c) for f in flats]  # as recorded: the frame made 8 of an int column 8.0
+        vals = [v for v in raw if v is not None and not (isinstance(v, float) and v != v)]
         kinds = {type(v) for v in vals}
         if kinds <= {list, tuple} and all(isinstance(x, str) for v in vals for x in v):
             continue  # a list of names stays a list (Parquet list<string>)
+        if kinds == {int}:  # a count stays an integer where some rows have none (not 8.0)
+            wide[c] = pd.array([v if isinstance(v, int) else None for v in raw], dtype="Int64")
+            continue
         if len(kinds - {int, float}) > 0 and len(kinds) > 1 or kinds & {list, tuple}:
             wide[c] = wide[c].map(lambda v: None if v is None else
                                   json.dumps(v, default=str) if isinstance(v, (list, tuple))
@@ -143,7 +189,13 @@ def export_tables(root: Path, run_ids: Sequence[str]) -> dict[str, pd.DataFrame]
     fs = frames.finding_records(root, run_ids)
     findings = pd.DataFrame([f.model_dump(mode="json") for f in fs])
     ms = frames.measurements_tagged(root, run_ids)
-    env = environment.environment(runs)
+    # integers stay integers where some rows have none (training metrics have no size), and
+    # a measurement's nodes are a list as a run's are, not the index's joined text
+    for col in ("size", "round"):
+        if col in ms.columns:
+            ms[col] = ms[col].astype("Int64")
+    ms["nodes"] = ms["nodes"].map(lambda s: [n for n in str(s or "").split(",") if n])
+    env = environment.with_units(environment.environment(runs))
     for col in ("started", "finished"):
         runs[col] = pd.to_datetime(runs[col], utc=True, errors="coerce")
     tables = {"runs": runs, "findings": findings, "measurements": ms, "environment": env}
@@ -232,6 +284,7 @@ def register(root: click.Group) -> None:
         from orchestrator.store import reap_stale
 
         reap_stale(results)
+        known_providers(results, providers)
         table = runs_table(results, providers, _since(since))
         if as_json:
             rows = table.as_json()["rows"]
@@ -254,14 +307,13 @@ def register(root: click.Group) -> None:
     @verbose_option
     @json_option
     def show(results: Path, run_id: str, verbose: bool, as_json: bool) -> int:
-        """Show a run's findings, verdicts and measurements again (read only)."""
+        """Show a run's findings, verdicts and measurements again (read only). RUN is a
+        run id from `gpuvet runs`, or `latest` for the newest run."""
         from orchestrator.analysis import frames
         from orchestrator.verdicts import findings_table, verdict_table, verdicts
 
+        (run_id,) = resolve_runs(results, [run_id])
         r = frames.runs(results, run_ids=[run_id])
-        if r.empty:
-            raise UsageError(f"no run {run_id} under {results}",
-                             hint=f"see `gpuvet runs --results {results}`")
         row: dict[Any, Any] = r.iloc[0].to_dict()
         fs = frames.finding_records(results, [run_id])
         nodes = [str(n) for n in row["nodes"]]
@@ -295,14 +347,11 @@ def register(root: click.Group) -> None:
                        " `-o x` (no suffix) a new folder x of runs.parquet, ...")
     def export(results: Path, run_ids: tuple[str, ...], fmt: str, output: Path) -> int:
         """Export runs' findings, measurements and environment facts as tidy tables: times
-        as timestamps, lists as lists, tags and details as columns (dicts in JSON)."""
-        from orchestrator.analysis import frames
-
-        known = set(frames.runs(results, run_ids=list(run_ids))["run_id"])
-        missing = [r for r in run_ids if r not in known]
-        if missing:
-            raise UsageError(f"no run {', '.join(missing)} under {results}",
-                             hint=f"see `gpuvet runs --results {results}`")
+        as timestamps, integers as integers (empty where a row has none), lists as lists
+        (joined with ';' in CSV), tags and details as columns (dicts in JSON), an
+        environment fact's value beside its unit. RUN is a run id from `gpuvet runs`, or
+        `latest` for the newest run."""
+        ids = resolve_runs(results, run_ids)
         if fmt == "parquet":
             try:
                 import pyarrow  # noqa: F401 - imported late, for Parquet only
@@ -310,7 +359,7 @@ def register(root: click.Group) -> None:
                 raise UsageError("--format parquet needs pyarrow, a dependency of gpuvet "
                                  "missing from this Python environment",
                                  hint="pip install 'pyarrow>=15,<27'") from None
-        tables = export_tables(results, list(dict.fromkeys(run_ids)))
+        tables = export_tables(results, ids)
         files = output_written(lambda: write_export(tables, fmt, output), output)
         for f in files:
             out.print(str(f))

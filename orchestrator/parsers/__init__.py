@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, did_you_mean, shown
 
 ParserFunc = Callable[..., BaseModel]
 
@@ -96,10 +96,10 @@ def get(kind: str) -> ParserSpec:
     try:
         return _REGISTRY[kind]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRY))
         raise UsageError(
-            f"unknown parser kind {kind!r}",
-            hint=f"known kinds: {known} (see `gpuvet parse --list`)",
+            f"unknown parser kind {shown(kind)!r}{did_you_mean(kind, _REGISTRY)}",
+            hint=f"`gpuvet parse --list` names all {len(_REGISTRY)} kinds, each with a "
+                 "command whose output it reads",
         ) from None
 
 

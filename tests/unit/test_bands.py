@@ -91,11 +91,12 @@ def test_references_file_names_the_key_the_inventory_accepts() -> None:
         assert key in InventoryFile.model_json_schema()["$defs"]["Expectations"]["properties"]
 
 
-def test_readme_inventory_example_is_accepted(tmp_path: Path) -> None:
-    """The README's inventory example is documentation: it must load as written."""
-    readme = (ROOT / "README.md").read_text()
-    m = re.search(r"## Inventory\s+```yaml\n(.*?)```", readme, re.S)
-    assert m, "README has an inventory example"
+def test_docs_inventory_example_is_accepted(tmp_path: Path) -> None:
+    """The inventory example of docs/inventory.md is documentation: it must load as
+    written."""
+    readme = (ROOT / "docs" / "inventory.md").read_text()
+    m = re.search(r"## An inventory\s+```yaml\n(.*?)```", readme, re.S)
+    assert m, "docs/inventory.md has an inventory example"
     data = YAML(typ="safe").load(m.group(1))
     doc = InventoryFile.model_validate(data)
     band = doc.providers["alpha-cloud"].expect.nccl_busbw

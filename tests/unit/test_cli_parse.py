@@ -54,12 +54,20 @@ def test_nccl_tests_log_prints_rows() -> None:
     assert rows[-1]["out_of_place"]["busbw_gbs"] > 100  # NVLink on the H200 pair
 
 
-def test_unknown_kind_exits_2_naming_known_kinds() -> None:
+def test_unknown_kind_exits_2_suggesting_the_nearest() -> None:
     r = gpuvet("parse", "topo-x", TOPO)
     assert r.returncode == 2
-    assert "unknown parser kind 'topo-x'" in r.stderr
-    assert "topo-m" in r.stderr and "nccl-tests" in r.stderr and "gpuvet parse --list" in r.stderr
+    assert "unknown parser kind 'topo-x' (did you mean 'topo-m'?)" in r.stderr
+    assert "gpuvet parse --list` names all" in r.stderr
     assert "Traceback" not in r.stderr
+    r = gpuvet("parse", "nccl-test", TOPO)
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[0] == (
+        "error: unknown parser kind 'nccl-test' (did you mean 'nccl-tests'?)")
+    # nothing near: no guess, and the 41 kinds are left to --list, not dumped on the line
+    r = gpuvet("parse", "zzz", TOPO)
+    assert r.returncode == 2 and "did you mean" not in r.stderr
+    assert "nvidia-smi-q-xml" not in r.stderr
 
 
 def test_garbage_exits_2_with_file_and_line(tmp_path: Path) -> None:

@@ -146,3 +146,20 @@ def test_the_inventory_rate_converts_and_the_command_line_wins(tmp_path, capsys)
     cost = [r for r in next(t for t in doc["tables"] if t["title"] == "PoC cost")["rows"]
             if r["window"] == "gpuvet's steps"]
     assert cost[1]["total in USD"] == "11.60 USD"
+
+
+def test_runs_takes_several_values_after_one_flag(store, capsys, tmp_path) -> None:
+    """`--runs A B C` as the docs write it is the same as `--runs A --runs B --runs C`."""
+    root, ids = store
+    named = [ids["h200"]["nccl"], ids["beta"]["nccl"], ids["beta"]["train"]]
+    one = gpuvet(capsys, "compare", "--results", root, "--runs", *named, "--json")
+    many = gpuvet(capsys, "compare", "--results", root,
+                  *[a for r in named for a in ("--runs", r)], "--json")
+    assert one.returncode == many.returncode == 1, one.output
+    assert json.loads(one.stdout) == json.loads(many.stdout)
+    chosen = json.loads(one.stdout)["runs"]  # provider -> step -> run
+    assert {r for steps in chosen.values() for r in steps.values()} == set(named)
+    # the values stop at the next option; report's -o after them is report's
+    out = tmp_path / "r.html"
+    r = gpuvet(capsys, "report", "--results", root, "--runs", *named, "-o", out)
+    assert r.returncode == 0 and out.is_file(), r.output

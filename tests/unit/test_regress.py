@@ -314,8 +314,8 @@ def test_baseline_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     ids = make_history(root, 5)
     res = gpuvet(capsys, "baseline", "show", "--results", root)
     assert res.returncode == 0 and "no baseline set by hand" in res.stdout
-    res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--runs", ids[0], "--runs", ids[1],
-                 "--results", root)
+    res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--runs", ids[0], ids[1],
+                 "--results", root)  # several values after one --runs, as the docs write it
     assert res.returncode == 0, res.output
     assert f"2 series from 2 run(s): {ids[0]}, {ids[1]}" in res.stdout
     from orchestrator.analysis.baseline import records_table
@@ -350,3 +350,51 @@ def test_rows_keep_the_node_as_a_field_and_tables_name_the_provider_in_words() -
         f"provider {KEY.provider} (all nodes)", "n3"]
     assert {t["subject"] for t in regress.as_json(ev)["tests"]} == {f"provider:{KEY.provider}",
                                                                    *nodes}
+
+
+def test_a_baseline_never_holds_the_run_it_judges(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """`baseline set --last 1` takes the newest run; `regress` then judges that run: it is
+    left out of the baseline, with a note, never compared with itself (UNCHANGED)."""
+    import json
+
+    from tests.unit.clirun import gpuvet
+
+    root = tmp_path / "results"
+    ids = make_history(root, 4)
+    res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--last", "1", "--results", root)
+    assert res.returncode == 0, res.output
+    assert f"note: the baseline holds {ids[-1]}, lab's newest measured run" in res.stderr
+    doc = json.loads(gpuvet(capsys, "regress", "--results", root, "--json").stdout)
+    (p,) = doc["providers"]
+    assert p["run_id"] == ids[-1] and p["verdict"] == "NOT ENOUGH DATA"
+    assert p["baseline"]["runs"] == []
+    assert p["baseline"]["left_out"] == [
+        f"{ids[-1]} left out: the run judged is never its own baseline"]
+    assert "left out: the run judged is never its own baseline" in p["summary"]
+    # two runs set: the newest is judged against the other one alone
+    gpuvet(capsys, "baseline", "set", "-p", "lab", "--last", "2", "--results", root)
+    doc = json.loads(gpuvet(capsys, "regress", "--results", root, "--json").stdout)
+    assert doc["providers"][0]["baseline"]["runs"] == [ids[-2]]
+    assert {t["n_base"] for t in doc["tests"]} == {6}  # one run: rounds x nodes
+    # an older run judged by name keeps the whole baseline, no note
+    doc = json.loads(gpuvet(capsys, "regress", ids[0], "--results", root, "--json").stdout)
+    assert doc["providers"][0]["baseline"]["runs"] == ids[-2:]
+    assert doc["providers"][0]["baseline"]["left_out"] == []
+    res = gpuvet(capsys, "baseline", "set", "-p", "lab", "--runs", ids[0], "--results", root)
+    assert "note:" not in res.stderr
+
+
+def test_regress_and_baseline_suggest_the_nearest_provider_and_run(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.unit.clirun import gpuvet
+
+    root = tmp_path / "results"
+    ids = make_history(root, 2)
+    typo = ids[0][:-1] + ("9" if not ids[0].endswith("9") else "8")
+    for argv in (["regress", typo], ["baseline", "set", "-p", "lab", "--runs", typo]):
+        res = gpuvet(capsys, *argv, "--results", root)
+        assert res.returncode == 2, res.output
+        assert f"no run {typo}" in res.stderr and "(did you mean '" in res.stderr, res.stderr
+    res = gpuvet(capsys, "regress", "-p", "lbb", "--results", root)
+    assert res.returncode == 2 and "provider lbb (did you mean 'lab'?)" in res.stderr

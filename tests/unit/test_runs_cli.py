@@ -139,3 +139,77 @@ def test_export_writes_nothing_on_bad_input(tmp_path, store, capsys) -> None:
     assert r.returncode == 2 and "exists; an export never overwrites" in r.stderr
     assert [p.name for p in dest.iterdir()] == ["keep.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_an_unknown_provider_or_run_is_exit_2_with_the_nearest_name(store, capsys) -> None:
+    root, ids = store
+    r = gpuvet(capsys, "runs", "--results", root, "-p", "nosuch")
+    assert r.returncode == 2 and r.stdout == ""  # not an empty table with exit 0
+    assert r.stderr.startswith(f"error: no runs of provider nosuch under {root} "
+                               "(providers with runs: beta, h200)")
+    r = gpuvet(capsys, "runs", "--results", root, "-p", "h200", "-p", "betta")
+    assert r.returncode == 2 and "provider betta under" in r.stderr
+    assert "(did you mean 'beta'?)" in r.stderr
+    typo = ids["beta"]["nccl"][:-1] + ("x" if not ids["beta"]["nccl"].endswith("x") else "y")
+    for argv in (["show", typo], ["export", typo, "-o", "unused"],
+                 ["compare", "--runs", typo]):
+        r = gpuvet(capsys, *argv, "--results", root)
+        assert r.returncode == 2, (argv, r.output)
+        assert f"no run {typo}" in r.stderr and f"(did you mean '{ids['beta']['nccl']}'?)" \
+            in r.stderr, (argv, r.stderr)
+    r = gpuvet(capsys, "compare", "--results", root, "-p", "h200", "-p", "betaa")
+    assert r.returncode == 2 and "betaa (did you mean 'beta'?)" in r.stderr
+
+
+def test_show_latest_is_the_newest_run(store, capsys) -> None:
+    root, ids = store
+    newest = json.loads(gpuvet(capsys, "runs", "--results", root, "--json").stdout)[-1]["run"]
+    assert newest == ids["beta"]["train"]
+    r = gpuvet(capsys, "show", "--results", root, "latest", "--json")
+    assert r.returncode == 0, r.output
+    assert json.loads(r.stdout)["run_id"] == newest
+    text = gpuvet(capsys, "show", "--results", root, "latest")
+    assert text.returncode == 0 and text.stdout.startswith(f"run {newest}: ")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
+def test_export_keeps_integers_lists_and_units_apart(tmp_path, store, capsys, fmt) -> None:
+    """With training metrics beside nccl rounds (no size, no round), integers stayed
+    integers only where every row had one: `size` 8.0, `tags.gpus` 2.0. A measurement's
+    nodes were joined text while a run's were a list; "140.4 GiB" held its unit inside."""
+    import csv
+
+    root, ids = store
+    runs = [ids["h200"]["preflight"], ids["h200"]["nccl"], ids["h200"]["train"]]
+    dest = tmp_path / ("out.json" if fmt == "json" else "out")
+    r = gpuvet(capsys, "export", "--results", root, *runs, "--format", fmt, "-o", dest)
+    assert r.returncode == 0, r.output
+    int_columns = ("size", "round", "tags.gpus")
+    if fmt == "json":
+        doc = json.loads(dest.read_text())
+        ms, env = doc["measurements"], doc["environment"]
+        nccl = [m for m in ms if m["step"] == "nccl"]
+        assert {type(m["size"]) for m in nccl} == {type(m["round"]) for m in nccl} == {int}
+        assert {type(m["tags"]["gpus"]) for m in nccl} == {int}
+        assert {m["size"] for m in ms if m["step"] == "train"} == {None}
+        assert {tuple(m["nodes"]) for m in ms} == {("h200-host",)}
+        assert doc["runs"][0]["nodes"] == ["h200-host"]
+        mem = [e for e in env if e["key"] == "gpu_memory"]
+    elif fmt == "csv":
+        with (dest / "measurements.csv").open() as fh:
+            rows = list(csv.DictReader(fh))
+        for c in int_columns:  # "8", never "8.0"; empty where a row has none
+            assert all(v == "" or v.isdigit() for v in (row[c] for row in rows)), c
+            assert any(row[c] for row in rows) and any(not row["size"] for row in rows)
+        assert {row["nodes"] for row in rows} == {"h200-host"}  # lists joined as runs' are
+        with (dest / "environment.csv").open() as fh:
+            mem = [e for e in csv.DictReader(fh) if e["key"] == "gpu_memory"]
+    else:
+        ms = pd.read_parquet(dest / "measurements.parquet")
+        for c in int_columns:
+            assert str(ms[c].dtype) == "Int64", (c, ms[c].dtype)
+        assert ms["size"].isna().any() and ms["size"].max() == 4 << 30
+        assert {tuple(v) for v in ms["nodes"]} == {("h200-host",)}
+        mem = pd.read_parquet(dest / "environment.parquet").query(
+            "key == 'gpu_memory'").to_dict("records")
+    assert [(e["value"], e["unit"]) for e in mem] == [("140.4", "GiB")]

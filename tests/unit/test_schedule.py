@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import UsageError
-from orchestrator.schedule import Every, schedule, systemd_quote
+from orchestrator.schedule import Every, schedule, systemd_quote, timeout_min
 from tests.unit.clirun import gpuvet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +38,28 @@ def test_intervals_both_express_exactly(every: str, calendar: str, cron: str) ->
 def test_intervals_cron_cannot_keep_are_refused(bad: str) -> None:
     with pytest.raises(UsageError, match="--every"):
         Every.parse(bad)
+
+
+@pytest.mark.parametrize("short", ["3m", "5m", "10m", "12m"])
+def test_an_interval_shorter_than_a_run_s_time_limit_is_refused(short: str) -> None:
+    """`--every 3m` gave a timer whose `timeout 5m` outlasted the interval: runs overlapped."""
+    with pytest.raises(UsageError, match=rf"--every {short} is shorter than a run's time limit"):
+        Every.parse(short)
+    shortest = Every.parse("15m")
+    assert timeout_min(shortest) == 10 < shortest.minutes
+    for every in ("15m", "20m", "30m", "1h", "6h", "1d"):
+        e = Every.parse(every)
+        assert timeout_min(e) == e.minutes - 5  # the margin before the next start
+
+
+def test_schedule_print_refuses_a_short_interval_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inv = REPO / "inventories" / "local.yaml"
+    r = gpuvet(capsys, "schedule", "print", "--every", "3m", "-i", inv)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.splitlines()[0] == (
+        "error: --every 3m is shorter than a run's time limit (10 min at least) plus a "
+        "5-minute margin: runs would overlap or be killed before they end")
 
 
 def test_values_are_quoted_for_systemd_and_the_shell() -> None:
