@@ -186,3 +186,18 @@ def test_nccls_search_warning_is_info_not_a_failure(capsys: pytest.CaptureFixtur
     assert got["NCCL_WARN_HARMLESS"] == "INFO" and "NCCL_TEST_FAILURE" not in got
     msg = next(f["message"] for f in doc["findings"] if f["code"] == "NCCL_WARN_HARMLESS")
     assert "11 NCCL WARN line(s) report no fault" in msg and "not a fault" in msg
+
+
+def test_the_footer_missing_after_the_max_bytes_row_of_the_parameters_line(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """maxBytes from `# nThread ... maxBytes 134217728`: the 128 MiB row is the last."""
+    lines = TWO.read_text().splitlines()
+    last = max(i for i, ln in enumerate(lines) if ln.strip().startswith("134217728 "))
+    log = tmp_path / "no-footer.log"
+    log.write_text("\n".join(lines[:last + 1]) + "\n")
+    rc, doc, out = imported(capsys, tmp_path, log)
+    assert rc == 0, out
+    got = codes(doc)
+    assert got["NCCL_FOOTER_NOT_PASTED"] == "INFO" and "NCCL_TRUNCATED" not in got
+    assert "128 MiB, maxBytes" in next(f["message"] for f in doc["findings"]
+                                       if f["code"] == "NCCL_FOOTER_NOT_PASTED")

@@ -248,3 +248,24 @@ def test_another_nccl_warn_is_still_a_failure() -> None:
     warn = "vm:1:1 [0] misc/ibvwrap.cc:63 NCCL WARN Failed to open libibverbs.so[.1]\n"
     run = parse_nccl_tests(warn + TWO.read_text())
     assert [f.kind for f in run.failures] == ["nccl-warn"]
+
+
+@pytest.mark.parametrize("mark", [
+    "# ... (truncated NCCL output for brevity) ...", "# [...]", "# …", "#  ...",
+    "# output omitted", "# (rows snipped)", "# lines 8 B to 4 KiB trimmed", "# cut here",
+])
+def test_elision_comments_an_author_writes(mark: str) -> None:
+    noise = NoiseReader()
+    assert noise.skip(7, mark)
+    assert [i.kind for i in noise.ignored] == ["elision"] and noise.edits[0].line_no == 7
+
+
+@pytest.mark.parametrize("line", [
+    "#", "# Using devices", "# Avg bus bandwidth    : 1.2", "# Reducing maxBytes to 1073741824 "
+    "due to memory limitation", "# (this message is repeated 6 times but disappears if I pass "
+    "`HWLOC_COMPONENTS=-gl`)",
+])
+def test_other_comments_are_no_elision(line: str) -> None:
+    noise = NoiseReader()
+    noise.skip(1, line)
+    assert noise.edits == []
