@@ -216,6 +216,7 @@ class _State:
         self.params_line = 0
         self.notes: list[str] = []
         self.ranks: list[NcclRank] = []
+        self.rank_lines: list[int] = []  # where the rank lines are
         self.rows: list[NcclRow] = []
         self.failures: list[Failure] = []
         self.layout: _Layout | None = None
@@ -354,6 +355,7 @@ def _header_line(st: _State, line: str, line_no: int) -> bool:
             raise _second_run(st, line, line_no)
         st.params, st.params_line = _params(line, line_no, st.source), line_no
     elif m := _RANK.match(line):
+        st.rank_lines.append(line_no)
         st.ranks.append(NcclRank(
             rank=int(m["rank"]), group=int(m["group"]) if m["group"] else None,
             pid=int(m["pid"]) if m["pid"] else None, host=m["host"], device=int(m["dev"]),
@@ -546,7 +548,8 @@ def _finish(st: _State) -> NcclTestsRun:
     run.avg_busbw_agrees = check_avg(run)
     run.ranks_total = count_ranks(run)
     for what in run.ranks_total.disagreements:
-        st.noise.edit(None, f"{what}: rank lines were cut or altered; the run is read as "
+        st.noise.edit(st.rank_lines[0] if st.rank_lines else None,
+                      f"{what}: rank lines were cut or altered; the run is read as "
                       f"{run.ranks_total.count} ranks")
     run.edits = list(st.noise.edits)
     return run
