@@ -172,6 +172,7 @@ def test_a_two_gpu_log_missing_a_rank_line_is_judged_on_its_busbw(
     got = codes(doc)
     assert "NCCL_NOT_APPLICABLE" not in got and got["NCCL_LOG_EDITED"] == "WARN"
     assert "busbw at 128 MiB: median" in busbw(doc)
+    assert "NCCL_REFERENCE" in got  # judged against the 2 x H200 band, as the whole log is
     assert "busbw" in {m["metric"] for m in stored(tmp_path)}
 
 
