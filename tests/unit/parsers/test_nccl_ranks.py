@@ -269,3 +269,13 @@ def test_other_comments_are_no_elision(line: str) -> None:
     noise = NoiseReader()
     noise.skip(1, line)
     assert noise.edits == []
+
+
+def test_the_published_kubectl_prefix_form_is_the_one_stripped() -> None:
+    lines = (PUBLIC / "kubectl-logs-prefix_nginx_kubernetes-123874.txt").read_text().splitlines()
+    stripped, who = strip_launcher_prefix(lines)
+    assert who == "kubectl logs --prefix"
+    assert stripped[0] == "/docker-entrypoint.sh: Launching /docker-entrypoint.d/10-listen-on-" \
+                          "ipv6-by-default.sh"
+    # one pod only: nothing to split
+    assert split_by_rank("\n".join(lines) + "\n") is None
