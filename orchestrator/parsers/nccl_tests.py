@@ -485,9 +485,11 @@ def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
 
 
 def _footer_without_table(st: _State, line: str, line_no: int) -> bool:
-    """The footer where no table was pasted: read when an elision stands for the table
-    (`# ... (truncated NCCL output for brevity) ...` above it), else left to the header."""
-    if not any(i.kind == "elision" for i in st.noise.ignored):
+    """The footer where no table was pasted: the rows were cut, by an elision that stands
+    for them (`# ... (truncated NCCL output for brevity) ...`) or without a mark, below the
+    run's own header (parameters or rank lines). A crash leaves no footer."""
+    marked = any(i.kind == "elision" for i in st.noise.ignored)
+    if not marked and not (st.params or st.ranks):
         return False
     m = _OOB.match(line.strip())
     if m:
@@ -498,6 +500,9 @@ def _footer_without_table(st: _State, line: str, line_no: int) -> bool:
         return False
     st.footer = line_no
     st.rows_elided = True
+    if not marked:
+        st.noise.edit(line_no, "the footer is pasted without the table above it: the rows "
+                      "were cut out")
     if not m:
         _footer_line(st, line, line_no)
     return True

@@ -202,3 +202,16 @@ def test_the_footer_missing_after_the_max_bytes_row_of_the_parameters_line(
     assert got["NCCL_FOOTER_NOT_PASTED"] == "INFO" and "NCCL_TRUNCATED" not in got
     assert "128 MiB, maxBytes" in next(f["message"] for f in doc["findings"]
                                        if f["code"] == "NCCL_FOOTER_NOT_PASTED")
+
+
+def test_a_footer_without_its_table_and_without_a_mark_is_a_cut_not_a_crash(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = (PUBLIC / "all_gather_gke-script-truncated-comment_4x4-b200_dranet.log").read_text()
+    log = tmp_path / "unmarked.log"
+    log.write_text(text.replace("# ... (truncated NCCL output for brevity) ...\n", ""))
+    rc, doc, out = imported(capsys, tmp_path, log)
+    assert rc == 0, out
+    got = codes(doc)
+    assert got["NCCL_ROWS_ELIDED"] == "INFO" and "NCCL_TRUNCATED" not in got
+    edited = next(f["message"] for f in doc["findings"] if f["code"] == "NCCL_LOG_EDITED")
+    assert "the footer is pasted without the table above it" in edited
