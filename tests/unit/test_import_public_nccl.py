@@ -215,3 +215,16 @@ def test_a_footer_without_its_table_and_without_a_mark_is_a_cut_not_a_crash(
     assert got["NCCL_ROWS_ELIDED"] == "INFO" and "NCCL_TRUNCATED" not in got
     edited = next(f["message"] for f in doc["findings"] if f["code"] == "NCCL_LOG_EDITED")
     assert "the footer is pasted without the table above it" in edited
+
+
+def test_nccl_info_nnodes_counts_the_nodes_where_the_host_names_are_one(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Two simulated nodes on one host (NCCL_HOSTID): the rank lines name one host, NCCL INFO
+    says nNodes 2."""
+    log = FIX / "h200x2" / "nccl-tests" / "all_reduce_mpi_np2_simulated-2node-socket.log"
+    rc, doc, out = imported(capsys, tmp_path, log)
+    assert rc in (0, 1), out
+    run = next(d for d in (tmp_path / "results").iterdir() if d.is_dir())
+    assert json.loads((run / "run.json").read_text())["suite"]["imported"]["nodes"] == 2
+    rc, _, out = imported(capsys, tmp_path / "again", log, "--nodes", "1")
+    assert rc == 2 and "--nodes 1 disagrees with" in out and "NCCL INFO says nNodes 2" in out

@@ -57,7 +57,7 @@ def log_nodes(run: NcclTestsRun, name: str, n_nodes: int | None) -> int:
     shown, hosts = count_nodes(run)
     listed = ", ".join(hosts[:4]) + (" ..." if len(hosts) > 4 else "")
     if n_nodes is not None:
-        if shown is not None and shown > n_nodes or (run.nccl_nodes or n_nodes) != n_nodes:
+        if (shown is not None and shown > n_nodes) or (run.nccl_nodes or n_nodes) != n_nodes:
             where = (f"its ranks run on {len(hosts)} hosts ({listed})" if len(hosts) > n_nodes
                      else f"NCCL INFO says nNodes {run.nccl_nodes}")
             raise UsageError(f"--nodes {n_nodes} disagrees with {name}: {where}",

@@ -117,9 +117,11 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
             add("NCCL_TRUNCATED", "FAIL", f"round {rnd}: output ends inside the table "
                 "(the run crashed or was killed)", [rel])
         if not res.rows and res.rows_elided and not res.failures:
+            avg = (f"the footer after the cut says avg busbw {res.avg_busbw_reported}"
+                   if res.avg_busbw_reported is not None else "only the footer is left")
             add("NCCL_ROWS_ELIDED", "INFO", f"round {rnd}: the table was cut out by hand "
-                f"(the footer after the cut says avg busbw {res.avg_busbw_reported}): "
-                "nothing to measure", [rel], avg_busbw_reported=res.avg_busbw_reported)
+                f"({avg}): nothing to measure", [rel],
+                avg_busbw_reported=res.avg_busbw_reported)
         elif not res.rows and not res.failures and not timed_out:
             add("NCCL_NO_RESULTS", "FAIL", f"round {rnd}: no result rows", [rel])
         if res.rows and res.rows_elided and res.avg_busbw_reported is not None:
