@@ -95,12 +95,15 @@ def register(root: click.Group) -> None:
     @click.argument("logs", nargs=-1, required=True,
                     type=click.Path(path_type=Path, dir_okay=False))
     @click.option("-p", "--provider", required=True, help="Provider name to file them under.")
-    @click.option("--nodes", "n_nodes", type=click.IntRange(min=1), default=1, show_default=True,
-                  help="How many nodes the run spanned.")
+    @click.option("--nodes", "n_nodes", type=click.IntRange(min=1), default=None,
+                  help="How many nodes the run spanned [default: from the log: the hosts its "
+                       "rank lines name, or NCCL INFO's nNodes; one where it shows no rank]. "
+                       "A log whose ranks run on more hosts than --nodes is refused.")
     @results_option
     @verbose_option
     @json_option
-    def import_nccl_tests(logs: tuple[Path, ...], provider: str, n_nodes: int, results: Path,
+    def import_nccl_tests(logs: tuple[Path, ...], provider: str, n_nodes: int | None,
+                          results: Path,
                           verbose: bool, as_json: bool) -> int:
         """Import nccl-tests text logs as one series of rounds; judge them like a live run.
 

@@ -58,6 +58,24 @@ class Failure(BaseModel):
     text: str
 
 
+# NCCL WARN lines that report no fault, each with why: NCCL searches for the channel
+# layout it prefers and says so when it settles for a simpler one (graph/search.cc). Such
+# a line is listed as noise with its reason, never judged a failure.
+HARMLESS_WARNINGS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^Could not find a path for pattern \d+, falling back to simple order"),
+     "NCCL's topology search did not fit its preferred channel pattern and fell back to a "
+     "simpler order (graph/search.cc); a search message, not a fault"),
+)
+
+
+def harmless_warning(msg: str) -> str | None:
+    """Why an NCCL WARN message reports no fault, or None when it may."""
+    for pattern, why in HARMLESS_WARNINGS:
+        if pattern.match(msg.strip()):
+            return why
+    return None
+
+
 def failure_kind(line: str) -> str | None:
     """Classify a non-NCCL line as a failure, or None when it is not one."""
     for kind, pattern in FAILURE_PATTERNS:
@@ -130,6 +148,26 @@ class NcclOutOfBounds(_Model):
     ok: bool
 
 
+# Collectives whose busbw is algbw x (n-1)/n: zero on one rank, so a non-zero busbw
+# says more than one rank ran. broadcast, reduce and sendrecv scale by 1 and say nothing.
+BUSBW_ZERO_ON_ONE = frozenset({"all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                               "hypercube"})
+
+
+class RankCount(_Model):
+    """How many ranks a log ran with, from every source it has; None where it is silent."""
+
+    shown: int  # `#  Rank` lines listed
+    highest: int | None  # the highest rank index listed, plus one
+    nccl: int | None  # `nranks`/`nRanks` in NCCL INFO lines
+    per_process: int | None  # nThread x nGpus (the parameters line or -t/-g)
+    launched: int | None  # the launcher's process count (mpirun -np, srun -n) x per_process
+    busbw_nonzero: bool  # a collective whose busbw is 0 on one rank printed a non-zero one
+    count: int | None  # the most any source says: the run had at least this many ranks
+    one_gpu: bool  # exactly one rank shown and nothing says more
+    disagreements: list[str]  # what says more ranks than the rank lines show
+
+
 class NcclTestsRun(_Model):
     format: Literal["text", "json"]
     binary: str | None  # e.g. all_reduce_perf, from the banner or the JSON args
@@ -159,8 +197,100 @@ class NcclTestsRun(_Model):
     ignored_lines_dropped: int = 0  # read past beyond the first MAX_LISTED, counted only
     edits: list[Edit] = []
     nccl_lines: int = 0  # NCCL's own debug lines, read by the nccl-debug parser
+    nccl_ranks: int | None = None  # the largest `nranks` an NCCL INFO line printed
+    nccl_nodes: int | None = None  # the largest `nNodes` an NCCL INFO line printed
+    # what the launcher and binary command lines pasted with the log say: `np` (mpirun
+    # -np/-n, srun -n/--ntasks), `nodes` (srun -N), `g`/`t` (GPUs and threads per
+    # process), `b`/`e` (min and max bytes)
+    command: dict[str, int] = {}
+    rows_elided: bool = False  # an elision mark inside the table or in place of it
+    ranks_total: RankCount | None = None
     start_time: str | None = None
     end_time: str | None = None
+
+
+def max_bytes(run: NcclTestsRun) -> int | None:
+    """The sweep's largest size: `maxBytes` in the parameters line, else `-e`."""
+    v = run.params.get("max_bytes")
+    return v if isinstance(v, int) else run.command.get("e")
+
+
+def footer_not_pasted(run: NcclTestsRun) -> bool:
+    """The table ends without its footer at the sweep's own last size: the run finished and
+    the paste stopped there (a crash leaves the table short of maxBytes)."""
+    top = max_bytes(run)
+    return (run.truncated and not run.failures and bool(run.rows) and top is not None
+            and run.rows[-1].size_bytes == top)
+
+
+def _busbw_says_several(op: str | None, res: NcclResult) -> bool:
+    """On one rank busbw is 0 (all_reduce, all_gather ...) or equals algbw (broadcast,
+    reduce, sendrecv): a busbw that is neither was measured between several ranks."""
+    if res.busbw_gbs <= 0:
+        return False
+    if op in BUSBW_ZERO_ON_ONE:
+        return True
+    return abs(res.busbw_gbs - res.algbw_gbs) > 0.011 + 0.001 * res.algbw_gbs
+
+
+def count_ranks(run: NcclTestsRun) -> RankCount:
+    """The rank count from every source the log has.
+
+    Rank lines can be cut (people paste the last one of 1,440), `nGpus 1` is per process
+    and mpirun may have started eight, so no single source decides. One GPU is said only
+    when exactly one rank line is shown and no source says more.
+    """
+    shown = len(run.ranks)
+    highest = max((r.rank for r in run.ranks), default=None)
+    high = highest + 1 if highest is not None else None
+    n_thread = run.params.get("n_thread", run.command.get("t"))
+    n_gpus = run.params.get("n_gpus", run.command.get("g"))
+    per = None
+    if isinstance(n_thread, int) or isinstance(n_gpus, int):
+        per = (n_thread if isinstance(n_thread, int) else 1) * (
+            n_gpus if isinstance(n_gpus, int) else 1)
+    np_ = run.command.get("np")
+    launched = np_ * (per or 1) if np_ else None
+    busbw = any(_busbw_says_several(run.op, res) for r in run.rows
+                for res in (r.out_of_place, r.in_place))
+    said = {"the highest rank listed": high, "NCCL INFO (nranks)": run.nccl_ranks,
+            "the parameters (nThread x nGpus)": per, "the launcher's process count": launched}
+    known = [v for v in (shown or None, *said.values()) if v]
+    count = max(known) if known else None
+    if busbw and (count is None or count < 2):
+        count = 2  # at least two: one rank has nothing to send
+    disagree = [f"{what} says {n}" for what, n in said.items() if n and n > shown]
+    if busbw and shown == 1:
+        disagree.append("the busbw column is not what one rank prints (0, or algbw)")
+    if shown and disagree:
+        disagree = [f"{shown} rank line(s) listed, but " + "; ".join(disagree)]
+    one = (shown == 1 and highest == 0 and not busbw
+           and all(v in (None, 1) for v in said.values()))
+    return RankCount(shown=shown, highest=high, nccl=run.nccl_ranks, per_process=per,
+                     launched=launched, busbw_nonzero=busbw, count=count, one_gpu=one,
+                     disagreements=disagree if shown else [])
+
+
+def count_nodes(run: NcclTestsRun) -> tuple[int | None, list[str]]:
+    """How many nodes the log shows, with the hosts its rank lines name.
+
+    NCCL INFO's `nNodes` where printed, else the hosts the rank lines name (at least that
+    many); None when the rank list is cut to one host and the run had more ranks than one
+    process holds, since the rest of the run is not in the paste. A log with no rank line
+    and no nNodes shows one node.
+    """
+    hosts = list(dict.fromkeys(r.host for r in run.ranks))
+    if run.nccl_nodes:
+        return max(run.nccl_nodes, len(hosts)), hosts
+    if len(hosts) > 1:
+        return len(hosts), hosts
+    rc = run.ranks_total
+    # more ranks than the rank lines show, and more than one process holds (a process runs
+    # on one host): the hosts of the others are not in the paste
+    if run.ranks and rc is not None and rc.count is not None and rc.count > len(run.ranks) \
+            and rc.count > (rc.per_process or 1):
+        return None, hosts
+    return 1, hosts
 
 
 def busbw_rounding(row: NcclRow) -> float:

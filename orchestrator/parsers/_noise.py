@@ -56,6 +56,7 @@ NOISE: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("command-line", re.compile(
         r"^(?:[A-Z_][A-Z0-9_]*=\S*\s+)*(?:mpirun|mpiexec|srun|torchrun|sbatch|nvidia-smi"
         r"|\S*\w+_perf(?:_mpi)?)(?:\s|$)")),
+    ("shell-trace", re.compile(r"^\++ \S")),  # `set -x` echoing a script's commands
     ("markdown", re.compile(r"^```\S*\s*$|^_{10,}\s*$|^~{3,}\s*$")),
     ("hex-dump", re.compile(r"^(?:[0-9a-f]{8} ){3}[0-9a-f]{8}$")),
 )
@@ -68,6 +69,21 @@ OPENMPI_RULE = re.compile(r"^-{20,}\s*$")
 ELISION = re.compile(r"^\s*(?:\.{3,}|…|\(\s*(?:\.{3}|…)\s*\)"
                      r"|[\[<]\s*(?:\.{3}|…|snip(?:ped)?|cut|truncated|omitted)\s*[\]>])\s*$", re.I)
 
+
+# An author's elision written as a comment: `# ...`, `# [...]`, or a `#` line saying what
+# was cut (`# ... (truncated NCCL output for brevity) ...`, `# output omitted`).
+ELISION_COMMENT = re.compile(
+    r"^\s*#+\s*(?:\.{2,}|…|\[\s*(?:\.{2,}|…)\s*\])"
+    r"|^\s*#.*\b(?:truncated|omitted|snipped|elided|trimmed|cut (?:out|here))\b", re.I)
+
+# The preamble of launcher scripts that run nccl-tests, line by line in the order they
+# print it. GKE's nccl-tests images (`/usr/local/gib/scripts/run_nccl_tests.sh`,
+# `/scripts/allgather.sh`): `Initializing SSH...`, `Hello from HOST` per host, then
+# `Generating hostfiles for N hosts:` and the N host names.
+_GKE_START = re.compile(r"^Initializing SSH\.\.\.\s*$")
+_GKE_HELLO = re.compile(r"^Hello from \S+\s*$")
+_GKE_HOSTFILES = re.compile(r"^Generating hostfiles? for (\d+) hosts?:?\s*$")
+_HOST_NAME = re.compile(r"^[A-Za-z0-9][\w.:-]*\s*$")
 
 # Lines listed one by one at most: past that they are counted (`dropped`), so a log of
 # a million lines of chatter costs a count, not a million records.
@@ -95,6 +111,8 @@ class NoiseReader:
         self.dropped = 0
         self.edits: list[Edit] = []
         self.in_banner = False
+        self.gke = False  # inside a GKE nccl-tests script's preamble
+        self.gke_hosts = 0  # host names still to come after `Generating hostfiles`
 
     def kind(self, line: str) -> str | None:
         """The kind of known noise `line` is, or None. Tracks Open MPI's banner blocks."""
@@ -114,15 +132,37 @@ class NoiseReader:
 
         An elision mark is noise too, and an edit: the lines it stands for are lost.
         """
-        if ELISION.match(line):
+        if ELISION.match(line) or ELISION_COMMENT.match(line):
             self.ignore(line_no, "elision", line)
-            self.edit(line_no, f"an elision mark ({line.strip()!r}): lines were cut out here")
+            self.edit(line_no, f"an elision mark ({line.strip()[:80]!r}): lines were cut out "
+                      "here")
+            return True
+        if self.preamble(line):
+            self.ignore(line_no, "gke-nccl-script", line)
             return True
         kind = self.kind(line)
         if kind is None:
             return False
         self.ignore(line_no, kind, line)
         return True
+
+    def preamble(self, line: str) -> bool:
+        """A line of a known launcher script's preamble (the GKE nccl-tests scripts)."""
+        s = line.strip()
+        if _GKE_START.match(s):
+            self.gke = True
+            return True
+        if not self.gke:
+            return False
+        if self.gke_hosts and _HOST_NAME.match(s):
+            self.gke_hosts -= 1
+            return True
+        if _GKE_HELLO.match(s):
+            return True
+        if m := _GKE_HOSTFILES.match(s):
+            self.gke_hosts = int(m[1])
+            return True
+        return False
 
     def ignore(self, line_no: int, kind: str, line: str) -> None:
         if len(self.ignored) >= MAX_LISTED:
@@ -143,7 +183,14 @@ class NoiseReader:
 LAUNCHER_PREFIXES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("srun --label", re.compile(r"^ *(\d+):(?: |$)")),
     ("mpirun --tag-output", re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr)>:")),
+    # `kubectl logs --prefix` (with or without --timestamps): the pod names the source
+    ("kubectl logs --prefix", re.compile(
+        r"^\[pod/([^\]\s/]+)/[^\]\s]+\] (?:\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:\d\d) )?")),
+    ("kubectl logs --timestamps", re.compile(
+        r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)(?: |$)")),
 )
+# the prefixes that name who wrote the line (a rank, a pod), so a file can be split by them
+_SPLITS = frozenset({"srun --label", "mpirun --tag-output", "kubectl logs --prefix"})
 
 
 def _prefix(lines: list[str]) -> tuple[str, re.Pattern[str]] | None:
@@ -186,7 +233,7 @@ def split_by_rank(text: str) -> tuple[str, dict[str, str]] | None:
     """
     lines = text.splitlines()
     found = _prefix(lines)
-    if found is None:
+    if found is None or found[0] not in _SPLITS:
         return None
     pattern = found[1]
     by_rank: dict[str, list[str]] = {}
@@ -197,4 +244,5 @@ def split_by_rank(text: str) -> tuple[str, dict[str, str]] | None:
     if len(by_rank) < 2:
         return None
     return found[0], {rank: "\n".join(body) + "\n" for rank, body in sorted(
-        by_rank.items(), key=lambda kv: int(kv[0]))}
+        by_rank.items(), key=lambda kv: (not kv[0].isdigit(), int(kv[0]) if kv[0].isdigit()
+                                         else 0, kv[0]))}

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
-from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure
+from orchestrator.parsers._nccl_common import NCCL_LINE, NCCL_VERSION, Failure, harmless_warning
 from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader, stream_without_prefix
 
 KIND = "nccl-debug"
@@ -122,6 +122,9 @@ class NcclDebugFacts(_Model):
     gdrdma: bool  # any NET connection went GPU-direct
     warnings: list[Failure]
     info_lines: int
+    # WARN lines that report no fault (`Could not find a path for pattern ...`), kept apart
+    # from `warnings` with why in `kind` ("harmless: ...")
+    notices: list[Failure] = []
     ignored_lines: list[IgnoredLine] = []  # launcher and shell noise read past
     edits: list[Edit] = []  # `[...]` and the like: lines a person cut out
     other_lines: int = 0  # lines of other tools (nccl-tests' table, a trainer's log)
@@ -197,6 +200,7 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
     plugins: dict[str, None] = {}
     conns: list[NcclConnection] = []
     warnings: list[Failure] = []
+    notices: list[Failure] = []
     info = other = 0
     noise = NoiseReader()
     lines, _prefix = stream_without_prefix(text)
@@ -215,7 +219,10 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         host, level, msg = m["host"], m["level"], m["msg"].strip()
         hosts[host] = None
         if level != "INFO":
-            if level in ("WARN", "ABORT", "ERROR"):
+            if level == "WARN" and (why := harmless_warning(msg)):
+                notices.append(Failure(line_no=line_no, kind=f"harmless: {why}",
+                                       text=raw.strip()))
+            elif level in ("WARN", "ABORT", "ERROR"):
                 warnings.append(Failure(line_no=line_no, kind=f"nccl-{level.lower()}",
                                         text=raw.strip()))
             continue
@@ -265,7 +272,8 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         n_nodes=max((c.n_nodes for c in comms if c.n_nodes is not None), default=None),
         interfaces=list(ifaces.values()), networks=list(networks), plugin_lines=list(plugins),
         connections=conns, transports=[t for t in _TRANSPORTS.values() if t in used],
-        gdrdma=any(c.gdrdma for c in conns), warnings=warnings, info_lines=info,
+        gdrdma=any(c.gdrdma for c in conns), warnings=warnings, notices=notices,
+        info_lines=info,
         ignored_lines=noise.ignored, edits=noise.edits, other_lines=other)
 
 

@@ -29,8 +29,10 @@ from orchestrator.parsers._nccl_common import (
     NcclRow,
     NcclTestsRun,
     check_avg,
+    count_ranks,
     decode_version_code,
     failure_kind,
+    harmless_warning,
     recompute_avg,
 )
 from orchestrator.parsers._nccl_tests_json import parse_json_run
@@ -58,11 +60,24 @@ _RANK = re.compile(
     r"\s+on\s+(?P<host>\S+)\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]\s+(?P<name>.*?)\s*$")
 _COLUMNS = re.compile(r"^#?\s+(size|bytes)\s+(count|N)\s")
 _HEADER_TEXT = re.compile(r"^#?\s*(?:\(B\)\s+\(elements\)|out-of-place\b.*\bin-place|Using devices"
-                          r"|Initializing \w+|Writing JSON output to )")
+                          r"|Initializing (?!SSH\b)\w+|Writing JSON output to )")
 _NOTE = re.compile(r"^#?\s*(Blocking|Parallel Init|Per-Iteration|Reducing maxBytes)")
 _OOB = re.compile(r"^#? ?Out of bounds values\s*: (?P<n>\d+) (?P<res>OK|FAILED)")
 _AVG = re.compile(r"^#? ?Avg bus bandwidth\s*: (?P<bw>\S+)\s*(?P<chk>OK|FAILED)?\s*$")
 _ROW_START = re.compile(r"^\s*\d+\s+\d+\s")
+# `comm 0x... rank 3 nranks 16 ...` (Init COMPLETE) and `... nRanks 16 nNodes 2 ...`
+_NCCL_NRANKS = re.compile(r"\bn[Rr]anks (\d+)\b")
+_NCCL_NNODES = re.compile(r"\bnNodes (\d+)\b")
+# command lines pasted with the log: the launcher's process count and node count, the
+# binary's GPUs and threads per process and its sizes
+_LAUNCHER = re.compile(r"^(?:mpirun|mpiexec|srun|prterun)$")
+_BINARY = re.compile(r"^\S*\w+_perf(?:_mpi)?$")
+_LAUNCHER_OPTS = {"-np": "np", "-n": "np", "--np": "np", "--n": "np", "--ntasks": "np",
+                  "-N": "nodes", "--nodes": "nodes", "--ntasks-per-node": "per_node",
+                  "-npernode": "per_node", "--npernode": "per_node"}
+_BINARY_OPTS = {"-g": "g", "--ngpus": "g", "-t": "t", "--nthreads": "t", "-b": "b",
+                "--minbytes": "b", "-e": "e", "--maxbytes": "e"}
+_SIZE = re.compile(r"^(\d+)([KMGT]?)$", re.I)
 _LEAD = ("size", "count", "type", "redop", "root")
 _PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
 _HALF_NEW = ["time", "algbw", "busbw", "#wrong"]
@@ -201,6 +216,7 @@ class _State:
         self.params_line = 0
         self.notes: list[str] = []
         self.ranks: list[NcclRank] = []
+        self.rank_lines: list[int] = []  # where the rank lines are
         self.rows: list[NcclRow] = []
         self.failures: list[Failure] = []
         self.layout: _Layout | None = None
@@ -211,6 +227,11 @@ class _State:
         self.partial: tuple[int, str] | None = None
         self.noise = NoiseReader()
         self.nccl_lines = 0
+        self.nccl_ranks: int | None = None
+        self.nccl_nodes: int | None = None
+        self.command: dict[str, int] = {}
+        self.rows_elided = False
+        self.command_binary: str | None = None  # the binary a pasted command line ran
 
     def fail(self, what: str, line_no: int | None = None, line: str | None = None) -> ParseError:
         return ParseError(KIND, what, line_no=line_no, line=line, source=self.source)
@@ -227,8 +248,14 @@ def _other(st: _State, line: str, line_no: int) -> bool:
     m = NCCL_LINE.match(line)
     if m:
         st.nccl_lines += 1
-        if m["level"] in ("WARN", "ABORT", "ERROR"):
+        if m["level"] == "WARN" and harmless_warning(m["msg"]):
+            st.noise.ignore(line_no, "nccl-warn-harmless", line)
+        elif m["level"] in ("WARN", "ABORT", "ERROR"):
             st.failures.append(Failure(line_no=line_no, kind="nccl-warn", text=stripped))
+        elif n := _NCCL_NRANKS.search(m["msg"]):
+            st.nccl_ranks = max(st.nccl_ranks or 0, int(n[1]))
+            if nn := _NCCL_NNODES.search(m["msg"]):
+                st.nccl_nodes = max(st.nccl_nodes or 0, int(nn[1]))
         v = NCCL_VERSION.search(m["msg"])
         if v and st.nccl_version is None:
             st.nccl_version, st.nccl_cuda = v["ver"], _cuda(v["suffix"])
@@ -242,7 +269,15 @@ def _other(st: _State, line: str, line_no: int) -> bool:
         if st.nccl_version is None:
             st.nccl_version, st.nccl_cuda = v["ver"], _cuda(v["suffix"])
         return True
-    if not stripped or st.noise.skip(line_no, line):
+    if not stripped:
+        return True
+    if st.noise.skip(line_no, line):
+        last = st.noise.ignored[-1] if st.noise.ignored else None
+        if last is not None and last.line_no == line_no:
+            if last.kind in ("command-line", "shell-prompt", "shell-trace") and not st.footer:
+                _command(st, stripped)
+            elif last.kind == "elision" and st.layout is not None and not st.footer:
+                st.rows_elided = True
         return True
     if _HEADER_TEXT.match(line) or stripped.strip("#").strip() == "":
         return True  # nccl-tests' own decoration: `#`, the column titles' second lines
@@ -250,6 +285,47 @@ def _other(st: _State, line: str, line_no: int) -> bool:
         st.noise.ignore(line_no, "comment", line)
         return True
     return False
+
+
+def _command(st: _State, line: str) -> None:
+    """What a pasted launcher or binary command line says about ranks and sizes.
+
+    Only options before the binary are the launcher's (`-n` after it is nccl-tests' own
+    iteration count); each key is taken from the first command line that gives it.
+    """
+    toks = line.split()
+    role = None
+    got: dict[str, int] = {}
+    i = 0
+    while i < len(toks):
+        tok = toks[i]
+        if _LAUNCHER.match(tok.rsplit("/", 1)[-1]):
+            role = "launcher"
+        elif _BINARY.match(tok):
+            role = "binary"
+            st.command_binary = st.command_binary or tok.rsplit("/", 1)[-1]
+        opts = _LAUNCHER_OPTS if role == "launcher" else _BINARY_OPTS if role else {}
+        key, _, val = tok.partition("=")
+        if key in opts:
+            if not val and i + 1 < len(toks):
+                val = toks[i + 1]
+                i += 1
+            n = _size(val) if opts[key] in ("b", "e") else (int(val) if val.isdigit() else None)
+            if n is not None:
+                got.setdefault(opts[key], n)
+        i += 1
+    if "np" not in got and "nodes" in got and "per_node" in got:
+        got["np"] = got["nodes"] * got["per_node"]
+    got.pop("per_node", None)
+    for k, v in got.items():
+        st.command.setdefault(k, v)
+
+
+def _size(text: str) -> int | None:
+    m = _SIZE.match(text)
+    if not m:
+        return None
+    return int(m[1]) * 1024 ** " KMGT".index((m[2] or " ").upper())
 
 
 def _cuda(suffix: str | None) -> str | None:
@@ -279,6 +355,7 @@ def _header_line(st: _State, line: str, line_no: int) -> bool:
             raise _second_run(st, line, line_no)
         st.params, st.params_line = _params(line, line_no, st.source), line_no
     elif m := _RANK.match(line):
+        st.rank_lines.append(line_no)
         st.ranks.append(NcclRank(
             rank=int(m["rank"]), group=int(m["group"]) if m["group"] else None,
             pid=int(m["pid"]) if m["pid"] else None, host=m["host"], device=int(m["dev"]),
@@ -389,7 +466,7 @@ def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
             _footer_line(st, line, line_no)
         elif st.layout is not None:
             _table_line(st, line, line_no)
-        elif _header_line(st, line, line_no):
+        elif _footer_without_table(st, line, line_no) or _header_line(st, line, line_no):
             continue
         elif _headerless(st, line, line_no):
             _table_line(st, line, line_no)
@@ -407,11 +484,46 @@ def parse_nccl_tests(text: str, source: str | None = None) -> NcclTestsRun:
     return run
 
 
+def _footer_without_table(st: _State, line: str, line_no: int) -> bool:
+    """The footer where no table was pasted: the rows were cut, by an elision that stands
+    for them (`# ... (truncated NCCL output for brevity) ...`) or without a mark, below the
+    run's own header (parameters or rank lines). A crash leaves no footer."""
+    marked = any(i.kind == "elision" for i in st.noise.ignored)
+    if not marked and not (st.params or st.ranks):
+        return False
+    m = _OOB.match(line.strip())
+    if m:
+        st.oob = NcclOutOfBounds(count=int(m["n"]), ok=m["res"] == "OK")
+        if m["res"] == "FAILED":
+            st.failures.append(Failure(line_no=line_no, kind="out-of-bounds", text=line.strip()))
+    elif not _AVG.match(line.strip()):
+        return False
+    st.footer = line_no
+    st.rows_elided = True
+    if not marked:
+        st.noise.edit(line_no, "the footer is pasted without the table above it: the rows "
+                      "were cut out")
+    if not m:
+        _footer_line(st, line, line_no)
+    return True
+
+
 def _check_ranks(st: _State) -> None:
-    """Every rank once: the same rank from several processes is several runs in one log."""
+    """Every rank once: the same rank from several processes is several runs in one log.
+
+    The same rank twice from one process (same host and pid) is no second run: a rank line
+    was altered by hand, and is read as an edit.
+    """
     seen: dict[int, list[NcclRank]] = {}
     for r in st.ranks:
         seen.setdefault(r.rank, []).append(r)
+    for rs in seen.values():
+        if len(rs) > 1 and rs[0].pid is not None and len({(r.host, r.pid) for r in rs}) == 1:
+            st.noise.edit(None, f"rank {rs[0].rank} is listed {len(rs)} times by one process "
+                          f"(pid {rs[0].pid} on {rs[0].host}): a rank line was altered")
+            for extra in rs[1:]:
+                st.ranks.remove(extra)
+            seen[rs[0].rank] = rs[:1]
     dup = next((rs for rs in seen.values() if len(rs) > 1), None)
     if dup is not None:
         shown = ", ".join(f"pid {r.pid} on {r.host}" for r in dup[:4])
@@ -421,6 +533,7 @@ def _check_ranks(st: _State) -> None:
 
 
 def _finish(st: _State) -> NcclTestsRun:
+    st.binary = st.binary or st.command_binary
     nccl = st.nccl_version or st.library
     git_hash = st.git_hash
     ver = st.tests_version
@@ -435,8 +548,15 @@ def _finish(st: _State) -> NcclTestsRun:
         avg_busbw_check=st.avg_check, avg_busbw_recomputed=recompute_avg(st.rows),
         avg_busbw_agrees=None, failures=st.failures, truncated=not st.footer,
         ignored_lines=st.noise.ignored, ignored_lines_dropped=st.noise.dropped,
-        edits=st.noise.edits, nccl_lines=st.nccl_lines)
+        edits=st.noise.edits, nccl_lines=st.nccl_lines, nccl_ranks=st.nccl_ranks,
+        nccl_nodes=st.nccl_nodes, command=st.command, rows_elided=st.rows_elided)
     run.avg_busbw_agrees = check_avg(run)
+    run.ranks_total = count_ranks(run)
+    for what in run.ranks_total.disagreements:
+        st.noise.edit(st.rank_lines[0] if st.rank_lines else None,
+                      f"{what}: rank lines were cut or altered; the run is read as "
+                      f"{run.ranks_total.count} ranks")
+    run.edits = list(st.noise.edits)
     return run
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.errors import ParseError, UsageError, shown
 from orchestrator.files import MAX_INPUT_BYTES, atomic_write, read_user_file, warn
 from orchestrator.inventory import checked_name
+from orchestrator.parsers._nccl_common import NcclTestsRun, count_nodes
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope
 from orchestrator.steps.nccl.judge import Series, judge_series
@@ -33,7 +34,12 @@ def experiment(run: Any, n_nodes: int) -> dict[str, Any]:
     redops = sorted({r.redop for r in run.rows if getattr(r, "redop", None)})
     return {"binary": run.binary, "op": run.op,
             "params": {k: v for k, v in sorted(run.params.items()) if k not in _NOT_PARAMS},
-            "datatype": types, "redop": redops, "ranks": len(run.ranks), "nodes": n_nodes}
+            "datatype": types, "redop": redops, "ranks": _ranks(run), "nodes": n_nodes}
+
+
+def _ranks(run: Any) -> int:
+    total = getattr(run, "ranks_total", None)
+    return total.count if total is not None and total.count and total.shown else len(run.ranks)
 
 
 def experiment_hash(exp: dict[str, Any]) -> str:
@@ -41,9 +47,34 @@ def experiment_hash(exp: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
-    """The log's text, sha256 and experiment; a file that is no nccl-tests log is a
-    UsageError."""
+def log_nodes(run: NcclTestsRun, name: str, n_nodes: int | None) -> int:
+    """The node count to file a log under: `--nodes` where given and the log does not
+    contradict it, else what the log shows (hosts in its rank lines, NCCL INFO's nNodes).
+
+    A log whose ranks run on more hosts than `--nodes` says is refused with both counts;
+    one whose rank list is cut to one host cannot tell and needs `--nodes`.
+    """
+    shown, hosts = count_nodes(run)
+    listed = ", ".join(hosts[:4]) + (" ..." if len(hosts) > 4 else "")
+    if n_nodes is not None:
+        if (shown is not None and shown > n_nodes) or (run.nccl_nodes or n_nodes) != n_nodes:
+            where = (f"its ranks run on {len(hosts)} hosts ({listed})" if len(hosts) > n_nodes
+                     else f"NCCL INFO says nNodes {run.nccl_nodes}")
+            raise UsageError(f"--nodes {n_nodes} disagrees with {name}: {where}",
+                             hint=f"leave --nodes out to take the count from the log, or give "
+                                  f"--nodes {shown}")
+        return n_nodes
+    if shown is None:
+        total = run.ranks_total.count if run.ranks_total else None
+        raise UsageError(f"{name} shows {total} ranks but rank lines of one host only "
+                         f"({listed}): how many nodes the run spanned is not in the paste",
+                         hint="give --nodes N (the node count of that run)")
+    return shown
+
+
+def check_log(path: Path, n_nodes: int | None) -> tuple[str, str, dict[str, Any], int]:
+    """The log's text, sha256, experiment and node count; a file that is no nccl-tests log,
+    or whose hosts contradict `--nodes`, is a UsageError."""
     name = shown(str(path))
     data = read_user_file(path, MAX_INPUT_BYTES, "nccl-tests log")
     digest = hashlib.sha256(data).hexdigest()
@@ -59,7 +90,8 @@ def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
         raise UsageError(f"{name} is not an nccl-tests log: {exc.what}",
                          hint="give the text output of an nccl-tests binary (all_reduce_perf)"
                          ) from None
-    return text, digest, experiment(run, n_nodes)  # the rows are read again when judged
+    nodes = log_nodes(run, name, n_nodes)
+    return text, digest, experiment(run, nodes), nodes  # the rows are read again when judged
 
 
 UNIT = "imported"  # the step folder of an import's copies, and its done marker
@@ -93,12 +125,15 @@ class AlreadyImported(Exception):
         super().__init__(run_id)
 
 
-def import_logs(logs: list[Path], provider: str, n_nodes: int,
+def import_logs(logs: list[Path], provider: str, n_nodes: int | None,
                 results: Path) -> tuple[Run, list[Finding], list[Measurement]]:
-    """Judge and store the logs as one series; AlreadyImported when they are stored."""
+    """Judge and store the logs as one series; AlreadyImported when they are stored.
+
+    `n_nodes` None takes the node count from the logs (their rank lines' hosts)."""
     checked_name(provider, "provider")  # it names a folder of the run
     parsed = [check_log(p, n_nodes) for p in logs]
-    exps = [e for _, _, e in parsed]
+    exps = [e for _, _, e, _ in parsed]
+    n_nodes = parsed[0][3]
     for p, e in zip(logs[1:], exps[1:], strict=True):
         if e != exps[0]:
             diff = sorted(k for k in set(e) | set(exps[0]) if e.get(k) != exps[0].get(k))
@@ -106,7 +141,7 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
             raise UsageError(f"{shown(str(p))} is another experiment than "
                              f"{shown(str(logs[0]))} ({detail})",
                              hint="import each experiment's rounds on their own")
-    digests = [d for _, d, _ in parsed]
+    digests = [d for _, d, _, _ in parsed]
     if len(set(digests)) != len(digests):
         raise UsageError("the same log is given twice (identical content)",
                          hint="give each round's log once")
@@ -138,7 +173,7 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
             run.save_meta()
         dest = run.provider_dir(provider, UNIT)
         series_logs = []
-        for i, (p, (text, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
+        for i, (p, (text, _, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
             copy = dest / f"round{i}_{_file_name(p)}"
             atomic_write(copy, scrub_text(text))  # what the run keeps
             series_logs.append((i, copy, False))

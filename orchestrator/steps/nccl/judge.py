@@ -13,6 +13,7 @@ shell noise are counted (NCCL_LOG_NOISE).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,13 @@ from orchestrator import bands, stats
 from orchestrator.errors import ParseError
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
-from orchestrator.parsers._nccl_common import NcclTestsRun
+from orchestrator.parsers._nccl_common import (
+    NcclTestsRun,
+    count_ranks,
+    footer_not_pasted,
+    harmless_warning,
+    max_bytes,
+)
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
@@ -29,6 +36,7 @@ from orchestrator.store import Run
 from orchestrator.suite import Suite
 
 STEP = "nccl"
+NCCL_MSG = re.compile(r"\bNCCL WARN (.*)$")
 # Below 16 MiB a round takes tens of microseconds on NVLink: round-to-round
 # differences there are latency jitter, not bandwidth, and are not judged.
 SMALLEST_JUDGED = 16 << 20
@@ -96,17 +104,31 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
             add("NCCL_OUTPUT_UNREADABLE", "FAIL", f"round {rnd}: {exc.what}", [rel])
             continue
         parsed.append((rnd, res, rel))
-        one_gpu = one_gpu or gpu_count(res) == 1
+        one_gpu = one_gpu or is_one_gpu(res)
         _paste(res, rnd, rel, add)
         for fl in res.failures:
             add("NCCL_TEST_FAILURE", "FAIL", f"round {rnd}, line {fl.line_no}: {fl.kind}: "
                 f"{fl.text.strip()[:200]}", [rel], line=fl.line_no, kind=fl.kind)
-        if res.truncated:
+        if footer_not_pasted(res):
+            add("NCCL_FOOTER_NOT_PASTED", "INFO", f"round {rnd}: the table reaches its last "
+                f"size ({_size(max_bytes(res) or 0)}, maxBytes) and stops there: the footer "
+                "(out-of-bounds count, average) was not pasted; the rows are read", [rel])
+        elif res.truncated:
             add("NCCL_TRUNCATED", "FAIL", f"round {rnd}: output ends inside the table "
                 "(the run crashed or was killed)", [rel])
-        if not res.rows and not res.failures and not timed_out:
+        if not res.rows and res.rows_elided and not res.failures:
+            avg = (f"the footer after the cut says avg busbw {res.avg_busbw_reported}"
+                   if res.avg_busbw_reported is not None else "only the footer is left")
+            add("NCCL_ROWS_ELIDED", "INFO", f"round {rnd}: the table was cut out by hand "
+                f"({avg}): nothing to measure", [rel],
+                avg_busbw_reported=res.avg_busbw_reported)
+        elif not res.rows and not res.failures and not timed_out:
             add("NCCL_NO_RESULTS", "FAIL", f"round {rnd}: no result rows", [rel])
-        if res.avg_busbw_agrees is False:
+        if res.rows and res.rows_elided and res.avg_busbw_reported is not None:
+            add("NCCL_AVG_NOT_CHECKED", "INFO", f"round {rnd}: rows were cut out by hand, so "
+                f"the reported average bus bandwidth {res.avg_busbw_reported} is not checked "
+                "against the rows shown", [rel])
+        elif res.avg_busbw_agrees is False:
             add("NCCL_AVG_MISMATCH", "WARN", f"round {rnd}: reported average bus bandwidth "
                 f"{res.avg_busbw_reported} differs from the rows' mean "
                 f"{res.avg_busbw_recomputed:.3f}", [rel])
@@ -121,9 +143,16 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
 
 
 def gpu_count(res: NcclTestsRun) -> int | None:
-    """How many GPUs the run spanned, from its rank lines. Without them it is unknown:
-    `nGpus 1` is per process, and mpirun may have started eight."""
-    return len(res.ranks) if res.ranks else None
+    """How many GPUs the run spanned: at least what any source in the log says (rank lines,
+    the highest rank, NCCL INFO, the launcher); None when no rank line, NCCL INFO line or
+    launcher says (`nGpus 1` is per process, and mpirun may have started eight)."""
+    rc = res.ranks_total or count_ranks(res)
+    return rc.count if rc.shown or rc.nccl or rc.launched else None
+
+
+def is_one_gpu(res: NcclTestsRun) -> bool:
+    """One GPU only when the log shows exactly one rank and no source says more."""
+    return (res.ranks_total or count_ranks(res)).one_gpu
 
 
 def _not_applicable(parsed: list[tuple[int, NcclTestsRun, str]], add: Any) -> None:
@@ -149,6 +178,14 @@ def _paste(res: NcclTestsRun, rnd: int, rel: str, add: Any) -> None:
             f"{first.what}{f'; {len(res.edits) - 1} more' if len(res.edits) > 1 else ''}): "
             "what it holds is read, what was cut is unknown", [rel],
             line=first.line_no, edits=[e.model_dump() for e in res.edits])
+    harmless = [i for i in res.ignored_lines if i.kind == "nccl-warn-harmless"]
+    if harmless:
+        m = NCCL_MSG.search(harmless[0].text)
+        why = harmless_warning(m[1]) if m else None
+        add("NCCL_WARN_HARMLESS", "INFO", f"round {rnd}: {len(harmless)} NCCL WARN line(s) "
+            f"report no fault (first, line {harmless[0].line_no}: "
+            f"{harmless[0].text.strip()[:100]!r}): {why or 'a known harmless message'}",
+            [rel], lines=[i.line_no for i in harmless][:50])
     # known launcher and shell noise is listed in the parsed facts; text nobody knows is
     # said here, since it may be what a person pasted in
     unknown = [i for i in res.ignored_lines if i.kind == "unknown"]
@@ -173,7 +210,7 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int, res: NcclTests
     tags_base: dict[str, Any] = {"op": res.op, "nccl_version": res.nccl_version,
                  "nccl_tests_commit": s.build.built_commit if s.build else None,
                  "nccl_tests_version": res.tests_version,
-                 "gpus": len(res.ranks) or None, "n_nodes": s.node_count}
+                 "gpus": gpu_count(res), "n_nodes": s.node_count}
     if s.imported:
         tags_base["imported"] = True
     if one_gpu:
@@ -276,7 +313,8 @@ def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, li
     if not res.ranks:
         return "shipped", []
     n_nodes = s.node_count
-    ref = bands.find_shipped(res.ranks[0].name, len(res.ranks) // n_nodes, n_nodes)
+    ref = bands.find_shipped(res.ranks[0].name, (gpu_count(res) or len(res.ranks)) // n_nodes,
+                             n_nodes)
     if ref is None:
         return "shipped", []
     return "shipped", [b if b.note else b.model_copy(update={"note": ref.note}) for b in ref.bands]
