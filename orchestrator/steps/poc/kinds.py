@@ -17,6 +17,7 @@ from orchestrator import parsers
 from orchestrator.errors import ParseError
 from orchestrator.parsers._noise import strip_launcher_prefix
 from orchestrator.parsers.nvidia_smi import noheader_fits
+from orchestrator.parsers.nvidia_smi_q import Q_KEYS
 from orchestrator.parsers.recipe import (
     FREEZE_ROW,
     PIP_HEADER,
@@ -25,16 +26,6 @@ from orchestrator.parsers.recipe import (
     parse_pip,
 )
 
-# Keys and titles only `nvidia-smi -q` prints (an excerpt holds at least two of them).
-_Q_KEYS = frozenset({
-    "Product Name", "Product Brand", "Product Architecture", "GPU UUID", "MIG Mode",
-    "MIG Device", "FB Memory Usage", "BAR1 Memory Usage", "Persistence Mode", "Bus Id",
-    "Retired Pages", "Remapped Rows", "GPU Current Temp", "GPU Power Readings", "Power Readings",
-    "Max Clocks", "Compute Mode", "Attached GPUs", "GPU instance ID", "Compute instance ID",
-    "Device Attributes", "Multiprocessor count", "ECC Errors", "Clocks Event Reasons",
-    "Clocks Throttle Reasons", "GPU Link Info", "VBIOS Version", "Minor Number",
-    "Fabric", "CliqueId", "ClusterUUID", "Clique ID", "Cluster UUID",
-})
 _QUERY_FIELD = re.compile(r"[A-Za-z_][\w.]*(?: \[[^\]]+\])?")
 
 
@@ -53,7 +44,7 @@ HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
      True),
     ("nvlink-e", r"Link \d+: (?:Replay|Recovery|CRC|Rx|Tx|Data|Flit|Effective)\w*[ \w]* "
      r"(?:Errors?|Counter)", 94, True),
-    ("xid", r"NVRM: Xid \(|fallen off the bus", 93, True),
+    ("xid", r"NVRM: Xid \(|NVRM: .*fallen off the bus", 93, True),
     ("pcie-bandwidth", r"available PCIe bandwidth", 91, True),
     ("dcgmi-diag", _DCGMI_ROWS, 89, True),
     ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
@@ -70,7 +61,7 @@ def _q_score(text: str, head: list[str]) -> int:
         return 70  # the recipe's `nvidia-smi -q | sed -n '/MIG Mode/,3p'` (or `,+2p`)
     keys = {m.group(1) for ln in head
             for m in [re.match(r"\s*([A-Za-z][\w ()/-]*?)\s*(?::|$)", ln)] if m}
-    known = keys & _Q_KEYS
+    known = keys & Q_KEYS
     if any(re.match(r"GPU [0-9A-Fa-f]+:[0-9A-Fa-f]+:", ln) for ln in head) and known:
         return 85
     return 60 if len(known) >= 2 else 0
