@@ -189,6 +189,9 @@ KINDS: tuple[Kind, ...] = (
     Kind("nvidia-smi-table", _has(r"^\|\s*NVIDIA-SMI \d", 95), _registered("nvidia-smi-table")),
     Kind("nvidia-smi-table", _has(r"^\|\s*(?:MIG devices|Processes):\s*\|", 75),
          _registered("nvidia-smi-table")),  # a paste that starts below the GPU table
+    Kind("nvidia-smi-table", _has(r"^\s*(?:WARNING: infoROM is corrupted at gpu|Unable to "
+                                  r"(?:determine|detect) the device handle for GPU)", 80),
+         _registered("nvidia-smi-table")),  # nvidia-smi printed only what it could not do
     Kind("nvidia-smi-q", _q_score, _registered("nvidia-smi-q")),
     Kind("nvidia-smi-version", _has(r"^NVIDIA-SMI version\s*:", 95),
          _registered("nvidia-smi-version")),
