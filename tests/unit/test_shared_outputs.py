@@ -107,3 +107,71 @@ def test_import_fails_a_gpu_fallen_off_the_bus_on_one_line(tmp_path: Path) -> No
                  "[ 2855.144540] NVRM: GPU 0018:06:00.0: GPU has fallen off the bus.\n")
     ((sev, msg),) = by["GPU_FELL_OFF_BUS"]
     assert sev == "FAIL" and "0018:06:00.0" in msg
+
+
+# ------------------------------------------------------------------ dcgmi
+
+def test_a_dcgmi_cell_cut_at_a_space_gets_its_space_back() -> None:
+    from orchestrator.parsers.dcgmi import parse_dcgmi_diag
+    # DCGM cuts a message every 45 characters and pads each piece to its column: a piece
+    # that ends in a space loses it to the padding (`drain ` + `the GPU`)
+    msg = "GPU 1 had uncorrectable memory errors: drain the GPU and then reset it, or reboot it."
+    pieces = [msg[i:i + 45] for i in range(0, len(msg), 45)]
+    assert pieces[0].endswith(" ") and not pieces[1].startswith(" ")
+    rule = "+" + "-" * 27 + "+" + "-" * 48 + "+\n"
+    rows = [f"|{name:<27}| {piece:<47}|\n" for name, piece in
+            zip([" Page Retirement", " Error", *[""] * (len(pieces) - 1)], ["Fail", *pieces],
+                strict=True)]
+    table = rule + f"|{' Diagnostic':<27}| {'Result':<47}|\n" + rule.replace("-", "=") + \
+        "".join(rows) + rule
+    (err,) = parse_dcgmi_diag(table).errors
+    assert err.text == msg
+    # the public tables, cut mid-word or at a piece that starts with its space, are unchanged
+    mle = parse_dcgmi_diag((PUBLIC / "dcgmi-diag_deployment-error_mle.txt").read_text())
+    assert [m.text for m in mle.errors] == ["GPU 3 has uncorrectable memory errors and row "
+                                            "remappings are pending"]
+
+
+@pytest.mark.parametrize(("name", "failed"), [
+    ("dcgmi-diag-j_deployment-fail-warn_gcm.json", ["Persistence Mode"]),
+    ("dcgmi-diag-j_deployment-pass_gcm.json", [])])
+def test_dcgmi_diag_json_is_read_and_judged(tmp_path: Path, name: str, failed: list[str]) -> None:
+    from orchestrator.parsers.dcgmi import parse_dcgmi_diag
+    facts = parse_dcgmi_diag((PUBLIC / name).read_text())
+    assert len(facts.tests) == 9 and {t.section for t in facts.tests} == {"Deployment"}
+    assert [t.name for t in facts.failed] == failed
+    f = read(PUBLIC / name, "diag.txt")
+    assert (f.kind, f.status) == ("dcgmi-diag", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    assert [s for s, _ in by["DCGM_DIAG"]] == ["FAIL" if failed else "PASS"]
+
+
+def test_dcgmi_diag_json_of_another_shape_is_refused() -> None:
+    from orchestrator.errors import ParseError
+    from orchestrator.parsers.dcgmi import parse_dcgmi_diag
+    with pytest.raises(ParseError, match="DCGM GPU Diagnostic"):
+        parse_dcgmi_diag('{"args": {"nthreads": 1}}')
+
+
+@pytest.mark.parametrize(("name", "down"), [
+    ("dcgmi-nvlink-s-grep_2gpu-down-disabled_gcm.txt", {0: [3], 1: [6]}),
+    ("dcgmi-nvlink-s-grep_2gpu-up_gcm.txt", {})])
+def test_dcgmi_nvlink_link_status(tmp_path: Path, name: str, down: dict[int, list[int]]) -> None:
+    from orchestrator.parsers.dcgmi import parse_dcgmi_nvlink_status
+    facts = parse_dcgmi_nvlink_status((PUBLIC / name).read_text())
+    assert sorted(facts.gpus) == [0, 1] and all(len(v) == 12 for v in facts.gpus.values())
+    assert facts.down() == down
+    f = read(PUBLIC / name, "links.txt")
+    assert (f.kind, f.status) == ("dcgmi-nvlink-s", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    assert [s for s, _ in by["NVLINK_LINK_DOWN"]] == (["FAIL", "FAIL"] if down else ["PASS"])
+
+
+def test_dcgmi_nvlink_link_status_whole_output() -> None:
+    from orchestrator.parsers.dcgmi import parse_dcgmi_nvlink_status
+    text = ("+----------------------+\n|  NvLink Link Status  |\n+----------------------+\n"
+            "GPUs:\n    gpuId 0:\n        U U D X\nNvSwitches:\n    physicalId 8:\n"
+            "        U _ U\n\nKey: Up=U, Down=D, Disabled=X, Not Supported=_\n")
+    facts = parse_dcgmi_nvlink_status(text)
+    assert facts.gpus == {0: ["up", "up", "down", "disabled"]}
+    assert facts.switches == {8: ["up", "not supported", "up"]}

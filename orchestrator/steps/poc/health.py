@@ -19,7 +19,7 @@ from collections.abc import Callable
 from orchestrator.errors import ParseError
 from orchestrator.inventory import Node
 from orchestrator.judging.sink import Sink
-from orchestrator.parsers.dcgmi import DcgmiDiagFacts
+from orchestrator.parsers.dcgmi import DcgmiDiagFacts, NvlinkStatusFacts
 from orchestrator.parsers.kernel_log import KernelLogFacts, PcieBandwidthFacts, parse_pcie_bandwidth
 from orchestrator.parsers.lspci import LspciFacts
 from orchestrator.parsers.nvbandwidth import NvbandwidthFacts
@@ -66,6 +66,19 @@ def _dcgmi(sink: Sink, f: PocFile, node: str) -> None:
                  warned=warned)
     else:
         sink.add("DCGM_DIAG", "PASS", f"{f.name}: dcgmi diag passed ({len(facts.tests)} tests)")
+
+
+def _nvlink_status(sink: Sink, f: PocFile, node: str) -> None:
+    facts: NvlinkStatusFacts = f.facts
+    down = facts.down()
+    for gpu, links in down.items():
+        sink.add("NVLINK_LINK_DOWN", "FAIL", f"{f.name}: GPU {gpu} has {len(links)} NVLink "
+                 f"link(s) down (link {', '.join(map(str, links))}): the GPUs talk slower or "
+                 "not at all over NVLink", gpu=gpu, links=links)
+    if not down:
+        up = sum(st == "up" for links in facts.gpus.values() for st in links)
+        sink.add("NVLINK_LINK_DOWN", "PASS", f"{f.name}: no NVLink link down ({up} up on "
+                 f"{len(facts.gpus)} GPU(s))")
 
 
 def _xid(sink: Sink, f: PocFile, node: str) -> None:
@@ -180,4 +193,5 @@ _JUDGES: dict[str, Callable[[Sink, PocFile, str], None]] = {
     "dcgmi-diag": _dcgmi, "xid": _xid, "pcie-bandwidth": _pcie, "nvlink-e": _nvlink_e,
     "lspci-vvv": _lspci, "nvidia-smi-compute-apps": _apps, "perftest-bw": _perftest,
     "nvbandwidth": _nvbandwidth, "p2pBandwidthLatencyTest": _p2p,
+    "dcgmi-nvlink-s": _nvlink_status,
 }

@@ -47,6 +47,8 @@ HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
     ("xid", r"NVRM: Xid \(|NVRM: .*fallen off the bus", 93, True),
     ("pcie-bandwidth", r"available PCIe bandwidth", 91, True),
     ("dcgmi-diag", _DCGMI_ROWS, 89, True),
+    ("dcgmi-diag", r'^\s*\{?\s*"DCGM (?:GPU )?Diagnostic"\s*:', 90, True),  # dcgmi diag -j
+    ("dcgmi-nvlink-s", r"^\s*gpuId \d+:\s*$", 90, True),
     ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
     ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test", 90, True),
     ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
