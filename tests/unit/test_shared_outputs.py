@@ -175,3 +175,48 @@ def test_dcgmi_nvlink_link_status_whole_output() -> None:
     facts = parse_dcgmi_nvlink_status(text)
     assert facts.gpus == {0: ["up", "up", "down", "disabled"]}
     assert facts.switches == {8: ["up", "not supported", "up"]}
+
+
+# ------------------------------------------------------------------ perftest
+
+@pytest.mark.parametrize(("name", "device", "gpu_name", "pcie", "buffer"), [
+    ("ib_write_bw_use-cuda-a30-server-cut_perftest241.txt", 0, "NVIDIA A30", "17:00", 67108864),
+    ("ib_write_bw_use-cuda-v100-cut_perftest-pr21.txt", 0, "Tesla V100-SXM2-32GB", None, 131072),
+    ("ib_write_bw_use-cuda-dmabuf-h100-cut_perftest280.txt", 1, None, "29:00", None)])
+def test_perftest_on_gpu_memory_is_read(tmp_path: Path, name: str, device: int,
+                                        gpu_name: str | None, pcie: str | None,
+                                        buffer: int | None) -> None:
+    from orchestrator.parsers.perftest import parse_perftest_bw
+    facts = parse_perftest_bw((PUBLIC / name).read_text())
+    assert facts.gpu is not None and not facts.failed
+    g = facts.gpu
+    assert (g.device, g.name, g.pcie, g.buffer_bytes) == (device, gpu_name, pcie, buffer)
+    f = read(PUBLIC / name, "ib.txt")
+    assert (f.kind, f.status) == ("perftest-bw", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    ((sev, msg),) = by["HEALTH_IB_BW"]
+    assert sev == "INFO" and f"on GPU memory (CUDA device {device}" in msg
+
+
+def test_perftest_dmabuf_line_is_kept() -> None:
+    from orchestrator.parsers.perftest import parse_perftest_bw
+    text = (PUBLIC / "ib_write_bw_use-cuda-a30-server-cut_perftest241.txt").read_text()
+    text = text.replace("allocated GPU buffer address at 00007f3fa4000000 pointer=0x7f3fa4000000",
+                        "using DMA-BUF for GPU buffer address at 0x7f3fa4000000 aligned at "
+                        "0x7f3fa4000000 with aligned size 67108864")
+    gpu = parse_perftest_bw(text).gpu
+    assert gpu is not None and gpu.dmabuf
+
+
+@pytest.mark.parametrize(("name", "status", "syndrome"), [
+    ("ib_write_bw_completion-error-status4_perftest173.txt", 4, "0x51"),
+    ("ib_send_bw_completion-error-status12_softiwarp27.txt", 12, "0x81")])
+def test_a_failed_perftest_is_a_failure_with_its_status(tmp_path: Path, name: str, status: int,
+                                                        syndrome: str) -> None:
+    from orchestrator.parsers.perftest import parse_perftest_bw
+    facts = parse_perftest_bw((PUBLIC / name).read_text())
+    assert facts.failed and (facts.failed_status, facts.syndrome) == (status, syndrome)
+    assert facts.errors[0].text == "Completion with error at client"
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    ((sev, msg),) = by["HEALTH_IB_BW"]
+    assert sev == "FAIL" and f"status {status} (syndrome {syndrome})" in msg

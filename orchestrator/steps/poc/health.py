@@ -149,11 +149,27 @@ def _apps(sink: Sink, f: PocFile, node: str) -> None:
 
 def _perftest(sink: Sink, f: PocFile, node: str) -> None:
     facts: PerftestBwFacts = f.facts
+    on = ""
+    if facts.gpu is not None:
+        g = facts.gpu
+        on = (f" on GPU memory (CUDA device {g.device if g.device is not None else '?'}"
+              + (f" {g.name}" if g.name else "") + (", DMA-BUF" if g.dmabuf else "") + ")")
+    if facts.failed:
+        status = (f" with status {facts.failed_status} (syndrome {facts.syndrome})"
+                  if facts.failed_status is not None else "")
+        sink.add("HEALTH_IB_BW", "FAIL", f"{f.name}: {facts.test or 'perftest'}{on} failed"
+                 f"{status}: " + "; ".join(e.text for e in facts.errors[:3]),
+                 status=facts.failed_status, syndrome=facts.syndrome)
+        return
     row = facts.largest
     if row is not None:
-        sink.add("HEALTH_IB_BW", "INFO", f"{f.name}: {facts.test or 'perftest'} "
+        sink.add("HEALTH_IB_BW", "INFO", f"{f.name}: {facts.test or 'perftest'}{on} "
                  f"{row.bw_average:g} {facts.unit or ''} average at {row.bytes} bytes",
-                 bytes=row.bytes, average=row.bw_average, unit=facts.unit)
+                 bytes=row.bytes, average=row.bw_average, unit=facts.unit,
+                 gpu_memory=facts.gpu is not None)
+    elif facts.gpu is not None:
+        sink.add("HEALTH_IB_BW", "INFO", f"{f.name}: {facts.test or 'perftest'}{on}: no result "
+                 "rows in the file (cut before its table)", gpu_memory=True)
 
 
 def _nvbandwidth(sink: Sink, f: PocFile, node: str) -> None:

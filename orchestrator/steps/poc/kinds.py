@@ -50,7 +50,9 @@ HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
     ("dcgmi-diag", r'^\s*\{?\s*"DCGM (?:GPU )?Diagnostic"\s*:', 90, True),  # dcgmi diag -j
     ("dcgmi-nvlink-s", r"^\s*gpuId \d+:\s*$", 90, True),
     ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
-    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test", 90, True),
+    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test|"
+     r"Completion with error at (?:client|server)|cuMemAlloc\(\) of a \d+ bytes GPU buffer|"
+     r"^Picking device No\. \d+$", 90, True),
     ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
      r"name)\b", 93, False),
 )
