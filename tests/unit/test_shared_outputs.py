@@ -220,3 +220,35 @@ def test_a_failed_perftest_is_a_failure_with_its_status(tmp_path: Path, name: st
     by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
     ((sev, msg),) = by["HEALTH_IB_BW"]
     assert sev == "FAIL" and f"status {status} (syndrome {syndrome})" in msg
+
+
+# ------------------------------------------------------------------ multi-node nvbandwidth
+
+def test_multinode_nvbandwidth_is_read(tmp_path: Path) -> None:
+    from orchestrator.parsers.nvbandwidth import parse_nvbandwidth
+    name = "nvbandwidth_v0.7_multinode-2x4-gb200_dra-docs-derived.txt"
+    facts = parse_nvbandwidth((PUBLIC / name).read_text())
+    assert facts.multinode and facts.mpi is not None and facts.mpi.startswith("Open MPI v4.1.4")
+    assert facts.hosts == ["nvbandwidth-test-worker-0", "nvbandwidth-test-worker-1"]
+    assert [(d.rank, d.index, d.name) for d in facts.devices][4] == (4, 0, "HGX GB200")
+    (t,) = facts.tests
+    assert (t.name, t.sum, t.columns) == ("multinode_device_to_device_memcpy_read_ce", 44685.29,
+                                          list(range(8)))
+    assert t.value(0, 1) == 798.02 and t.value(7, 7) is None
+    f = read(PUBLIC / name, "nvbw.txt")
+    assert (f.kind, f.status) == ("nvbandwidth", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    ((sev, msg),) = by["HEALTH_NVBANDWIDTH"]
+    assert sev == "INFO" and "multi-node: 8 rank(s) on 2 host(s)" in msg
+    assert "between ranks 797.65 to 798.25 GB/s" in msg
+
+
+def test_a_multinode_run_cut_after_its_start_is_read_as_started(tmp_path: Path) -> None:
+    from orchestrator.parsers.nvbandwidth import parse_nvbandwidth
+    name = "nvbandwidth_v0.8_multinode-4x-h200-cut_nvbw39.txt"
+    facts = parse_nvbandwidth((PUBLIC / name).read_text())
+    assert facts.multinode and facts.hosts == ["tensorflow-benchmarks-worker-0"]
+    assert [t.sum for t in facts.tests] == [None]
+    err = parse_nvbandwidth((PUBLIC / name).read_text() + "[CUDA_ERROR_NOT_PERMITTED] operation "
+                            "not permitted in expression cuMemCreate(&handle) on w-0, rank = 0\n")
+    assert len(err.errors) == 1 and err.tests[0].errors == err.errors

@@ -179,9 +179,22 @@ def _nvbandwidth(sink: Sink, f: PocFile, node: str) -> None:
                  f"{len(facts.errors)} error(s): {facts.errors[0][:200]}")
     sums = [f"{t.name} {t.sum:g} {t.unit or ''}".strip() for t in facts.tests
             if t.name and t.sum is not None]
+    where = ""
+    if facts.multinode:
+        where = (f" (multi-node: {len(facts.devices)} rank(s) on {len(facts.hosts)} host(s): "
+                 f"{', '.join(facts.hosts[:4])})")
+        for t in facts.tests:
+            pairs = [v for r, vals in t.rows.items() for c, v in zip(t.columns, vals, strict=True)
+                     if r != c and v is not None]
+            if pairs and t.unit == "GB/s":
+                sums.append(f"{t.name} between ranks {min(pairs):g} to {max(pairs):g} GB/s")
+        unfinished = [t.name for t in facts.tests if t.sum is None and not t.errors and t.name]
+        if unfinished and not sums:
+            sums.append(f"{', '.join(unfinished)} started, no result in the file")
     if sums:
-        sink.add("HEALTH_NVBANDWIDTH", "INFO", f"{f.name}: " + "; ".join(sums[:6]),
-                 sums={t.name: t.sum for t in facts.tests if t.name and t.sum is not None})
+        sink.add("HEALTH_NVBANDWIDTH", "INFO", f"{f.name}{where}: " + "; ".join(sums[:6]),
+                 sums={t.name: t.sum for t in facts.tests if t.name and t.sum is not None},
+                 hosts=facts.hosts)
 
 
 def _p2p(sink: Sink, f: PocFile, node: str) -> None:

@@ -40,7 +40,8 @@ _DCGMI_ROWS = (r"^\|\s*(?:Diagnostic|Deployment|Hardware|Integration|Stress|GPU 
 HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
     ("p2pBandwidthLatencyTest", r"P2P Connectivity Matrix|P2P=(?:Enabled|Disabled) \w* ?"
      r"Bandwidth|\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]", 93, True),
-    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) ", 92,
+    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) |"
+     r"^Process \d+ \([^)]*\): device \d+: ", 92,
      True),
     ("nvlink-e", r"Link \d+: (?:Replay|Recovery|CRC|Rx|Tx|Data|Flit|Effective)\w*[ \w]* "
      r"(?:Errors?|Counter)", 94, True),
