@@ -62,8 +62,9 @@ _MONO = re.compile(r"\[\s*(\d+\.\d+)\]")
 _WALL = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
 _SYSLOG = re.compile(r"([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+\S+\s+kernel:")
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]?\d*(?:[+-]\d\d:?\d\d|Z)?)\s+\S+\s+kernel:")
-# `dmesg --time-format=iso`: the stamp alone, first on the line, no host or `kernel:`
-_DMESG_ISO = re.compile(r"^\s*(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d+(?:[+-]\d\d:?\d\d|Z))\s")
+# `dmesg --time-format=iso`: the stamp first on the line, no host or `kernel:`
+_DMESG_ISO = re.compile(r"^\s*(?:<\d>)?(?:[a-z]+ *:[a-z]+ *: )?"  # `dmesg -x`'s `kern  :warn  : `
+                        r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d+(?:[+-]\d\d:?\d\d|Z))\s")
 # What stands in front of a kernel message in each of those forms (a printk level, `dmesg
 # -x`'s facility, a stamp, a syslog or journal `host kernel:`), or nothing (`dmesg -t`, a
 # grep); a message behind anything else (a quote, code, prose) is not the kernel's.

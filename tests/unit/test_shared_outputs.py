@@ -252,3 +252,125 @@ def test_a_multinode_run_cut_after_its_start_is_read_as_started(tmp_path: Path) 
     err = parse_nvbandwidth((PUBLIC / name).read_text() + "[CUDA_ERROR_NOT_PERMITTED] operation "
                             "not permitted in expression cuMemCreate(&handle) on w-0, rank = 0\n")
     assert len(err.errors) == 1 and err.tests[0].errors == err.errors
+
+
+# ------------------------------------------------------------------ RDMA port views
+
+@pytest.mark.parametrize(("name", "kind", "ports", "down", "verdict"), [
+    ("ibdev2netdev-column-t_h100-12hca-notes_imbue4.txt", "ibdev2netdev", 12, 0, "INFO"),
+    ("ibdev2netdev_sriov-vf-down_sriov382.txt", "ibdev2netdev", 1, 0, "INFO"),
+    ("rdma-link_2x-cx6dx-roce_3fs283.txt", "rdma-link", 2, 0, "PASS"),
+    ("rdma-link_rxe_3fs263.txt", "rdma-link", 1, 0, "PASS"),
+    ("rdma-link_ib-down-polling_rccl1423.txt", "rdma-link", 1, 1, "WARN"),
+    ("ibstatus_8x-a100-hdr-active_gpud.txt", "ibstatus", 9, 0, "PASS"),
+    ("ibstatus_rxe-cut_rxedev52.txt", "ibstatus", 1, 0, "INFO")])
+def test_rdma_port_views(tmp_path: Path, name: str, kind: str, ports: int, down: int,
+                         verdict: str) -> None:
+    from orchestrator import parsers
+    facts = parsers.parse(kind, (PUBLIC / name).read_text())
+    assert len(facts.ports) == ports and len(facts.down) == down  # type: ignore[attr-defined]
+    f = read(PUBLIC / name, "ports.txt")
+    assert (f.kind, f.status) == (kind, "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    assert [s for s, _ in by["RDMA_PORT_DOWN"]] == [verdict]
+
+
+def test_rdma_port_facts() -> None:
+    from orchestrator.parsers.rdma import parse_ibdev2netdev, parse_ibstatus, parse_rdma_link
+    imbue = parse_ibdev2netdev((PUBLIC / "ibdev2netdev-column-t_h100-12hca-notes_imbue4.txt")
+                               .read_text())
+    p1 = imbue.ports[1]
+    assert (p1.device, p1.port, p1.netdev, p1.netdev_state, p1.state) == (
+        "mlx5_1", 1, "enp27s0f0np0", "Up", None)
+    verbose = parse_ibdev2netdev("0000:0c:00.0 mlx5_0 (MT4123 - MCX653105A-HDAT) fw 20.31.1014 "
+                                 "port 1 (ACTIVE) ==> ib0 (Up)\n")
+    (v,) = verbose.ports
+    assert (v.pci, v.state, v.extra["fw"]) == ("0000:0c:00.0", "ACTIVE", "20.31.1014")
+    rccl = parse_rdma_link((PUBLIC / "rdma-link_ib-down-polling_rccl1423.txt").read_text())
+    (r,) = rccl.ports
+    assert (r.device, r.state, r.physical_state, r.extra["lid"]) == ("mlx5_7", "DOWN", "POLLING",
+                                                                    "3403")
+    gpud = parse_ibstatus((PUBLIC / "ibstatus_8x-a100-hdr-active_gpud.txt").read_text())
+    g = gpud.ports[0]
+    assert (g.device, g.state, g.physical_state, g.rate_gbps, g.width, g.link_layer) == (
+        "mlx5_0", "ACTIVE", "LinkUp", 200.0, "4X HDR", "InfiniBand")
+
+
+def test_rdma_views_refuse_other_text() -> None:
+    from orchestrator.errors import ParseError
+    from orchestrator.parsers.rdma import parse_ibdev2netdev, parse_ibstatus, parse_rdma_link
+    for fn in (parse_ibdev2netdev, parse_ibstatus, parse_rdma_link):
+        with pytest.raises(ParseError):
+            fn("# notes\nall ports fine\n")
+
+
+# ------------------------------------------------------------------ who is on the GPUs
+
+@pytest.mark.parametrize(("name", "pids"), [
+    ("pmon_h200-mig-load_r590.txt", [12249, 12250, 12267]),
+    ("pmon_l40s-load_r595.txt", [20037, 20038]),
+    ("pmon_h100-idle_r590.txt", [])])
+def test_nvidia_smi_pmon(tmp_path: Path, name: str, pids: list[int]) -> None:
+    from orchestrator.parsers.nvidia_smi_health import parse_pmon
+    facts = parse_pmon((PUBLIC / name).read_text())
+    assert [pid for _, pid, _ in facts.processes] == pids
+    assert facts.columns[:3] == ["gpu", "pid", "type"] and facts.columns[-1] == "command"
+    f = read(PUBLIC / name, "pmon.txt")
+    assert (f.kind, f.status) == ("nvidia-smi-pmon", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    assert [s for s, _ in by.get("GPU_BUSY", [])] == (["WARN"] if pids else [])
+
+
+def test_pmon_values() -> None:
+    from orchestrator.parsers.nvidia_smi_health import parse_pmon
+    s = parse_pmon((PUBLIC / "pmon_l40s-load_r595.txt").read_text()).samples[1]
+    assert (s.gpu, s.pid, s.type, s.command) == (0, 20038, "C", "ffmpeg")
+    assert (s.values["sm"], s.values["enc"], s.values["jpg"]) == (6.0, 40.0, None)
+
+
+@pytest.mark.parametrize(("name", "pids", "mib"), [
+    ("query-compute-apps-noheader_h200-mig-load_r590-derived.csv", [12249, 12250, 12267], 16890),
+    ("query-compute-apps-noheader_l40s-load_r595-derived.csv", [20037, 20038], 1219)])
+def test_compute_apps_without_header(tmp_path: Path, name: str, pids: list[int],
+                                     mib: int) -> None:
+    from orchestrator.parsers.nvidia_smi_health import parse_compute_apps_noheader
+    facts = parse_compute_apps_noheader((PUBLIC / name).read_text())
+    assert [a.pid for a in facts.apps] == pids
+    assert sum(a.used_mib or 0 for a in facts.apps) == mib
+    f = read(PUBLIC / name, "apps.csv")
+    assert (f.kind, f.status) == ("nvidia-smi-compute-apps-noheader", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    ((sev, msg),) = by["GPU_BUSY"]
+    assert sev == "WARN" and f"holding {mib} MiB" in msg
+
+
+def test_compute_apps_without_header_is_not_a_gpu_listing() -> None:
+    from orchestrator.errors import ParseError
+    from orchestrator.parsers.nvidia_smi_health import parse_compute_apps_noheader
+    simple = parse_compute_apps_noheader("48213, python3, 70211 MiB\n")
+    assert [(a.pid, a.process_name, a.used_mib) for a in simple.apps] == [(48213, "python3",
+                                                                           70211)]
+    for gpu_row in ("0, NVIDIA H100 80GB HBM3, 81559 MiB\n",
+                    "1, NVIDIA A100-SXM4-80GB, 40 MiB, 90 %\n"):
+        with pytest.raises(ParseError):
+            parse_compute_apps_noheader(gpu_row)
+
+
+def test_the_headered_query_with_timestamp_and_serial_is_read() -> None:
+    from orchestrator.parsers.nvidia_smi_health import parse_compute_apps
+    facts = parse_compute_apps((PUBLIC / "query-compute-apps_h200-mig-load_r590.csv").read_text())
+    assert [a.pid for a in facts.apps] == [12249, 12250, 12267]
+    f = read(PUBLIC / "query-compute-apps_h200-mig-load_r590.csv", "apps.csv")
+    assert (f.kind, f.status) == ("nvidia-smi-compute-apps", "recognised"), f.reason
+
+
+def test_dmesg_decode_iso_stamps_are_read() -> None:
+    # `dmesg --decode --time-format=iso`: facility and level, then the ISO stamp
+    facts = parse_kernel_log((PUBLIC / "dmesg-decode-iso_nccl-segfault_gpud.log").read_text())
+    assert facts.lines == 2 and facts.events == [] and facts.fallen_off_bus == []
+    from orchestrator.parsers.kernel_log import stamp_of
+    first = (PUBLIC / "dmesg-decode-iso_nccl-segfault_gpud.log").read_text().splitlines()[0]
+    assert stamp_of(first).raw == "2025-01-21T04:41:44,285060+00:00"
+    xid = parse_kernel_log(first.split(" pt_main")[0] + " NVRM: Xid (PCI:0000:38:00): 13, "
+                           "pid='<unknown>', name=<unknown>, Graphics SM Global Exception\n")
+    assert [(e.xid, e.stamp.raw) for e in xid.events] == [(13, "2025-01-21T04:41:44,285060+00:00")]

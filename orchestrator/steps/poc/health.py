@@ -23,9 +23,10 @@ from orchestrator.parsers.dcgmi import DcgmiDiagFacts, NvlinkStatusFacts
 from orchestrator.parsers.kernel_log import KernelLogFacts, PcieBandwidthFacts, parse_pcie_bandwidth
 from orchestrator.parsers.lspci import LspciFacts
 from orchestrator.parsers.nvbandwidth import NvbandwidthFacts
-from orchestrator.parsers.nvidia_smi_health import ComputeAppsFacts, NvlinkErrorsFacts
+from orchestrator.parsers.nvidia_smi_health import ComputeAppsFacts, NvlinkErrorsFacts, PmonFacts
 from orchestrator.parsers.p2p_latency import P2pFacts
 from orchestrator.parsers.perftest import PerftestBwFacts
+from orchestrator.parsers.rdma import RdmaPortsFacts
 from orchestrator.records import Finding
 from orchestrator.steps.poc.files import PocFile
 
@@ -79,6 +80,35 @@ def _nvlink_status(sink: Sink, f: PocFile, node: str) -> None:
         up = sum(st == "up" for links in facts.gpus.values() for st in links)
         sink.add("NVLINK_LINK_DOWN", "PASS", f"{f.name}: no NVLink link down ({up} up on "
                  f"{len(facts.gpus)} GPU(s))")
+
+
+def _rdma_ports(sink: Sink, f: PocFile, node: str) -> None:
+    facts: RdmaPortsFacts = f.facts
+    down = facts.down
+    if down:
+        shown = ", ".join(f"{p.device}/{p.port} {p.state}" + (f" ({p.physical_state})"
+                                                               if p.physical_state else "")
+                          for p in down[:8])
+        sink.add("RDMA_PORT_DOWN", "WARN", f"{f.name}: {len(down)} of {len(facts.ports)} RDMA "
+                 f"port(s) not active ({facts.tool}): {shown}",
+                 ports=[f"{p.device}/{p.port}" for p in down])
+        return
+    known = [p for p in facts.ports if p.active is not None]
+    if known:
+        rates = sorted({p.rate_gbps for p in known if p.rate_gbps is not None})
+        sink.add("RDMA_PORT_DOWN", "PASS", f"{f.name}: {len(known)} RDMA port(s) active "
+                 f"({facts.tool})" + (f" at {', '.join(f'{r:g}' for r in rates)} Gb/s"
+                                      if rates else ""))
+        return
+    if facts.tool != "ibdev2netdev":
+        sink.add("RDMA_PORT_DOWN", "INFO", f"{f.name}: {len(facts.ports)} RDMA port(s) listed "
+                 f"without their state ({facts.tool}, cut before it)")
+        return
+    netdown = [p for p in facts.ports if p.netdev_state and p.netdev_state.lower() != "up"]
+    sink.add("RDMA_PORT_DOWN", "INFO", f"{f.name}: {len(facts.ports)} HCA port(s) mapped to "
+             f"network interfaces, {len(netdown)} interface(s) down ({facts.tool} shows the "
+             "interface, not the InfiniBand port: read ibstat or ibstatus for the port)",
+             netdevs_down=[p.netdev for p in netdown])
 
 
 def _xid(sink: Sink, f: PocFile, node: str) -> None:
@@ -145,6 +175,16 @@ def _apps(sink: Sink, f: PocFile, node: str) -> None:
                  f"holding {total} MiB: " + ", ".join(
                      f"pid {a.pid} {a.process_name or '?'}" for a in facts.apps[:8]),
                  used_mib=total)
+
+
+def _pmon(sink: Sink, f: PocFile, node: str) -> None:
+    facts: PmonFacts = f.facts
+    procs = facts.processes
+    if procs:
+        sink.add("GPU_BUSY", "WARN", f"{f.name}: nvidia-smi pmon saw {len(procs)} process(es) on "
+                 "the GPUs: " + ", ".join(f"pid {pid} {cmd or '?'} on GPU {gpu}"
+                                          for gpu, pid, cmd in procs[:8]),
+                 pids=[pid for _, pid, _ in procs])
 
 
 def _perftest(sink: Sink, f: PocFile, node: str) -> None:
@@ -222,5 +262,6 @@ _JUDGES: dict[str, Callable[[Sink, PocFile, str], None]] = {
     "dcgmi-diag": _dcgmi, "xid": _xid, "pcie-bandwidth": _pcie, "nvlink-e": _nvlink_e,
     "lspci-vvv": _lspci, "nvidia-smi-compute-apps": _apps, "perftest-bw": _perftest,
     "nvbandwidth": _nvbandwidth, "p2pBandwidthLatencyTest": _p2p,
-    "dcgmi-nvlink-s": _nvlink_status,
+    "dcgmi-nvlink-s": _nvlink_status, "ibdev2netdev": _rdma_ports, "rdma-link": _rdma_ports,
+    "ibstatus": _rdma_ports, "nvidia-smi-compute-apps-noheader": _apps, "nvidia-smi-pmon": _pmon,
 }

@@ -50,12 +50,20 @@ HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
     ("dcgmi-diag", _DCGMI_ROWS, 89, True),
     ("dcgmi-diag", r'^\s*\{?\s*"DCGM (?:GPU )?Diagnostic"\s*:', 90, True),  # dcgmi diag -j
     ("dcgmi-nvlink-s", r"^\s*gpuId \d+:\s*$", 90, True),
+    ("ibdev2netdev", r"^\S+(?:\s+\([^)]*\))?(?:\s+fw\s+\S+)?\s+port\s+\d+(?:\s+\([A-Z_]+\))?\s+"
+     r"==>\s+\S+\s+\((?:Up|Down)\)", 95, False),
+    ("rdma-link", r"^link \S+/\d+ .*\bstate \w+", 95, False),
+    ("ibstatus", r"^Infiniband device '[^']+' port \d+ status:$", 95, False),
     ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
     ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test|"
      r"Completion with error at (?:client|server)|cuMemAlloc\(\) of a \d+ bytes GPU buffer|"
      r"^Picking device No\. \d+$", 90, True),
-    ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
-     r"name)\b", 93, False),
+    ("nvidia-smi-compute-apps", r"^\s*(?:timestamp,\s*)?(?:gpu_name,\s*)?(?:gpu_bus_id,\s*)?"
+     r"(?:gpu_serial,\s*)?(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|name)\b", 93,
+     False),
+    ("nvidia-smi-compute-apps-noheader", r"^(?!.*%)(?:[^,\n]*,){2,}\s*(?:\d+ MiB|\[N/A\])\s*$", 80,
+     False),
+    ("nvidia-smi-pmon", r"^#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+pid\b", 96, False),
 )
 HEALTH_KIND_NAMES = frozenset(k for k, *_ in HEALTH_SIGNATURES)
 

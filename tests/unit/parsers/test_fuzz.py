@@ -83,6 +83,13 @@ SEEDS: dict[str, list[str]] = {
                    "public/dcgmi-diag-r2_gpu-memory-fail_mle.txt",
                    "public/dcgmi-diag-j_deployment-fail-warn_gcm.json"],
     "dcgmi-nvlink-s": ["public/dcgmi-nvlink-s-grep_2gpu-down-disabled_gcm.txt"],
+    "ibdev2netdev": ["public/ibdev2netdev-column-t_h100-12hca-notes_imbue4.txt"],
+    "rdma-link": ["public/rdma-link_2x-cx6dx-roce_3fs283.txt",
+                  "public/rdma-link_ib-down-polling_rccl1423.txt"],
+    "ibstatus": ["public/ibstatus_8x-a100-hdr-active_gpud.txt"],
+    "nvidia-smi-pmon": ["public/pmon_h200-mig-load_r590.txt", "public/pmon_l40s-load_r595.txt"],
+    "nvidia-smi-compute-apps-noheader": [
+        "public/query-compute-apps-noheader_h200-mig-load_r590-derived.csv"],
     "nvlink-e": ["public/nvlink-e_h100_mle.txt", "synthetic/nvlink-e_2x-a100-crc_r535.txt"],
     "nvidia-smi-compute-apps": ["h200x1-health/compute-apps.csv"],
     "lspci-vvv": ["synthetic/lspci-vvv_h100-x8-a100-gen3_lspci-3.7-3.10.txt",
