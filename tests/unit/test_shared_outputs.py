@@ -374,3 +374,27 @@ def test_dmesg_decode_iso_stamps_are_read() -> None:
     xid = parse_kernel_log(first.split(" pt_main")[0] + " NVRM: Xid (PCI:0000:38:00): 13, "
                            "pid='<unknown>', name=<unknown>, Graphics SM Global Exception\n")
     assert [(e.xid, e.stamp.raw) for e in xid.events] == [(13, "2025-01-21T04:41:44,285060+00:00")]
+
+
+@pytest.mark.parametrize(("name", "xids", "gone"), [
+    ("dmesg_xid79-fallen-off-bus-sxid_gpud-readme-derived.txt", [(79, "0000:91:00")],
+     [("0000:91:00", 4)]),
+    ("xid-one-line-fallen-off-bus_gpud-kmsg-test.txt", [], [("0000:29:00", 1)])])
+def test_public_one_line_fallen_off_the_bus(tmp_path: Path, name: str,
+                                            xids: list[tuple[int, str]],
+                                            gone: list[tuple[str, int]]) -> None:
+    facts = parse_kernel_log((PUBLIC / name).read_text())
+    assert [(e.xid, e.pci) for e in facts.events] == xids
+    assert [(b.pci, b.line_no) for b in facts.fallen_off_bus] == gone
+    f = read(PUBLIC / name, "kern.log")
+    assert (f.kind, f.status) == ("xid", "recognised"), f.reason
+    by = _import(tmp_path, "nvidia-smi_8x-h100-80gb-hbm3_r550.txt", name)
+    assert [s for s, _ in by["GPU_FELL_OFF_BUS"]] == ["FAIL"]
+    assert gone[0][0] in by["GPU_FELL_OFF_BUS"][0][1]
+
+
+def test_the_gpu_uuid_line_beside_the_fall() -> None:
+    facts = parse_kernel_log((PUBLIC / "dmesg_xid79-fallen-off-bus-sxid_gpud-readme-derived.txt")
+                             .read_text())
+    assert facts.gpus == {"0000:91:00": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b"}
+    assert facts.last_uptime_s == 6781753.409792
