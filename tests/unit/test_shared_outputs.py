@@ -46,6 +46,17 @@ def test_the_table_is_read_past_its_trailing_infoROM_warning() -> None:
     assert (w.kind, w.pci, w.line_no) == ("inforom-corrupted", "0000:0B:00.0", 19)
 
 
+def test_a_second_public_table_with_its_infoROM_warning(tmp_path: Path) -> None:
+    name = "nvidia-smi_quadro-p4000-inforom-corrupted_r418_nyu-ai-03.txt"
+    facts = parse_nvidia_smi_table((PUBLIC / name).read_text())
+    assert [(g.name, g.bus_id) for g in facts.gpus] == [("Quadro P4000", "00000000:00:05.0")]
+    assert facts.processes is not None and [p.pid for p in facts.processes] == [1393, 1589]
+    assert [(w.kind, w.pci, w.line_no) for w in facts.warnings] == [
+        ("inforom-corrupted", "0000:00:05.0", 19)]
+    by = _import(tmp_path, name)
+    assert [s for s, _ in by["GPU_INFOROM_CORRUPTED"]] == ["WARN"]
+
+
 def test_the_warning_before_the_table_is_read_too() -> None:
     text = (PUBLIC / "nvidia-smi_8x-h100-80gb-hbm3_r550.txt").read_text()
     facts = parse_nvidia_smi_table("WARNING: infoROM is corrupted at gpu 0000:9B:00.0\n" + text)
