@@ -24,7 +24,16 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader
-from orchestrator.parsers.nvidia_smi import CELSIUS, INT, PERCENT, WATTS, is_na, text_or_none
+from orchestrator.parsers.nvidia_smi import (
+    CELSIUS,
+    INT,
+    PERCENT,
+    WATTS,
+    SmiWarning,
+    is_na,
+    smi_warning,
+    text_or_none,
+)
 
 KIND = "nvidia-smi-table"
 T = TypeVar("T")
@@ -90,47 +99,6 @@ class TableProcess(_Model):
     name: str
     memory_mib: int | None
     line_no: int
-
-
-class SmiWarning(_Model):
-    """A line nvidia-smi prints beside its table about a GPU it cannot trust or reach."""
-
-    line_no: int
-    kind: str  # inforom-corrupted | reset-required | device-handle
-    pci: str | None  # the GPU's bus id as printed
-    reason: str | None  # what NVML said (`Unknown Error`, `GPU is lost...`)
-    text: str
-
-
-# (kind, pattern) of the warnings nvidia-smi writes before or after its table (on stderr,
-# which people save with 2>&1): the table is still read, the warning kept as a fact.
-_WARNINGS = (
-    ("inforom-corrupted", re.compile(r"WARNING: infoROM is corrupted at gpu "
-                                     r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
-                                     r"\.[0-7])")),
-    ("device-handle", re.compile(r"Unable to (?:determine|detect) the device handle for GPU ?"
-                                 r"(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
-                                 r"\.[0-7]): (?P<why>.+)")),
-    ("reset-required", re.compile(r"(?:GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
-                                  r"[0-9A-Fa-f]{2}\.[0-7]):? )?(?P<why>.*\bGPU requires reset\b.*)",
-                                  re.I)),
-)
-
-
-def _warning(no: int, line: str) -> SmiWarning | None:
-    s = line.strip()
-    if not s or s.startswith(("|", "+")):
-        return None
-    for kind, rx in _WARNINGS:
-        m = rx.fullmatch(s)
-        if m is None:
-            continue
-        why = m.groupdict().get("why")
-        if kind == "device-handle" and why and re.search(r"requires reset", why, re.I):
-            kind = "reset-required"
-        return SmiWarning(line_no=no, kind=kind, pci=m["pci"], reason=why.strip() if why else
-                          None, text=s)
-    return None
 
 
 class NvidiaSmiTableFacts(_Model):
@@ -376,7 +344,7 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
     _one_output(r)
     warnings: list[SmiWarning] = []
     for n, line in enumerate(r.lines):
-        w = _warning(n + 1, line)
+        w = smi_warning(n + 1, line)
         if w is not None:
             warnings.append(w)
             r.lines[n] = ""  # read past: the table around it is still the table

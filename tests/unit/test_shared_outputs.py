@@ -20,7 +20,7 @@ def _import(tmp_path: Path, *texts: str) -> dict[str, list[tuple[str, str]]]:
     folder = tmp_path / "poc"
     folder.mkdir(parents=True)
     for i, t in enumerate(texts):
-        if (PUBLIC / t).exists():
+        if "\n" not in t and (PUBLIC / t).exists():
             shutil.copy(PUBLIC / t, folder / f"out{i}.txt")
         else:
             (folder / f"out{i}.txt").write_text(t)
@@ -409,3 +409,17 @@ def test_the_gpu_uuid_line_beside_the_fall() -> None:
                              .read_text())
     assert facts.gpus == {"0000:91:00": "GPU-b6c3b2be-c55b-d076-fa0e-d464e4c7e08b"}
     assert facts.last_uptime_s == 6781753.409792
+
+
+def test_a_query_gpu_csv_with_the_warning_is_read_and_judged(tmp_path: Path) -> None:
+    from orchestrator.parsers.nvidia_smi import parse_query_gpu
+    csv = (PUBLIC / "query-gpu_l40s_r595.csv").read_text()
+    warned = "WARNING: infoROM is corrupted at gpu 0000:01:00.0\n" + csv
+    facts = parse_query_gpu(warned)
+    assert facts.count == 1 and [w.kind for w in facts.warnings] == ["inforom-corrupted"]
+    f = read(PUBLIC / "query-gpu_l40s_r595.csv", "q.csv")
+    (tmp_path / "q.csv").write_text(warned)
+    f = read(tmp_path / "q.csv", "q.csv")
+    assert (f.kind, f.status) == ("nvidia-smi-query-gpu", "recognised"), f.reason
+    by = _import(tmp_path / "imp", warned)
+    assert [s for s, _ in by["GPU_INFOROM_CORRUPTED"]] == ["WARN"]

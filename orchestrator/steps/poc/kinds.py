@@ -16,7 +16,7 @@ from typing import Any
 from orchestrator import parsers
 from orchestrator.errors import ParseError
 from orchestrator.parsers._noise import strip_launcher_prefix
-from orchestrator.parsers.nvidia_smi import noheader_fits
+from orchestrator.parsers.nvidia_smi import noheader_fits, smi_warning
 from orchestrator.parsers.nvidia_smi_q import Q_KEYS
 from orchestrator.parsers.recipe import (
     FREEZE_ROW,
@@ -80,7 +80,13 @@ def _q_score(text: str, head: list[str]) -> int:
     return 60 if len(known) >= 2 else 0
 
 
+def _past_warnings(head: list[str]) -> list[str]:
+    """The first lines without nvidia-smi's own warnings (infoROM, a GPU it cannot reach)."""
+    return [ln for ln in head if smi_warning(0, ln) is None]
+
+
 def _query_score(text: str, head: list[str]) -> int:
+    head = _past_warnings(head)
     cells = [c.strip() for c in head[0].split(",")] if head else []
     if len(cells) < 2 or not all(_QUERY_FIELD.fullmatch(c) for c in cells):
         return 0
@@ -210,7 +216,8 @@ KINDS: tuple[Kind, ...] = (
          _registered("nvidia-smi-version")),
     Kind("nvidia-smi-query-gpu", _query_score, _registered("nvidia-smi-query-gpu")),
     Kind("nvidia-smi-query-gpu-noheader",
-         lambda text, head: 85 if head and noheader_fits(head[0]) else 0,
+         lambda text, head: 85 if _past_warnings(head) and noheader_fits(_past_warnings(head)[0])
+         else 0,
          _registered("nvidia-smi-query-gpu-noheader")),
     Kind("gpuvet-collect", _json_score('"tool": "gpuvet-payload"', 99), parse_collect_doc),
     Kind("nvidia-smi-L", _l_score, _registered("nvidia-smi-L")),

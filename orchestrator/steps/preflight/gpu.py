@@ -10,7 +10,7 @@ from __future__ import annotations
 from orchestrator.gpunames import form_factor_of, model_matches
 from orchestrator.inventory import Expectations
 from orchestrator.parsers.gpus import GpuView
-from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts
+from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts, QueryGpuFacts
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts
 from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts
@@ -235,12 +235,16 @@ _SMI_WARNINGS: dict[str, tuple[str, Severity, str]] = {
 
 def smi_warnings(nf: NodeFacts) -> list[Result]:
     """nvidia-smi's warnings about a GPU (infoROM corrupted, a GPU it must reset or cannot
-    reach), from every default table the node gave."""
+    reach), from every default table and --query-gpu CSV the node gave, each once."""
     out: list[Result] = []
+    seen: set[tuple[str, str | None]] = set()
     for cid, facts in nf.facts.items():
-        if not isinstance(facts, NvidiaSmiTableFacts):
+        if not isinstance(facts, (NvidiaSmiTableFacts, QueryGpuFacts)):
             continue
         for w in facts.warnings:
+            if (w.kind, w.pci) in seen:
+                continue
+            seen.add((w.kind, w.pci))
             code, sev, todo = _SMI_WARNINGS[w.kind]
             out.append(Result(code, sev, f"nvidia-smi: {w.text} (line {w.line_no}): {todo}",
                               nf.ev(cid), {"pci": w.pci, "reason": w.reason,
