@@ -44,6 +44,7 @@ _MODULES = (
     "orchestrator.parsers.nccl_tests",
     "orchestrator.parsers.nccl_debug",
     "orchestrator.parsers.ibstat",
+    "orchestrator.parsers.rdma",
     "orchestrator.parsers.dmon",
     "orchestrator.parsers.recipe",
     "orchestrator.parsers.kernel_log",

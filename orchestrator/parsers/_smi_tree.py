@@ -63,6 +63,7 @@ class Tree:
         self.top: dict[str, Node] = {}
         self.roots: list[Node] = []
         self.noise = NoiseReader()
+        self.banner = False  # the `==NVSMI LOG==` banner was seen
 
 
 def read_tree(text: str, source: str | None) -> Tree:
@@ -76,6 +77,7 @@ def read_tree(text: str, source: str | None) -> Tree:
             continue
         if BANNER.fullmatch(s):
             banners.append(no)
+            tree.banner = True
             if len(banners) > 1:
                 raise ParseError(KIND, f"a second `NVSMI LOG` banner (the first at line "
                                  f"{banners[0]}): several nvidia-smi -q outputs in one text; "

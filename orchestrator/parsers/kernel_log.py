@@ -62,6 +62,22 @@ _MONO = re.compile(r"\[\s*(\d+\.\d+)\]")
 _WALL = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
 _SYSLOG = re.compile(r"([A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d)\s+\S+\s+kernel:")
 _ISO = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]?\d*(?:[+-]\d\d:?\d\d|Z)?)\s+\S+\s+kernel:")
+# `dmesg --time-format=iso`: the stamp first on the line, no host or `kernel:`
+_DMESG_ISO = re.compile(r"^\s*(?:<\d>)?(?:[a-z]+ *:[a-z]+ *: )?"  # `dmesg -x`'s `kern  :warn  : `
+                        r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d+(?:[+-]\d\d:?\d\d|Z))\s")
+# What stands in front of a kernel message in each of those forms (a printk level, `dmesg
+# -x`'s facility, a stamp, a syslog or journal `host kernel:`), or nothing (`dmesg -t`, a
+# grep); a message behind anything else (a quote, code, prose) is not the kernel's.
+_STAMPS = (r"\[\s*\d+\.\d+\](?:\s*\[\s*[TC]\d+\])?"  # [ 12.3] [ T131119] (the printk caller)
+           r"|\[[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4}\]"
+           r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[.,]\d+(?:[+-]\d\d:?\d\d|Z)")
+_SYSLOG_HEAD = (r"(?:(?:[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?"
+                r"|\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[.,]?\d*(?:[+-]\d\d:?\d\d|Z)?)"
+                r"\s+[\w.-]+\s+)?kernel:")
+_PREFIX = re.compile(r"\s*(?:<\d>)?(?:[a-z]+ *:[a-z]+ *: )?(?:(?:" + _STAMPS + "|" + _SYSLOG_HEAD
+                     + r")\s*)*")
+_STAMPED = re.compile(r"\s*(?:<\d>)?(?:[a-z]+ *:[a-z]+ *: )?(?:" + _STAMPS + "|" + _SYSLOG_HEAD
+                      + ")")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
                   r"(?:\.[0-7])?)\): (?P<xid>\d+)(?:, (?P<rest>.*?))?\s*$")
 _PID = re.compile(r"pid=(?P<pid>'?<unknown>'?|\d+), (?:name=(?P<name>'?<unknown>'?|[^,]*), )?")
@@ -83,7 +99,7 @@ class Stamp(_Model):
 
 def stamp_of(prefix: str) -> Stamp:
     """The time in front of a kernel message (whatever printed it)."""
-    for rx in (_ISO, _SYSLOG, _WALL):
+    for rx in (_ISO, _SYSLOG, _WALL, _DMESG_ISO):
         m = rx.search(prefix)
         if m:
             mono = _MONO.search(prefix[m.end():])
@@ -185,6 +201,34 @@ def _xid_event(no: int, line: str, idx: int) -> XidEvent:
                     category=category, bad=bad, caused_by=caused_by, line=line.strip())
 
 
+def kernels(line: str, at: int) -> bool:
+    """Whether the message at `at` stands where the kernel's does: behind nothing, a stamp,
+    a printk level or a syslog/journal `host kernel:` (not inside a quote, code or prose)."""
+    return _PREFIX.fullmatch(line, 0, at) is not None
+
+
+def _evidence(lines: list[str], kind: str, source: str | None) -> None:
+    """Positive evidence that the text is a kernel log: a line of the kernel's shape (a
+    dmesg, journal or syslog stamp, or an `NVRM:`/`pci` message at the start of a line).
+    A phrase inside prose or code is not a log, and a file without one line of a log is
+    refused rather than read as a clean one."""
+    for line in lines:
+        if _STAMPED.match(line):
+            return
+        m = _DRIVER_LINE.search(line)
+        if m and kernels(line, m.start()):
+            return
+    raise ParseError(kind, "not a kernel log: no line has the kernel's shape (a dmesg, "
+                     "journalctl or syslog time stamp, or an `NVRM:` or `pci` message at the "
+                     "start of a line); save `sudo dmesg -T` or `journalctl -k` as printed",
+                     source=source)
+
+
+_DRIVER_LINE = re.compile(r"NVRM: |\bpci [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: ")
+_GPU_GONE = re.compile(r"NVRM: GPU (?:at PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:"
+                       r"[0-9a-fA-F]{2}(?:\.[0-7])?):? .*fallen off the bus")
+
+
 def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
     events: list[XidEvent] = []
     bus: list[BusEvent] = []
@@ -194,6 +238,7 @@ def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
     lines = text.splitlines()
     if not any(ln.strip() for ln in lines):
         raise ParseError(XID_KIND, "empty output", source=source)
+    _evidence(lines, XID_KIND, source)
     pending_gpu: tuple[int, str | None, Stamp] | None = None
     for no, raw in enumerate(lines, 1):
         line = raw.rstrip("\r")
@@ -203,6 +248,9 @@ def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
         st = stamp_of(line)
         if st.uptime_s is not None:
             last = st.uptime_s if last is None else max(last, st.uptime_s)
+        nvrm = line.find("NVRM:")
+        if nvrm < 0 or not kernels(line, nvrm):
+            continue  # not the driver's message (another subsystem, or a quote of one)
         idx = line.find("NVRM: Xid")
         if idx >= 0:
             try:
@@ -214,9 +262,13 @@ def parse_kernel_log(text: str, source: str | None = None) -> KernelLogFacts:
         if m := _GPU_AT.search(line):
             gpus[pci_key(m["pci"])] = m["uuid"]
             continue
+        if m := _GPU_GONE.search(line):  # `NVRM: GPU 0018:06:00.0: GPU has fallen off the bus.`
+            bus.append(BusEvent(line_no=no, pci=pci_key(m["pci"]), stamp=st, text=line.strip()))
+            pending_gpu = None
+            continue
         if m := _THE_GPU.search(line):
             pending_gpu = (no, pci_key(m["pci"]), st)
-        if "fallen off the bus" in line and "NVRM" in line:
+        if "fallen off the bus" in line:
             where = pending_gpu if pending_gpu and no - pending_gpu[0] <= 3 else (no, None, st)
             bus.append(BusEvent(line_no=where[0], pci=where[1], stamp=where[2],
                                 text=line.strip()))
@@ -274,6 +326,7 @@ def parse_pcie_bandwidth(text: str, source: str | None = None) -> PcieBandwidthF
     lines = text.splitlines()
     if not any(ln.strip() for ln in lines):
         raise ParseError(PCIE_KIND, "empty output", source=source)
+    _evidence(lines, PCIE_KIND, source)
     elided = False
     for no, raw in enumerate(lines, 1):
         line = raw.rstrip("\r")
@@ -284,6 +337,10 @@ def parse_pcie_bandwidth(text: str, source: str | None = None) -> PcieBandwidthF
             continue
         idx = line.find("available PCIe bandwidth")
         head = line[:idx]
+        at = re.search(r"[\w-]+ [0-9a-f]{4}:[0-9a-f]{2}:", head)
+        if at is None or not kernels(line, at.start()):
+            continue  # the phrase, not the PCI core's line
+
         m = _PCIE.search(line)
         if m:
             cap_speed = float(m["cap_speed"])

@@ -6,7 +6,10 @@ notes they print and in how they waive a test that does not apply (`Waived:`).
 A test that fails mid-run (nvbandwidth checks the copied pattern and asserts)
 leaves its error lines: they are kept as errors, the test as incomplete. An excerpt
 that elides its preamble (`...`) still gives its matrices: a matrix without a
-`Running` line takes its test's name from the SUM line after it.
+`Running` line takes its test's name from the SUM line after it. The multi-node form
+(`mpirun ... nvbandwidth -p multinode`, the GB200 NVL72 multi-node NVLink check) lists one
+`Process N (host): device M: NAME (bus)` line per MPI rank and runs `multinode_*` tests
+whose rows and columns are the ranks: each rank's GPU is kept with its host.
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ KIND = "nvbandwidth"
 
 _VERSION = re.compile(r"^nvbandwidth Version: (?P<v>\S+)$")
 _HEAD = re.compile(r"^(?P<key>Built from Git version|CUDA Runtime Version|CUDA Driver Version|"
-                   r"Driver Version): ?(?P<value>.*)$")
+                   r"Driver Version|MPI version): ?(?P<value>.*)$")
+_PROCESS = re.compile(r"^Process (?P<rank>\d+) \((?P<host>[^)]*)\): device (?P<index>\d+): "
+                      r"(?P<name>.+?) \((?P<bus>[0-9a-fA-F:.]+)\)$")
 _DEVICE = re.compile(r"^Device (?P<index>\d+): (?P<name>.+?) \((?P<bus>[0-9a-fA-F:.]+)\)$")
 _RUNNING = re.compile(r"^Running (?P<name>\w+)\.$")
 _TITLE = re.compile(r"^(?P<title>.+?)(?: bandwidth)? \((?P<unit>GB/s|ns|us)\)$")
@@ -31,7 +36,7 @@ _ROW = re.compile(r"^(?P<label>\d+)\s+(?P<values>(?:(?:\d+(?:\.\d+)?|N/A)\s*)+)$
 _SUM = re.compile(r"^SUM (?P<name>\w+) (?P<value>\d+(?:\.\d+)?)$")
 _CV = re.compile(r"^COEFFICIENT_OF_VARIATION (?P<name>\w+) (?P<value>\d+(?:\.\d+)?)$")
 _NOTES = ("NOTE: ", "Additional system-specific tuning", "Performance can vary with")
-_ERRORS = re.compile(r"^(?:ASSERT .*|Invalid value when checking the pattern.*|"
+_ERRORS = re.compile(r"^(?:ASSERT .*|Invalid value when checking the pattern.*|\[CUDA_ERROR\w*\] .*|"
                      r"Current offset : .*|CUDA_ERROR\w*.*|.*\bfailed\b.*|Error: .*)$")
 
 
@@ -43,6 +48,8 @@ class NvbwDevice(_Model):
     index: int
     name: str
     bus_id: str
+    rank: int | None = None  # the MPI rank of a multi-node run (its matrices' row and column)
+    host: str | None = None  # the node the rank ran on
 
 
 class NvbwTest(_Model):
@@ -77,6 +84,15 @@ class NvbandwidthFacts(_Model):
     waived: int
     errors: list[str]  # every error line, wherever it came
     elided: bool
+    mpi: str | None = None  # `MPI version:` of a multi-node run
+
+    @property
+    def multinode(self) -> bool:
+        return any(d.rank is not None for d in self.devices)
+
+    @property
+    def hosts(self) -> list[str]:
+        return list(dict.fromkeys(d.host for d in self.devices if d.host))
 
     def test(self, name: str) -> NvbwTest | None:
         return next((t for t in self.tests if t.name == name), None)
@@ -109,6 +125,10 @@ def parse_nvbandwidth(text: str, source: str | None = None) -> NvbandwidthFacts:
             continue
         if m := _DEVICE.match(s):
             devices.append(NvbwDevice(index=int(m["index"]), name=m["name"], bus_id=m["bus"]))
+            continue
+        if m := _PROCESS.match(s):
+            devices.append(NvbwDevice(index=int(m["index"]), name=m["name"], bus_id=m["bus"],
+                                      rank=int(m["rank"]), host=m["host"]))
             continue
         if s.startswith(_NOTES):
             continue
@@ -165,7 +185,8 @@ def parse_nvbandwidth(text: str, source: str | None = None) -> NvbandwidthFacts:
     return NvbandwidthFacts(version=version, cuda_runtime=head.get("CUDA Runtime Version"),
                             cuda_driver=head.get("CUDA Driver Version"),
                             driver=head.get("Driver Version"), devices=devices, tests=tests,
-                            waived=waived, errors=errors, elided=elided)
+                            waived=waived, errors=errors, elided=elided,
+                            mpi=head.get("MPI version"))
 
 
 def _test_for(tests: list[NvbwTest], name: str, cur: NvbwTest | None, no: int, raw: str,
@@ -180,5 +201,6 @@ def _test_for(tests: list[NvbwTest], name: str, cur: NvbwTest | None, no: int, r
 
 # Registered without decorating, as dmon is: mutmut leaves decorated functions alone,
 # so the parser itself would go unmeasured.
-register(KIND, "nvbandwidth: bandwidth/latency matrix, SUM and variation per test",
+register(KIND, "nvbandwidth (and -p multinode): bandwidth/latency matrix, SUM and variation "
+         "per test, each MPI rank's GPU and host",
          example='./nvbandwidth  (or ./nvbandwidth -t device_to_device_memcpy_read_ce)')(parse_nvbandwidth)

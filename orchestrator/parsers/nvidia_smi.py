@@ -226,6 +226,49 @@ _COLUMNS: dict[str, _Conv] = {
 }
 
 
+class SmiWarning(BaseModel):
+    """A line nvidia-smi prints beside its output about a GPU it cannot trust or reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    line_no: int
+    kind: str  # inforom-corrupted | reset-required | device-handle
+    pci: str | None  # the GPU's bus id as printed
+    reason: str | None  # what NVML said (`Unknown Error`, `GPU is lost...`)
+    text: str
+
+
+# (kind, pattern) of the warnings nvidia-smi writes before or after its table (on stderr,
+# which people save with 2>&1): the output is still read, the warning kept as a fact.
+_WARNINGS = (
+    ("inforom-corrupted", re.compile(r"WARNING: infoROM is corrupted at gpu "
+                                     r"(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
+                                     r"\.[0-7])")),
+    ("device-handle", re.compile(r"Unable to (?:determine|detect) the device handle for GPU ?"
+                                 r"(?P<pci>[0-9A-Fa-f]{3,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}"
+                                 r"\.[0-7]): (?P<why>.+)")),
+    ("reset-required", re.compile(r"(?:GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+                                  r"[0-9A-Fa-f]{2}\.[0-7]):? )?(?P<why>GPU requires reset\b[^,|\[\]]*)",
+                                  re.I)),  # a line of its own, not a `[GPU requires reset]` cell
+)
+
+
+def smi_warning(no: int, line: str) -> SmiWarning | None:
+    s = line.strip()
+    if not s or s.startswith(("|", "+")):
+        return None
+    for kind, rx in _WARNINGS:
+        m = rx.fullmatch(s)
+        if m is None:
+            continue
+        why = m.groupdict().get("why")
+        if kind == "device-handle" and why and re.search(r"requires reset", why, re.I):
+            kind = "reset-required"
+        return SmiWarning(line_no=no, kind=kind, pci=m["pci"], reason=why.strip() if why else
+                          None, text=s)
+    return None
+
+
 class QueryGpu(BaseModel):
     """One row of `--query-gpu`; a field is None when not queried or not available."""
 
@@ -287,15 +330,31 @@ class QueryGpuFacts(BaseModel):
     # `--format=csv,noheader`: the field list the values were read against, which the
     # file itself does not say (only a list whose every value has its own shape is read)
     header_assumed: str | None = None
+    warnings: list[SmiWarning] = []  # nvidia-smi's own lines about a GPU (2>&1), read past
 
     @property
     def count(self) -> int:
         return len(self.gpus)
 
 
+def split_warnings(text: str) -> tuple[list[tuple[int, str]], list[SmiWarning]]:
+    """The non-blank lines that are not nvidia-smi's warnings, and the warnings."""
+    lines: list[tuple[int, str]] = []
+    warnings: list[SmiWarning] = []
+    for n, ln in enumerate(text.splitlines(), 1):
+        if not ln.strip():
+            continue
+        w = smi_warning(n, ln)
+        if w is not None:
+            warnings.append(w)
+        else:
+            lines.append((n, ln))
+    return lines, warnings
+
+
 def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
     kind = "nvidia-smi-query-gpu"
-    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    lines, warnings = split_warnings(text)
     if not lines:
         raise ParseError(kind, "empty output", source=source)
     hdr_no, hdr = lines[0]
@@ -337,7 +396,7 @@ def parse_query_gpu(text: str, source: str | None = None) -> QueryGpuFacts:
                 raise ParseError(kind, f"{name}: {exc}", line_no=no, line=line,
                                  source=source) from None
         gpus.append(QueryGpu.model_validate({**values, "other": other, "errors": errors}))
-    return QueryGpuFacts(fields=names, gpus=gpus)
+    return QueryGpuFacts(fields=names, gpus=gpus, warnings=warnings)
 
 
 register("nvidia-smi-query-gpu", "nvidia-smi --query-gpu=... --format=csv (with header)",
@@ -363,7 +422,7 @@ def noheader_fits(line: str) -> bool:
 
 def parse_query_gpu_noheader(text: str, source: str | None = None) -> QueryGpuFacts:
     kind = "nvidia-smi-query-gpu-noheader"
-    lines = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    lines, warnings = split_warnings(text)
     if not lines:
         raise ParseError(kind, "empty output", source=source)
     for no, line in lines:
@@ -374,7 +433,8 @@ def parse_query_gpu_noheader(text: str, source: str | None = None) -> QueryGpuFa
                              "header)", line_no=no, line=line, source=source)
     facts = parse_query_gpu("\n".join([_RECIPE_HEADER] + [ln for _, ln in lines]),
                             source=source)
-    return facts.model_copy(update={"header_assumed": ",".join(RECIPE_QUERY_FIELDS)})
+    return facts.model_copy(update={"header_assumed": ",".join(RECIPE_QUERY_FIELDS),
+                                    "warnings": warnings})
 
 
 register("nvidia-smi-query-gpu-noheader", "nvidia-smi --query-gpu with the recipe's fields, "

@@ -1,6 +1,8 @@
 """nvidia-smi's health outputs the health step reads before and after its load:
 `nvidia-smi nvlink -e` (the error counters of every NVLink) and
-`nvidia-smi --query-compute-apps=... --format=csv` (the processes holding GPU memory).
+`nvidia-smi --query-compute-apps=... --format=csv` (the processes holding GPU memory; with
+`csv,noheader` the columns are told apart by what each cell holds), and `nvidia-smi pmon`
+(each process's share of the GPU, sample by sample).
 
 `nvlink -e` prints a `GPU N: <name> (UUID: ...)` line, then `Link L: <counter>: <n>`
 lines; which counters depend on the driver and the GPU generation, so every counter
@@ -101,7 +103,8 @@ register(NVLINK_KIND, "nvidia-smi nvlink -e: NVLink error counters per GPU and l
 
 _APPS_COLUMNS = {"gpu_uuid": "gpu_uuid", "pid": "pid", "process_name": "process_name",
                  "name": "process_name", "used_memory": "used_mib", "used_gpu_memory": "used_mib",
-                 "gpu_bus_id": "gpu_bus_id", "gpu_name": "gpu_name"}
+                 "gpu_bus_id": "gpu_bus_id", "gpu_name": "gpu_name", "timestamp": "timestamp",
+                 "gpu_serial": "gpu_serial"}
 
 
 class ComputeApp(_Model):
@@ -162,3 +165,149 @@ def parse_compute_apps(text: str, source: str | None = None) -> ComputeAppsFacts
 register(APPS_KIND, "nvidia-smi --query-compute-apps=... --format=csv: processes on the GPUs",
          example='nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv')(
     parse_compute_apps)
+
+
+# --------------------------------------------------------------------------- without header
+
+APPS_NOHEADER_KIND = "nvidia-smi-compute-apps-noheader"
+_CELL_KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("timestamp", re.compile(r"\d{4}/\d\d/\d\d \d\d:\d\d:\d\d(?:\.\d+)?")),
+    ("gpu_bus_id", re.compile(r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]")),
+    ("gpu_uuid", re.compile(r"(?:GPU|MIG)-[0-9A-Fa-f-]+")),
+    ("used_mib", re.compile(r"\d+ MiB|\[N/A\]|N/A|\[Not Supported\]")),
+    ("gpu_serial", re.compile(r"0\d+|\d{10,}")),
+    ("pid", re.compile(r"\d+")),
+    ("gpu_name", re.compile(r"(?:NVIDIA|Tesla|Quadro|GeForce|TITAN)\b.*")),
+)
+
+
+def _noheader_fields(cells: list[str]) -> list[str] | None:
+    """What each cell of a headerless compute-apps row is, or None when it cannot be told."""
+    if any(re.fullmatch(r"\d+(?:\.\d+)? ?(?:%|W|MHz|C)", c) for c in cells):
+        return None  # a --query-gpu row (utilization, power, clocks, temperature)
+    fields: list[str] = []
+    for c in cells:
+        kind = next((k for k, rx in _CELL_KINDS if rx.fullmatch(c)), "process_name")
+        fields.append(kind)
+    one = ("pid", "process_name", "used_mib", "gpu_uuid", "gpu_bus_id", "gpu_name")
+    if any(fields.count(k) > 1 for k in one) or "pid" not in fields:
+        return None
+    if "process_name" not in fields or int(cells[fields.index("pid")]) == 0:
+        return None  # a process has a name and a pid above 0 (a GPU index is not one)
+    return fields
+
+
+def parse_compute_apps_noheader(text: str, source: str | None = None) -> ComputeAppsFacts:
+    """`nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader`
+    (any order of those fields, with or without the GPU's uuid, bus id, name, serial and the
+    timestamp): the columns are told apart by what each cell holds, the same in every row."""
+    rows = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    if not rows:
+        raise ParseError(APPS_NOHEADER_KIND, "empty output", source=source)
+    names: list[str] | None = None
+    apps = []
+    for no, line in rows:
+        if line.strip() == "No running processes found":
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        fields = _noheader_fields(cells)
+        if fields is None:
+            raise ParseError(APPS_NOHEADER_KIND, "cannot tell a pid, a process name and its "
+                             "memory apart in this row (not --query-compute-apps output)",
+                             line_no=no, line=line, source=source)
+        if names is not None and fields != names:
+            raise ParseError(APPS_NOHEADER_KIND, "this row's columns differ from the first's",
+                             line_no=no, line=line, source=source)
+        names = fields
+        row = dict(zip(fields, cells, strict=True))
+        used = row.get("used_mib")
+        apps.append(ComputeApp(
+            line_no=no, pid=int(row["pid"]), process_name=text_or_none(row.get("process_name", "")),
+            used_mib=int(used.split()[0]) if used and used[:1].isdigit() else None,
+            gpu_uuid=text_or_none(row.get("gpu_uuid", "")),
+            gpu_bus_id=text_or_none(row.get("gpu_bus_id", "")),
+            gpu_name=text_or_none(row.get("gpu_name", ""))))
+    return ComputeAppsFacts(fields=names or [], apps=apps)
+
+
+register(APPS_NOHEADER_KIND, "nvidia-smi --query-compute-apps=... --format=csv,noheader: "
+         "processes on the GPUs, columns told apart by content",
+         example="nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                 "--format=csv,noheader")(parse_compute_apps_noheader)
+
+
+# --------------------------------------------------------------------------- pmon
+
+PMON_KIND = "nvidia-smi-pmon"
+
+
+class PmonSample(_Model):
+    line_no: int
+    gpu: int
+    pid: int | None  # None: no process on the GPU in that sample (`-`)
+    type: str | None  # C (compute), G (graphics), C+G
+    values: dict[str, float | None]  # sm, mem, enc, dec, jpg, ofa, fb, ... as % or MB
+    command: str | None
+
+
+class PmonFacts(_Model):
+    columns: list[str]  # as the header names them
+    samples: list[PmonSample]
+
+    @property
+    def processes(self) -> list[tuple[int, int, str | None]]:
+        """(gpu, pid, command) of every process seen, once each."""
+        return list(dict.fromkeys((s.gpu, s.pid, s.command) for s in self.samples
+                                  if s.pid is not None))
+
+
+def parse_pmon(text: str, source: str | None = None) -> PmonFacts:
+    """`nvidia-smi pmon` (any `-s`, `-o DT`): a `# gpu pid type ... command` header, a units
+    line, then one line per process and sample (`-` where there is none)."""
+    columns: list[str] | None = None
+    samples: list[PmonSample] = []
+    seen = False
+    for no, raw in enumerate(text.splitlines(), 1):
+        s = raw.strip()
+        if not s:
+            continue
+        seen = True
+        if s.startswith("#"):
+            words = s.lstrip("#").split()
+            if "gpu" in words and "pid" in words:
+                if columns is not None and words != columns:
+                    raise ParseError(PMON_KIND, "a second header with other columns", line_no=no,
+                                     line=raw, source=source)
+                columns = words
+            continue  # the units line, or the header printed again
+        if columns is None:
+            raise ParseError(PMON_KIND, "a sample before the `# gpu pid ...` header", line_no=no,
+                             line=raw, source=source)
+        cells = s.split()
+        if len(cells) < len(columns):
+            raise ParseError(PMON_KIND, f"{len(cells)} cells, the header has {len(columns)}",
+                             line_no=no, line=raw, source=source)
+        # the command is the last column and may hold spaces
+        cells = [*cells[:len(columns) - 1], " ".join(cells[len(columns) - 1:])]
+        row = dict(zip(columns, cells, strict=True))
+        try:
+            gpu = int(row["gpu"])
+            pid = None if row["pid"] == "-" else int(row["pid"])
+            values = {k: None if v == "-" else float(v) for k, v in row.items()
+                      if k not in ("gpu", "pid", "type", "command", "Date", "Time")}
+        except ValueError:
+            raise ParseError(PMON_KIND, "a cell that is not a number or `-`", line_no=no,
+                             line=raw, source=source) from None
+        samples.append(PmonSample(
+            line_no=no, gpu=gpu, pid=pid, type=None if row.get("type", "-") == "-" else row["type"],
+            values=values, command=None if row.get("command", "-") == "-" else row["command"]))
+    if not seen:
+        raise ParseError(PMON_KIND, "empty output", source=source)
+    if columns is None:
+        raise ParseError(PMON_KIND, "no `# gpu pid ...` header: not nvidia-smi pmon output",
+                         source=source)
+    return PmonFacts(columns=columns, samples=samples)
+
+
+register(PMON_KIND, "nvidia-smi pmon: the processes on each GPU and their share, sample by "
+         "sample", example="nvidia-smi pmon -c 5")(parse_pmon)

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._noise import Edit, IgnoredLine
-from orchestrator.parsers._smi_tree import KIND, Node, read_tree
+from orchestrator.parsers._smi_tree import KIND, Node, Tree, read_tree
 from orchestrator.parsers.nvidia_smi import (
     CELSIUS,
     CLOCK_EVENT_BITS,
@@ -370,6 +370,32 @@ class _Gpu:
         return QGpu.model_validate({**data, "missing": self.missing})
 
 
+# Keys and titles only `nvidia-smi -q` prints (an excerpt holds at least two of them).
+Q_KEYS = frozenset({
+    "Product Name", "Product Brand", "Product Architecture", "GPU UUID", "MIG Mode",
+    "MIG Device", "FB Memory Usage", "BAR1 Memory Usage", "Persistence Mode", "Bus Id",
+    "Retired Pages", "Remapped Rows", "GPU Current Temp", "GPU Power Readings", "Power Readings",
+    "Max Clocks", "Compute Mode", "Attached GPUs", "GPU instance ID", "Compute instance ID",
+    "Device Attributes", "Multiprocessor count", "ECC Errors", "Clocks Event Reasons",
+    "Clocks Throttle Reasons", "GPU Link Info", "VBIOS Version", "Minor Number",
+    "Fabric", "CliqueId", "ClusterUUID", "Clique ID", "Cluster UUID",
+})
+_Q_KEYS_LOWER = frozenset(k.lower() for k in Q_KEYS) | {"timestamp", "driver version",
+                                                        "cuda version", "attached gpus"}
+
+
+def _shows_smi(tree: Tree) -> bool:
+    """Positive evidence of nvidia-smi -q: its banner, a `GPU 0000:..` section, two of the keys
+    only it prints, or an excerpt that starts at one (`sed -n '/MIG Mode/,+2p'`); a
+    `Key: value` text alone (a README, a config) is not its output."""
+    if tree.banner or any(r.value is not None for r in tree.roots):
+        return True
+    nodes = sorted([*tree.top.values(), *(n for r in tree.roots for n in r.walk())],
+                   key=lambda n: n.line_no)
+    known = {n.key.strip().lower() for n in nodes if n.key.strip().lower() in _Q_KEYS_LOWER}
+    return len(known) >= 2 or bool(nodes and nodes[0].key.strip().lower() in _Q_KEYS_LOWER)
+
+
 def parse_nvidia_smi_q(text: str, source: str | None = None) -> NvidiaSmiQFacts:
     if not text.strip():
         raise ParseError(KIND, "empty output", source=source)
@@ -389,6 +415,10 @@ def parse_nvidia_smi_q(text: str, source: str | None = None) -> NvidiaSmiQFacts:
     if unknown and not roots:
         raise ParseError(KIND, "no GPU section and no known top-level key", line_no=unknown[0].line_no,
                          source=source)
+    if not _shows_smi(tree):
+        raise ParseError(KIND, "not nvidia-smi -q output: no `==NVSMI LOG==` banner, no "
+                         "`GPU 0000:..:..` section and none of the keys nvidia-smi -q prints "
+                         "(Product Name, GPU UUID, FB Memory Usage, ...)", source=source)
     gpus = [_Gpu(r, source).facts() for r in roots]
 
     def topv(key: str) -> str | None:

@@ -24,7 +24,16 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader
-from orchestrator.parsers.nvidia_smi import CELSIUS, INT, PERCENT, WATTS, is_na, text_or_none
+from orchestrator.parsers.nvidia_smi import (
+    CELSIUS,
+    INT,
+    PERCENT,
+    WATTS,
+    SmiWarning,
+    is_na,
+    smi_warning,
+    text_or_none,
+)
 
 KIND = "nvidia-smi-table"
 T = TypeVar("T")
@@ -105,6 +114,8 @@ class NvidiaSmiTableFacts(_Model):
     missing: list[str]  # sections the text does not hold (a cut-off or grepped paste)
     ignored_lines: list[IgnoredLine] = []  # prompts and launcher lines around the boxes
     edits: list[Edit] = []  # `[...]` and the like between the boxes
+    warnings: list[SmiWarning] = []  # infoROM corrupted, a GPU it cannot reach or must reset
+    exit_status: int | None = None  # a last line `14` (`nvidia-smi; echo $?`), as printed
 
     @property
     def count(self) -> int:
@@ -333,17 +344,33 @@ def _processes(r: _Reader, header: list[str]) -> list[TableProcess]:
 def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTableFacts:
     r = _Reader(text, source)
     _one_output(r)
+    warnings: list[SmiWarning] = []
+    for n, line in enumerate(r.lines):
+        w = smi_warning(n + 1, line)
+        if w is not None:
+            warnings.append(w)
+            r.lines[n] = ""  # read past: the table around it is still the table
     r.skip_blank()
+    if r.at_end() and warnings:  # nvidia-smi printed only what it could not do
+        return NvidiaSmiTableFacts(
+            timestamp=None, smi_version=None, driver_version=None, cuda_version=None,
+            layout="3-row", gpus=[], mig_devices=[], processes=None,
+            missing=["the GPU table (nvidia-smi printed only its warnings)"],
+            ignored_lines=r.noise.ignored, edits=r.noise.edits, warnings=warnings)
     if r.at_end():
         raise ParseError(KIND, "empty output", source=source)
     timestamp = None
     if _TIMESTAMP.fullmatch(r.cur().strip()):
         timestamp = r.cur().strip()
         r.i += 1
-    if r.at_end() or not _RULE.fullmatch(r.cur().strip()):
-        raise r.fail("not an nvidia-smi table (no box above the NVIDIA-SMI banner)")
     gpus: list[TableGpu] = []
     missing: list[str] = []
+    if not r.at_end() and _cells(r.cur().strip()) is not None and _BANNER.search(r.cur()):
+        # a paste that starts at the banner row, its top rule cut off: read it from there
+        missing.append("the rule above the banner (the paste starts at the banner row)")
+        r.i -= 1
+    elif r.at_end() or not _RULE.fullmatch(r.cur().strip()):
+        raise r.fail("not an nvidia-smi table (no box above the NVIDIA-SMI banner)")
     banner = _BANNER.search(r.lines[r.i + 1]) if r.i + 1 < len(r.lines) else None
     three_rows = True
     if banner is not None:
@@ -365,9 +392,14 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
         raise r.fail("no `NVIDIA-SMI ... Driver Version:` banner", r.i + 1)
     mig: list[TableMigDevice] = []
     procs: list[TableProcess] | None = None
+    exit_status: int | None = None
     while True:
         r.skip_blank()
         if r.at_end():
+            break
+        if re.fullmatch(r"\d{1,3}", r.cur().strip()) and not any(
+                ln.strip() for ln in r.lines[r.i + 1:]):
+            exit_status = int(r.cur().strip())  # `nvidia-smi; echo $?` (14: infoROM corrupted)
             break
         if not _RULE.fullmatch(r.cur().strip()):
             raise r.fail("expected the MIG devices or processes table")
@@ -389,7 +421,8 @@ def parse_nvidia_smi_table(text: str, source: str | None = None) -> NvidiaSmiTab
         driver_version=banner["driver"] if banner else None,
         cuda_version=banner["cuda"] if banner else None,
         layout="3-row" if three_rows else "2-row", gpus=gpus, mig_devices=mig, processes=procs,
-        missing=missing, ignored_lines=r.noise.ignored, edits=r.noise.edits)
+        missing=missing, ignored_lines=r.noise.ignored, edits=r.noise.edits, warnings=warnings,
+        exit_status=exit_status)
 
 
 register(KIND, "the default nvidia-smi table: driver, CUDA, GPUs, MIG devices, processes",

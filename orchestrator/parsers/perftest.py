@@ -2,6 +2,10 @@
 bidirectional and post-list forms): the test's settings and one row per message size.
 
 The unit is what the run printed: `[Gb/sec]` with `--report_gbits`, else `[MB/sec]`.
+A run on GPU memory (`--use_cuda`, `--use_cuda_dmabuf`: GPUDirect RDMA, the usual case on
+GPU clusters) prints how it set CUDA up first: read, and kept as the GPU it used. A run
+that failed (`Completion with error`, `Failed status N`, `Couldn't ...`) is read as a
+failure with its status, not refused.
 A run in loopback prints the server's and the client's lines into one stream: the
 settings and the rows may come twice and interleaved, and a row printed twice is
 one result. The table's columns are read from its heading, so a heading perftest
@@ -29,6 +33,24 @@ _ROW = re.compile(r"^(?P<bytes>\d+)\s+(?P<iters>\d+)\s+(?P<peak>\d+(?:\.\d+)?)\s
 _IGNORED = re.compile(r"^(?:-{10,}|\*+|\* Waiting for client to connect\.\.\. \*|"
                       r"(?:local|remote) address: .*|GID: .*|WARNING: .*|"
                       r"Perftest doesn't support.*)$")
+# How perftest sets CUDA up for --use_cuda (and DMA-BUF), before its settings
+_CUDA = re.compile(
+    r"^(?:initializing CUDA|Listing all CUDA devices in system:|creating CUDA Ctx|"
+    r"making it the current CUDA Ctx|CUDA device (?P<list>\d+): PCIe address is (?P<pcie>\S+)|"
+    r"There are \d+ devices supporting CUDA, picking first\.\.\.|"
+    r"Picking device No\. (?P<pick>\d+)|"
+    r"\[pid = \d+, dev = (?P<dev>\d+)\] device name = \[(?P<name>[^\]]*)\]|"
+    r"cuMemAlloc\(\) of a (?P<bytes>\d+) bytes GPU buffer|"
+    r"allocated GPU buffer address at \S+ pointer=\S+|"
+    r"(?P<dmabuf>using DMA-BUF for GPU buffer.*)|"
+    r"CUDA device integrated: .*|Using DMA-BUF.*)$")
+# A run that failed: the completion error with its status, and what perftest says around it
+_ERROR = re.compile(
+    r"^(?:Completion with error at (?:client|server)|"
+    r"Failed status (?P<status>\d+): wr_id \d+ syndrom(?:e)? (?P<syndrome>0x[0-9a-fA-F]+).*|"
+    r"scnt=\d+, ccnt=\d+|Failed to .*|Couldn't .*|Unable to .*|"
+    r"CUDA DMA-BUF cannot be used without CUDA|Parser function exited with Error|"
+    r"ERROR: .*|.* failed with error .*)$")
 _SETTINGS = {"dual-port": "dual_port", "device": "device", "number of qps": "qps",
              "transport type": "transport", "connection type": "connection",
              "using srq": "srq", "pcie relax order": "pcie_relax_order", "tx depth": "tx_depth",
@@ -52,12 +74,35 @@ class BwRow(_Model):
     msg_rate_mpps: float
 
 
+class GpuBuffer(_Model):
+    """The GPU memory a `--use_cuda` run put its buffer in."""
+
+    device: int | None  # the CUDA device picked
+    name: str | None  # as CUDA names it (`NVIDIA H100 80GB HBM3`)
+    pcie: str | None  # its PCIe address as perftest listed it (`17:00`)
+    buffer_bytes: int | None
+    dmabuf: bool  # registered through DMA-BUF (`--use_cuda_dmabuf`), not nv_peer_mem
+
+
+class PerftestError(_Model):
+    line_no: int
+    text: str
+
+
 class PerftestBwFacts(_Model):
     test: str | None  # e.g. "RDMA_Write BW Test"
     settings: dict[str, str]  # by the names in _SETTINGS; others under their printed key
     unit: str | None  # "Gb/sec" | "MB/sec"
     rows: list[BwRow]  # one per message size, in order (a size printed twice is kept once)
     repeated: int  # rows printed again by a second process writing to the same stream
+    gpu: GpuBuffer | None = None  # the run used GPU memory (--use_cuda)
+    errors: list[PerftestError] = []  # what a failed run said, in order
+    failed_status: int | None = None  # the work completion status (`Failed status 12`)
+    syndrome: str | None = None  # the vendor syndrome (`0x81`)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors)
 
     @property
     def bidirectional(self) -> bool:
@@ -78,12 +123,32 @@ def parse_perftest_bw(text: str, source: str | None = None) -> PerftestBwFacts:
     rows: list[BwRow] = []
     repeated = 0
     seen = False
+    gpu: _Cuda | None = None
+    errors: list[PerftestError] = []
+    status: int | None = None
+    syndrome: str | None = None
     for no, raw in enumerate(text.splitlines(), 1):
         s = raw.strip()
         if not s:
             continue
         seen = True
         if _IGNORED.match(s):
+            continue
+        if m := _CUDA.match(s):
+            gpu = _cuda(gpu, m)
+            continue
+        if m := _ERROR.match(s):
+            errors.append(PerftestError(line_no=no, text=s))
+            if m["status"] is not None and status is None:
+                status, syndrome = int(m["status"]), m["syndrome"]
+            continue
+        if m := re.fullmatch(r"(?P<head>Completion with error at (?:client|server))\s+"
+                             r"(?P<rest>Failed status .*)", s):  # the two lines on one
+            errors.append(PerftestError(line_no=no, text=m["head"]))
+            sm = _ERROR.match(m["rest"])
+            if sm is not None and sm["status"] is not None and status is None:
+                status, syndrome = int(sm["status"]), sm["syndrome"]
+            errors.append(PerftestError(line_no=no, text=m["rest"]))
             continue
         if m := _TITLE.match(s):
             test = test or m["title"]
@@ -124,13 +189,47 @@ def parse_perftest_bw(text: str, source: str | None = None) -> PerftestBwFacts:
                          line=raw, source=source)
     if not seen:
         raise ParseError(KIND, "empty output", source=source)
-    if test is None and not rows:
+    if test is None and not rows and not errors and gpu is None:
         raise ParseError(KIND, "no `... BW Test` title and no results: not perftest's output",
                          source=source)
-    return PerftestBwFacts(test=test, settings=settings, unit=unit, rows=rows, repeated=repeated)
+    return PerftestBwFacts(test=test, settings=settings, unit=unit, rows=rows, repeated=repeated,
+                           gpu=gpu.facts() if gpu is not None else None, errors=errors,
+                           failed_status=status, syndrome=syndrome)
+
+
+class _Cuda:
+    """What the CUDA lines said, as they come."""
+
+    def __init__(self) -> None:
+        self.listed: dict[int, str] = {}
+        self.device: int | None = None
+        self.name: str | None = None
+        self.buffer: int | None = None
+        self.dmabuf = False
+
+    def facts(self) -> GpuBuffer:
+        pcie = self.listed.get(self.device) if self.device is not None else None
+        return GpuBuffer(device=self.device, name=self.name, pcie=pcie, buffer_bytes=self.buffer,
+                         dmabuf=self.dmabuf)
+
+
+def _cuda(gpu: _Cuda | None, m: re.Match[str]) -> _Cuda:
+    gpu = gpu or _Cuda()
+    if m["list"] is not None:
+        gpu.listed[int(m["list"])] = m["pcie"]
+    if m["pick"] is not None:
+        gpu.device = int(m["pick"])
+    if m["dev"] is not None:
+        gpu.device, gpu.name = int(m["dev"]), m["name"]
+    if m["bytes"] is not None:
+        gpu.buffer = int(m["bytes"])
+    if m["dmabuf"] is not None or m.group(0).startswith("Using DMA-BUF"):
+        gpu.dmabuf = True
+    return gpu
 
 
 # Registered without decorating, as dmon is: mutmut leaves decorated functions alone,
 # so the parser itself would go unmeasured.
-register(KIND, "perftest ib_write_bw/ib_read_bw/ib_send_bw: settings and bandwidth per size",
+register(KIND, "perftest ib_write_bw/ib_read_bw/ib_send_bw: settings and bandwidth per size, "
+         "the GPU of a --use_cuda run, a failed run's status",
          example='ib_write_bw -d mlx5_0 --report_gbits PEER_HOST')(parse_perftest_bw)

@@ -50,6 +50,9 @@ class TopoMFacts(BaseModel):
     nics: list[str]  # real device names (mlx5_0), the NIC Legend applied
     nic_legend: dict[str, str]  # NIC0 -> mlx5_0; empty on drivers that print names
     matrix: dict[str, dict[str, str]]  # row device -> column device -> X/NV#/PIX/...
+    # `nvidia-smi topo -mp`: the PCIe paths only (its legend has no `NV#` line), so a pair
+    # that talks over NVLink still shows its PCIe path: no NVLink verdict from this view
+    pcie_only: bool = False
 
     @property
     def gpu_names(self) -> list[str]:
@@ -162,6 +165,13 @@ def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
     start = next((n for n, ln in enumerate(lines) if ln.strip()), None)
     if start is None:
         raise ParseError(kind, "empty output", source=source)
+    asked_pcie = False
+    cmd = _COMMAND.search(lines[start])
+    if cmd is not None:  # the prompt and command pasted above the matrix
+        asked_pcie = bool(re.search(r"\s-mp\b|\s-m\s+-p\b|--matrix_pci\b", cmd.group(0)))
+        start = next((n for n in range(start + 1, len(lines)) if lines[n].strip()), None)
+        if start is None:
+            raise ParseError(kind, "only the command line, no matrix", source=source)
     header = _split_header(lines[start])
     devices = [h for h in header if h not in _AFFINITY_COLS]
     aff_cols = [h for h in header if h in _AFFINITY_COLS]
@@ -193,7 +203,9 @@ def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
         # a matrix without a row for a device in its header is a damaged output, not
         # a smaller machine: the GPU is there (the header names it) but unread
         raise ParseError(kind, f"no row for {', '.join(missing)}: the header names "
-                         f"{len(devices)} devices", line_no=n + 1,
+                         f"{len(devices)} devices" + (" (a `topo -mp` paste: the PCIe-only view, "
+                                                      "no NVLink verdict comes from it)"
+                                                      if asked_pcie else ""), line_no=n + 1,
                          line=lines[n] if n < len(lines) else None, source=source)
     template = next((t for ln, label, _v, rest in rows
                      if len(rest) == len(aff_cols) and re.fullmatch(r"GPU\d+", label)
@@ -230,10 +242,24 @@ def parse_topo_m(text: str, source: str | None = None) -> TopoMFacts:
     ren = {d: legend.get(d, d) for d in devices}
     matrix = {ren[r]: {ren[c]: v for c, v in row.items()} for r, row in matrix.items()}
     nics = [ren[d] for d in devices if not re.fullmatch(r"GPU\d+", d)]
-    return TopoMFacts(gpus=gpus, nics=nics, nic_legend=legend, matrix=matrix)
+    return TopoMFacts(gpus=gpus, nics=nics, nic_legend=legend, matrix=matrix,
+                      pcie_only=asked_pcie or _pcie_view(lines[n:], matrix))
 
 
-register("topo-m", "nvidia-smi topo -m: GPU/NIC connection matrix and affinities",
+_COMMAND = re.compile(r"^\S*[$#>] +(?:sudo +)?nvidia-smi +topo\b.*$")
+
+
+def _pcie_view(tail: list[str], matrix: dict[str, dict[str, str]]) -> bool:
+    """`topo -mp`: the legend is there and names no `NV#` (topo -m's always does since R361),
+    and no cell is one."""
+    legend = [ln.strip() for ln in tail if ln.strip()]
+    if "Legend:" not in legend or any(ln.startswith("NV#") for ln in legend):
+        return False
+    return not any(_NV.fullmatch(v) for row in matrix.values() for v in row.values())
+
+
+register("topo-m", "nvidia-smi topo -m (and -mp, the PCIe-only view): GPU/NIC connection "
+         "matrix and affinities",
          example="nvidia-smi topo -m | tee topo.txt")(parse_topo_m)
 
 

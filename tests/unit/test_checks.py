@@ -28,6 +28,7 @@ from collectdoc import (
 
 from orchestrator import gpunames, parsers
 from orchestrator import inventory as inv_mod
+from orchestrator.errors import ParseError
 from orchestrator.records import Finding
 from orchestrator.steps.preflight import checks, gpu
 from orchestrator.steps.preflight.step import judge_document
@@ -155,6 +156,28 @@ def test_pcie_only_topology_with_nvswitch_ordered() -> None:
                                  "GPU0-GPU1 PIX, GPU0-GPU2 NODE")
     assert "GPU0-GPU4 SYS" in ic.message and ic.message.endswith("(+16 more)")
     assert len(ic.details["pairs"]) == 28 and [0, 1, "PIX"] in ic.details["pairs"]
+
+
+def test_topo_mp_is_the_pcie_view_not_a_missing_nvlink() -> None:
+    # `nvidia-smi topo -mp` prints the PCIe path of every pair, NVLink or not; its legend
+    # has no `NV#` line (issue 30: an NVSwitch node's -mp read as -m gave a false FAIL)
+    text = (REPO / "tests/fixtures" / SYN / "topo-m_8x-a100-pcie_r550.txt").read_text()
+    mp = "".join(ln for ln in text.splitlines(keepends=True) if not ln.lstrip().startswith("NV#"))
+    assert parsers.parse("topo-m", mp).pcie_only  # type: ignore[attr-defined]
+    doc = doc_from({"query_gpu": DGX_CSV}, texts={"topo_m": mp})
+    fs = judge(doc, {"interconnect": "nvswitch"})
+    assert "INTERCONNECT" not in codes(fs)
+    f = one(fs, "TOPOLOGY_UNKNOWN")
+    assert f.severity == "WARN" and "topo -mp" in f.message and "PCIe-only" in f.message
+    cmd = "root@node:~# nvidia-smi topo -mp\n" + text  # the command pasted above it says so too
+    assert parsers.parse("topo-m", cmd).pcie_only  # type: ignore[attr-defined]
+    assert not parsers.parse("topo-m", text).pcie_only  # type: ignore[attr-defined]
+
+
+def test_a_cut_topo_mp_paste_is_refused_not_failed() -> None:
+    text = (REPO / "tests/fixtures/public/topo-mp_8x-gpu-14nic-cut_deepep60.txt").read_text()
+    with pytest.raises(ParseError, match=r"no row for GPU4.*topo -mp` paste: the PCIe-only"):
+        parsers.parse("topo-m", text)
 
 
 @pytest.mark.parametrize("topo", ["topo-m_dgx-a100_r535.txt", "topo-m_dgx-a100_r470.txt"])

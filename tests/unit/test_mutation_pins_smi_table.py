@@ -67,7 +67,8 @@ def test_the_h200_table_whole() -> None:
             power_draw_w=80.0, power_cap_w=700.0, memory_used_mib=0, memory_total_mib=143771,
             utilization_pct=0, compute_mode="Default", mig_mode="Disabled", errors=[],
             line_no=9 + 4 * i).model_dump() for i in (0, 1)],
-        "mig_devices": [], "processes": [], "missing": [], "ignored_lines": [], "edits": []}
+        "mig_devices": [], "processes": [], "missing": [], "ignored_lines": [], "edits": [],
+        "warnings": [], "exit_status": None}
 
 
 def test_an_h100_with_mig_devices_and_processes_whole() -> None:

@@ -19,13 +19,14 @@ from collections.abc import Callable
 from orchestrator.errors import ParseError
 from orchestrator.inventory import Node
 from orchestrator.judging.sink import Sink
-from orchestrator.parsers.dcgmi import DcgmiDiagFacts
+from orchestrator.parsers.dcgmi import DcgmiDiagFacts, NvlinkStatusFacts
 from orchestrator.parsers.kernel_log import KernelLogFacts, PcieBandwidthFacts, parse_pcie_bandwidth
 from orchestrator.parsers.lspci import LspciFacts
 from orchestrator.parsers.nvbandwidth import NvbandwidthFacts
-from orchestrator.parsers.nvidia_smi_health import ComputeAppsFacts, NvlinkErrorsFacts
+from orchestrator.parsers.nvidia_smi_health import ComputeAppsFacts, NvlinkErrorsFacts, PmonFacts
 from orchestrator.parsers.p2p_latency import P2pFacts
 from orchestrator.parsers.perftest import PerftestBwFacts
+from orchestrator.parsers.rdma import RdmaPortsFacts
 from orchestrator.records import Finding
 from orchestrator.steps.poc.files import PocFile
 
@@ -66,6 +67,48 @@ def _dcgmi(sink: Sink, f: PocFile, node: str) -> None:
                  warned=warned)
     else:
         sink.add("DCGM_DIAG", "PASS", f"{f.name}: dcgmi diag passed ({len(facts.tests)} tests)")
+
+
+def _nvlink_status(sink: Sink, f: PocFile, node: str) -> None:
+    facts: NvlinkStatusFacts = f.facts
+    down = facts.down()
+    for gpu, links in down.items():
+        sink.add("NVLINK_LINK_DOWN", "FAIL", f"{f.name}: GPU {gpu} has {len(links)} NVLink "
+                 f"link(s) down (link {', '.join(map(str, links))}): the GPUs talk slower or "
+                 "not at all over NVLink", gpu=gpu, links=links)
+    if not down:
+        up = sum(st == "up" for links in facts.gpus.values() for st in links)
+        sink.add("NVLINK_LINK_DOWN", "PASS", f"{f.name}: no NVLink link down ({up} up on "
+                 f"{len(facts.gpus)} GPU(s))")
+
+
+def _rdma_ports(sink: Sink, f: PocFile, node: str) -> None:
+    facts: RdmaPortsFacts = f.facts
+    down = facts.down
+    if down:
+        shown = ", ".join(f"{p.device}/{p.port} {p.state}" + (f" ({p.physical_state})"
+                                                               if p.physical_state else "")
+                          for p in down[:8])
+        sink.add("RDMA_PORT_DOWN", "WARN", f"{f.name}: {len(down)} of {len(facts.ports)} RDMA "
+                 f"port(s) not active ({facts.tool}): {shown}",
+                 ports=[f"{p.device}/{p.port}" for p in down])
+        return
+    known = [p for p in facts.ports if p.active is not None]
+    if known:
+        rates = sorted({p.rate_gbps for p in known if p.rate_gbps is not None})
+        sink.add("RDMA_PORT_DOWN", "PASS", f"{f.name}: {len(known)} RDMA port(s) active "
+                 f"({facts.tool})" + (f" at {', '.join(f'{r:g}' for r in rates)} Gb/s"
+                                      if rates else ""))
+        return
+    if facts.tool != "ibdev2netdev":
+        sink.add("RDMA_PORT_DOWN", "INFO", f"{f.name}: {len(facts.ports)} RDMA port(s) listed "
+                 f"without their state ({facts.tool}, cut before it)")
+        return
+    netdown = [p for p in facts.ports if p.netdev_state and p.netdev_state.lower() != "up"]
+    sink.add("RDMA_PORT_DOWN", "INFO", f"{f.name}: {len(facts.ports)} HCA port(s) mapped to "
+             f"network interfaces, {len(netdown)} interface(s) down ({facts.tool} shows the "
+             "interface, not the InfiniBand port: read ibstat or ibstatus for the port)",
+             netdevs_down=[p.netdev for p in netdown])
 
 
 def _xid(sink: Sink, f: PocFile, node: str) -> None:
@@ -134,13 +177,39 @@ def _apps(sink: Sink, f: PocFile, node: str) -> None:
                  used_mib=total)
 
 
+def _pmon(sink: Sink, f: PocFile, node: str) -> None:
+    facts: PmonFacts = f.facts
+    procs = facts.processes
+    if procs:
+        sink.add("GPU_BUSY", "WARN", f"{f.name}: nvidia-smi pmon saw {len(procs)} process(es) on "
+                 "the GPUs: " + ", ".join(f"pid {pid} {cmd or '?'} on GPU {gpu}"
+                                          for gpu, pid, cmd in procs[:8]),
+                 pids=[pid for _, pid, _ in procs])
+
+
 def _perftest(sink: Sink, f: PocFile, node: str) -> None:
     facts: PerftestBwFacts = f.facts
+    on = ""
+    if facts.gpu is not None:
+        g = facts.gpu
+        on = (f" on GPU memory (CUDA device {g.device if g.device is not None else '?'}"
+              + (f" {g.name}" if g.name else "") + (", DMA-BUF" if g.dmabuf else "") + ")")
+    if facts.failed:
+        status = (f" with status {facts.failed_status} (syndrome {facts.syndrome})"
+                  if facts.failed_status is not None else "")
+        sink.add("HEALTH_IB_BW", "FAIL", f"{f.name}: {facts.test or 'perftest'}{on} failed"
+                 f"{status}: " + "; ".join(e.text for e in facts.errors[:3]),
+                 status=facts.failed_status, syndrome=facts.syndrome)
+        return
     row = facts.largest
     if row is not None:
-        sink.add("HEALTH_IB_BW", "INFO", f"{f.name}: {facts.test or 'perftest'} "
+        sink.add("HEALTH_IB_BW", "INFO", f"{f.name}: {facts.test or 'perftest'}{on} "
                  f"{row.bw_average:g} {facts.unit or ''} average at {row.bytes} bytes",
-                 bytes=row.bytes, average=row.bw_average, unit=facts.unit)
+                 bytes=row.bytes, average=row.bw_average, unit=facts.unit,
+                 gpu_memory=facts.gpu is not None)
+    elif facts.gpu is not None:
+        sink.add("HEALTH_IB_BW", "INFO", f"{f.name}: {facts.test or 'perftest'}{on}: no result "
+                 "rows in the file (cut before its table)", gpu_memory=True)
 
 
 def _nvbandwidth(sink: Sink, f: PocFile, node: str) -> None:
@@ -150,9 +219,22 @@ def _nvbandwidth(sink: Sink, f: PocFile, node: str) -> None:
                  f"{len(facts.errors)} error(s): {facts.errors[0][:200]}")
     sums = [f"{t.name} {t.sum:g} {t.unit or ''}".strip() for t in facts.tests
             if t.name and t.sum is not None]
+    where = ""
+    if facts.multinode:
+        where = (f" (multi-node: {len(facts.devices)} rank(s) on {len(facts.hosts)} host(s): "
+                 f"{', '.join(facts.hosts[:4])})")
+        for t in facts.tests:
+            pairs = [v for r, vals in t.rows.items() for c, v in zip(t.columns, vals, strict=True)
+                     if r != c and v is not None]
+            if pairs and t.unit == "GB/s":
+                sums.append(f"{t.name} between ranks {min(pairs):g} to {max(pairs):g} GB/s")
+        unfinished = [t.name for t in facts.tests if t.sum is None and not t.errors and t.name]
+        if unfinished and not sums:
+            sums.append(f"{', '.join(unfinished)} started, no result in the file")
     if sums:
-        sink.add("HEALTH_NVBANDWIDTH", "INFO", f"{f.name}: " + "; ".join(sums[:6]),
-                 sums={t.name: t.sum for t in facts.tests if t.name and t.sum is not None})
+        sink.add("HEALTH_NVBANDWIDTH", "INFO", f"{f.name}{where}: " + "; ".join(sums[:6]),
+                 sums={t.name: t.sum for t in facts.tests if t.name and t.sum is not None},
+                 hosts=facts.hosts)
 
 
 def _p2p(sink: Sink, f: PocFile, node: str) -> None:
@@ -180,4 +262,6 @@ _JUDGES: dict[str, Callable[[Sink, PocFile, str], None]] = {
     "dcgmi-diag": _dcgmi, "xid": _xid, "pcie-bandwidth": _pcie, "nvlink-e": _nvlink_e,
     "lspci-vvv": _lspci, "nvidia-smi-compute-apps": _apps, "perftest-bw": _perftest,
     "nvbandwidth": _nvbandwidth, "p2pBandwidthLatencyTest": _p2p,
+    "dcgmi-nvlink-s": _nvlink_status, "ibdev2netdev": _rdma_ports, "rdma-link": _rdma_ports,
+    "ibstatus": _rdma_ports, "nvidia-smi-compute-apps-noheader": _apps, "nvidia-smi-pmon": _pmon,
 }

@@ -16,7 +16,8 @@ from typing import Any
 from orchestrator import parsers
 from orchestrator.errors import ParseError
 from orchestrator.parsers._noise import strip_launcher_prefix
-from orchestrator.parsers.nvidia_smi import noheader_fits
+from orchestrator.parsers.nvidia_smi import noheader_fits, smi_warning
+from orchestrator.parsers.nvidia_smi_q import Q_KEYS
 from orchestrator.parsers.recipe import (
     FREEZE_ROW,
     PIP_HEADER,
@@ -25,16 +26,6 @@ from orchestrator.parsers.recipe import (
     parse_pip,
 )
 
-# Keys and titles only `nvidia-smi -q` prints (an excerpt holds at least two of them).
-_Q_KEYS = frozenset({
-    "Product Name", "Product Brand", "Product Architecture", "GPU UUID", "MIG Mode",
-    "MIG Device", "FB Memory Usage", "BAR1 Memory Usage", "Persistence Mode", "Bus Id",
-    "Retired Pages", "Remapped Rows", "GPU Current Temp", "GPU Power Readings", "Power Readings",
-    "Max Clocks", "Compute Mode", "Attached GPUs", "GPU instance ID", "Compute instance ID",
-    "Device Attributes", "Multiprocessor count", "ECC Errors", "Clocks Event Reasons",
-    "Clocks Throttle Reasons", "GPU Link Info", "VBIOS Version", "Minor Number",
-    "Fabric", "CliqueId", "ClusterUUID", "Clique ID", "Cluster UUID",
-})
 _QUERY_FIELD = re.compile(r"[A-Za-z_][\w.]*(?: \[[^\]]+\])?")
 
 
@@ -49,17 +40,30 @@ _DCGMI_ROWS = (r"^\|\s*(?:Diagnostic|Deployment|Hardware|Integration|Stress|GPU 
 HEALTH_SIGNATURES: tuple[tuple[str, str, int, bool], ...] = (
     ("p2pBandwidthLatencyTest", r"P2P Connectivity Matrix|P2P=(?:Enabled|Disabled) \w* ?"
      r"Bandwidth|\[P2P \(Peer-to-Peer\) GPU Bandwidth Latency Test\]", 93, True),
-    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) ", 92,
+    ("nvbandwidth", r"^Running \w+_(?:ce|sm)\.|^nvbandwidth Version|^SUM \w+_(?:ce|sm) |"
+     r"^Process \d+ \([^)]*\): device \d+: ", 92,
      True),
     ("nvlink-e", r"Link \d+: (?:Replay|Recovery|CRC|Rx|Tx|Data|Flit|Effective)\w*[ \w]* "
      r"(?:Errors?|Counter)", 94, True),
-    ("xid", r"NVRM: Xid \(|fallen off the bus", 93, True),
+    ("xid", r"NVRM: Xid \(|NVRM: .*fallen off the bus", 93, True),
     ("pcie-bandwidth", r"available PCIe bandwidth", 91, True),
     ("dcgmi-diag", _DCGMI_ROWS, 89, True),
+    ("dcgmi-diag", r'^\s*\{?\s*"DCGM (?:GPU )?Diagnostic"\s*:', 90, True),  # dcgmi diag -j
+    ("dcgmi-nvlink-s", r"^\s*gpuId \d+:\s*$", 90, True),
+    ("ibdev2netdev", r"^\S+(?:\s+\([^)]*\))?(?:\s+fw\s+\S+)?\s+port\s+\d+(?:\s+\([A-Z_]+\))?\s+"
+     r"==>\s+\S+\s+\((?:Up|Down)\)", 95, False),
+    ("rdma-link", r"^link \S+/\d+ .*\bstate \w+", 95, False),
+    ("ibstatus", r"^Infiniband device '[^']+' port \d+ status:$", 95, False),
     ("lspci-vvv", r"^\s+Lnk(?:Sta|Cap):", 88, True),
-    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test", 90, True),
-    ("nvidia-smi-compute-apps", r"^\s*(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|"
-     r"name)\b", 93, False),
+    ("perftest-bw", r"#bytes\s+#iterations\s+BW peak|RDMA_\w+ .*BW Test|Send BW Test|"
+     r"Completion with error at (?:client|server)|cuMemAlloc\(\) of a \d+ bytes GPU buffer|"
+     r"^Picking device No\. \d+$", 90, True),
+    ("nvidia-smi-compute-apps", r"^\s*(?:timestamp,\s*)?(?:gpu_name,\s*)?(?:gpu_bus_id,\s*)?"
+     r"(?:gpu_serial,\s*)?(?:gpu_uuid,\s*|gpu_bus_id,\s*)?pid,\s*(?:process_name|name)\b", 93,
+     False),
+    ("nvidia-smi-compute-apps-noheader", r"^(?!.*%)(?:[^,\n]*,){2,}\s*(?:\d+ MiB|\[N/A\])\s*$", 80,
+     False),
+    ("nvidia-smi-pmon", r"^#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+pid\b", 96, False),
 )
 HEALTH_KIND_NAMES = frozenset(k for k, *_ in HEALTH_SIGNATURES)
 
@@ -70,13 +74,19 @@ def _q_score(text: str, head: list[str]) -> int:
         return 70  # the recipe's `nvidia-smi -q | sed -n '/MIG Mode/,3p'` (or `,+2p`)
     keys = {m.group(1) for ln in head
             for m in [re.match(r"\s*([A-Za-z][\w ()/-]*?)\s*(?::|$)", ln)] if m}
-    known = keys & _Q_KEYS
+    known = keys & Q_KEYS
     if any(re.match(r"GPU [0-9A-Fa-f]+:[0-9A-Fa-f]+:", ln) for ln in head) and known:
         return 85
     return 60 if len(known) >= 2 else 0
 
 
+def _past_warnings(head: list[str]) -> list[str]:
+    """The first lines without nvidia-smi's own warnings (infoROM, a GPU it cannot reach)."""
+    return [ln for ln in head if smi_warning(0, ln) is None]
+
+
 def _query_score(text: str, head: list[str]) -> int:
+    head = _past_warnings(head)
     cells = [c.strip() for c in head[0].split(",")] if head else []
     if len(cells) < 2 or not all(_QUERY_FIELD.fullmatch(c) for c in cells):
         return 0
@@ -198,12 +208,16 @@ KINDS: tuple[Kind, ...] = (
     Kind("nvidia-smi-table", _has(r"^\|\s*NVIDIA-SMI \d", 95), _registered("nvidia-smi-table")),
     Kind("nvidia-smi-table", _has(r"^\|\s*(?:MIG devices|Processes):\s*\|", 75),
          _registered("nvidia-smi-table")),  # a paste that starts below the GPU table
+    Kind("nvidia-smi-table", _has(r"^\s*(?:WARNING: infoROM is corrupted at gpu|Unable to "
+                                  r"(?:determine|detect) the device handle for GPU)", 80),
+         _registered("nvidia-smi-table")),  # nvidia-smi printed only what it could not do
     Kind("nvidia-smi-q", _q_score, _registered("nvidia-smi-q")),
     Kind("nvidia-smi-version", _has(r"^NVIDIA-SMI version\s*:", 95),
          _registered("nvidia-smi-version")),
     Kind("nvidia-smi-query-gpu", _query_score, _registered("nvidia-smi-query-gpu")),
     Kind("nvidia-smi-query-gpu-noheader",
-         lambda text, head: 85 if head and noheader_fits(head[0]) else 0,
+         lambda text, head: 85 if _past_warnings(head) and noheader_fits(_past_warnings(head)[0])
+         else 0,
          _registered("nvidia-smi-query-gpu-noheader")),
     Kind("gpuvet-collect", _json_score('"tool": "gpuvet-payload"', 99), parse_collect_doc),
     Kind("nvidia-smi-L", _l_score, _registered("nvidia-smi-L")),

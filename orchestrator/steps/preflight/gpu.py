@@ -11,9 +11,11 @@ from orchestrator import gpunames
 from orchestrator.gpunames import form_factor_of
 from orchestrator.inventory import Expectations
 from orchestrator.parsers.gpus import GpuView
-from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts
+from orchestrator.parsers.nvidia_smi import NvidiaSmiLFacts, QueryGpuFacts
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts
+from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts
+from orchestrator.records import Severity
 from orchestrator.steps.preflight.facts import NodeFacts, Result, gpu_outputs, gpu_views
 from orchestrator.suite import PreflightParams
 
@@ -252,5 +254,35 @@ def check_health(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Re
             out.append(Result("GPU_ERROR_STATE", "FAIL", f"{g} reported errors instead of "
                               f"values ({'; '.join(v.errors)}): the GPU may need a reset",
                               nf.ev(*v.sources)))
+    return out + smi_warnings(nf)
+
+
+# What nvidia-smi's own warnings beside its table mean: (code, severity, what to do)
+_SMI_WARNINGS: dict[str, tuple[str, Severity, str]] = {
+    "inforom-corrupted": ("GPU_INFOROM_CORRUPTED", "WARN", "its error counters and ECC "
+                          "settings cannot be trusted; ask the provider to reflash or replace it"),
+    "reset-required": ("GPU_RESET_REQUIRED", "FAIL", "the GPU must be reset before it can be "
+                       "used; ask the provider for another node or a reset"),
+    "device-handle": ("GPU_UNREACHABLE", "FAIL", "the driver cannot reach the GPU (fallen off "
+                      "the bus or lost); ask the provider for another node"),
+}
+
+
+def smi_warnings(nf: NodeFacts) -> list[Result]:
+    """nvidia-smi's warnings about a GPU (infoROM corrupted, a GPU it must reset or cannot
+    reach), from every default table and --query-gpu CSV the node gave, each once."""
+    out: list[Result] = []
+    seen: set[tuple[str, str | None]] = set()
+    for cid, facts in nf.facts.items():
+        if not isinstance(facts, (NvidiaSmiTableFacts, QueryGpuFacts)):
+            continue
+        for w in facts.warnings:
+            if (w.kind, w.pci) in seen:
+                continue
+            seen.add((w.kind, w.pci))
+            code, sev, todo = _SMI_WARNINGS[w.kind]
+            out.append(Result(code, sev, f"nvidia-smi: {w.text} (line {w.line_no}): {todo}",
+                              nf.ev(cid), {"pci": w.pci, "reason": w.reason,
+                                           "line_no": w.line_no}))
     return out
 

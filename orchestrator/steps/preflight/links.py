@@ -20,6 +20,11 @@ def check_topology(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[
         if topo is None:
             out.append(Result("TOPOLOGY_UNKNOWN", "WARN", "nvidia-smi topo -m gave no matrix; "
                               "NVLink could not be verified", nf.ev("topo_m")))
+        elif topo.pcie_only:
+            out.append(Result("TOPOLOGY_UNKNOWN", "WARN", "the topology is `nvidia-smi topo -mp`, "
+                              "the PCIe-only view (its legend has no NV#): it shows the PCIe "
+                              "path of every pair, NVLink or not, so NVLink could not be "
+                              "verified; save `nvidia-smi topo -m`", nf.ev("topo_m")))
         else:
             bad = topo.non_nvlink_pairs()
             if bad:

@@ -82,8 +82,12 @@ def test_table_errors(real) -> None:
     _is(_err(" \n\n"), "empty output", None, None)
     _is(_err(lines[0]), "not an nvidia-smi table (no box above the NVIDIA-SMI banner)", None,
         None)
-    _is(_err("\n".join(lines[:1] + lines[2:])),
-        "not an nvidia-smi table (no box above the NVIDIA-SMI banner)", 2, lines[2])
+    # a paste whose top rule was cut (it starts at the banner row) is read, and says so
+    cut = parse_nvidia_smi_table("\n".join(lines[:1] + lines[2:]))
+    assert cut.missing[:1] == ["the rule above the banner (the paste starts at the banner row)"]
+    assert cut.count == parse_nvidia_smi_table(text).count
+    _is(_err("\n".join(lines[:1] + lines[4:])),
+        "not an nvidia-smi table (no box above the NVIDIA-SMI banner)", 2, lines[4])
     _is(_err("\n".join(lines[:2] + lines[3:])), "no `NVIDIA-SMI ... Driver Version:` banner", 3,
         lines[3])
     _is(_err("\n".join(lines[:2])), "no `NVIDIA-SMI ... Driver Version:` banner", None, None)

@@ -29,6 +29,7 @@ def test_topo_m_a10_with_nics_whole_record(public) -> None:
             "mlx5_0": {**sys4, "mlx5_0": "X", "mlx5_1": "PIX"},
             "mlx5_1": {**sys4, "mlx5_0": "PIX", "mlx5_1": "X"},
         },
+        "pcie_only": False,
     }
 
 
@@ -39,6 +40,7 @@ def test_topo_m_h200_whole_record_after_leading_blank_lines(real) -> None:
                   "gpu_numa_id": None} for k in range(2)],
         "nics": [], "nic_legend": {},
         "matrix": {"GPU0": {"GPU0": "X", "GPU1": "NV18"}, "GPU1": {"GPU0": "NV18", "GPU1": "X"}},
+        "pcie_only": False,
     }
 
 

@@ -92,12 +92,13 @@ def test_a_single_host_copy_whole(public) -> None:
     assert facts.model_dump() == {
         "version": "v0.8", "cuda_runtime": "12060", "cuda_driver": "12060",
         "driver": "560.35.05",
-        "devices": [{"index": 0, "name": "NVIDIA A100-SXM4-40GB", "bus_id": "00000000:99:00"}],
+        "devices": [{"index": 0, "name": "NVIDIA A100-SXM4-40GB", "bus_id": "00000000:99:00",
+                     "rank": None, "host": None}],
         "tests": [{"name": "host_to_device_memcpy_sm",
                    "title": "memcpy SM CPU(row) -> GPU(column)", "unit": "GB/s",
                    "columns": [0], "rows": {0: [25.13]}, "sum": 25.13, "cv": None,
                    "errors": [], "line_no": 10}],
-        "waived": 0, "errors": [], "elided": False}
+        "waived": 0, "errors": [], "elided": False, "mpi": None}
 
 
 def test_variation_goes_to_the_test_it_names(public) -> None:
