@@ -1,5 +1,5 @@
-"""What reaches a terminal: text from users and nodes made inert (`terminal_text`), and
-parser facts rendered for `gpuvet parse`."""
+"""What reaches a terminal: text from users and nodes made inert and free of secrets
+(`terminal_text`), and parser facts rendered for `gpuvet parse`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrator.errors import escaped
+from payload.scrub import scrub_text
 
 if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help stays light
     from pydantic import BaseModel
@@ -16,8 +17,9 @@ if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help 
 def terminal_text(text: str) -> str:
     """Text as it may be shown on a terminal: every control character written out as
     `\\x1b`, `\\x07`, `\\u202e`, so an escape sequence in an inventory value, a file name
-    or a node's output is seen, never obeyed. Tabs and line breaks stay."""
-    return escaped(text, keep_lines=True)
+    or a node's output is seen, never obeyed. Tabs and line breaks stay. A secret in it
+    (a path naming a token, a line an error quotes) is scrubbed (`payload.scrub`)."""
+    return escaped(scrub_text(text), keep_lines=True)
 
 
 def _scalar(v: Any) -> str:

@@ -35,9 +35,13 @@ def transports(text: str, source: str) -> dict[str, Any] | None:
 
 
 def _read(path: Path) -> str:
+    """The saved output, scrubbed line for line before any parser reads it: the facts, the
+    lines read past (`ignored_lines`) and a parse error's quote hold no secret."""
     from orchestrator.files import MAX_INPUT_BYTES, read_user_file
+    from payload.scrub import scrub_text
 
-    return read_user_file(path, MAX_INPUT_BYTES, "saved output").decode("utf-8", "replace")
+    return scrub_text(read_user_file(path, MAX_INPUT_BYTES, "saved output").decode(
+        "utf-8", "replace"))
 
 
 def register(root: click.Group) -> None:

@@ -47,7 +47,9 @@ def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
     name = shown(str(path))
     data = read_user_file(path, MAX_INPUT_BYTES, "nccl-tests log")
     digest = hashlib.sha256(data).hexdigest()
-    text = data.decode("utf-8", errors="replace")
+    # scrubbed before it is read: what a parse error quotes, the findings and the copy
+    # hold no secret, and the copy keeps the lines the findings cite
+    text = scrub_text(data.decode("utf-8", errors="replace"))
     del data
     if text.lstrip()[:1] == "{":
         raise UsageError(f"{name} is an nccl-tests JSON (-J) file, not a text log",
@@ -140,7 +142,7 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
         series_logs = []
         for i, (p, (text, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
             copy = dest / f"round{i}_{_file_name(p)}"
-            atomic_write(copy, scrub_text(text))  # what the run keeps
+            atomic_write(copy, text)  # what the run keeps, scrubbed by check_log
             series_logs.append((i, copy, False))
         scope: MeasureScope = "single" if n_nodes == 1 else "multi"
         series = Series(scope, [], series_logs, provider=provider, n_nodes=n_nodes,
@@ -155,8 +157,9 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int,
 
 
 def _file_name(path: Path) -> str:
-    """The log's name for its copy: bytes that are not UTF-8 written as `\\xNN`."""
-    return shown(path.name).replace("/", "_")
+    """The log's name for its copy: bytes that are not UTF-8 written as `\\xNN`, a secret
+    in it (`hf_<token>.log`) scrubbed."""
+    return scrub_text(shown(path.name)).replace("/", "_")
 
 
 def _reopen(results: Path, run_id: str, logs: list[Path]) -> Run:
