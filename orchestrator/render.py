@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -20,6 +21,26 @@ def terminal_text(text: str) -> str:
     or a node's output is seen, never obeyed. Tabs and line breaks stay. A secret in it
     (a path naming a token, a line an error quotes) is scrubbed (`payload.scrub`)."""
     return escaped(scrub_text(text), keep_lines=True)
+
+
+def scrubbed(obj: Any, text: Callable[[str], str] = scrub_text) -> Any:
+    """A JSON-like document with every string, keys too, through `text` (`scrub_text`, or
+    `terminal_text` for a CSV cell); numbers and the document's shape stay. Strings seen
+    before are not scrubbed again (an export repeats its providers, nodes and metrics)."""
+    memo: dict[str, str] = {}
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, str):
+            if o not in memo:
+                memo[o] = text(o)
+            return memo[o]
+        if isinstance(o, dict):
+            return {walk(k): walk(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
 
 
 def _scalar(v: Any) -> str:

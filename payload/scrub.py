@@ -276,10 +276,9 @@ _ASSIGN_RE = re.compile(
 # NAME: value, "NAME": "value", NAME = value (YAML, JSON, HTTP headers, logs, INI files
 # such as ~/.aws/credentials). An unquoted value runs to the end of its line (a `,`, `;`,
 # `}` or `]` ends it too, as in a flow mapping).
-_PAIR_RE = re.compile(
-    r"(?<![A-Za-z0-9_.\-])([\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1"
-    r"(:[ \t]*|[ \t]+=[ \t]*|[ \t]*=[ \t]+)"
-    r"(\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s,;{}\[\]'\"][^\n,;}\]]*)")
+_PAIR_HEAD_RE = re.compile(r"(?<![A-Za-z0-9_.\-])([\"']?)([A-Za-z_][A-Za-z0-9_.\-]*)\1"
+                           r"(:[ \t]*|[ \t]+=[ \t]*|[ \t]*=[ \t]+)")
+_PAIR_VALUE_RE = re.compile(r"\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|[^\s,;{}\[\]'\"][^\n,;}\]]*")
 # A YAML value that is an alias, a block scalar's indicator, or an anchor before a value.
 _YAML_NODE_RE = re.compile(r"^(?:\*[^\s,\]}]+\s*$|[|>][0-9+\-]*\s*$|(&[^\s,\]}]+\s+)(\S))")
 _JSON_SCALAR_RE = re.compile(r"^(?:-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null)\s*$")
@@ -321,17 +320,17 @@ def _assign_sub(m: "re.Match[str]") -> str:
     return name + "=" + _redacted_keeping_quotes(value)
 
 
-def _pair_sub(m: "re.Match[str]") -> str:
-    quote, name, sep, value = m.group(1), m.group(2), m.group(3), m.group(4)
+def _pair_value(quote: str, name: str, sep: str, value: str) -> Optional[str]:
+    """The pair as it may be kept, or None when it stays as written."""
     if (not is_secret_name(name) or name.endswith(("Error", "Exception", "Warning"))
             or value.startswith(REDACTED) or keeps(name, value.rstrip())):
-        return m.group(0)
+        return None
     if quote and _JSON_SCALAR_RE.match(value):
-        return m.group(0)  # a JSON number or boolean, as scrub_doc keeps them
+        return None  # a JSON number or boolean, as scrub_doc keeps them
     anchor = _YAML_NODE_RE.match(value)
     if anchor is not None:  # an alias (`*name`) or a block scalar's `|`: no value here
         if anchor.group(2) is None:
-            return m.group(0)
+            return None
         value = value[anchor.end(1):]
         sep += anchor.group(1)
     if value[:1] in ("'", '"'):
@@ -340,6 +339,30 @@ def _pair_sub(m: "re.Match[str]") -> str:
         stripped = value.rstrip(" \t'\"")
         new = REDACTED + value[len(stripped):]
     return quote + name + quote + sep + new
+
+
+def _scrub_pairs(text: str) -> str:
+    """Each `NAME: value` / `NAME = value` pair whose name looks secret, its value replaced.
+    The value is read only after a secret name, so a pair of another name never swallows
+    the pair after it (`url: x, password: y` on one line)."""
+    out: List[str] = []
+    pos = 0
+    for m in _PAIR_HEAD_RE.finditer(text):
+        if m.start() < pos:
+            continue
+        value = _PAIR_VALUE_RE.match(text, m.end())
+        if value is None:
+            continue
+        new = _pair_value(m.group(1), m.group(2), m.group(3), value.group(0))
+        if new is None:
+            continue
+        out.append(text[pos:m.start()])
+        out.append(new)
+        pos = value.end()
+    if not out:
+        return text
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def _auth_sub(m: "re.Match[str]") -> str:
@@ -454,7 +477,7 @@ def scrub_text(text: str) -> str:
     if ":" in text or "=" in text:
         if "uthorization" in text or "UTHORIZATION" in text:
             text = _AUTH_HEADER_RE.sub(_auth_sub, text)
-        text = _PAIR_RE.sub(_pair_sub, text)
+        text = _scrub_pairs(text)
     if "-" in text:
         text = _FLAG_RE.sub(_flag_sub, text)
         if "-p" in text:

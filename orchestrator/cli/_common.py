@@ -22,9 +22,8 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from orchestrator.errors import GpuvetError, StoreError, UsageError, shown
-from orchestrator.render import terminal_text
+from orchestrator.render import scrubbed, terminal_text
 from orchestrator.verdicts import Table
-from payload.scrub import scrub_text
 
 if TYPE_CHECKING:  # keep `gpuvet --help` free of the executors' imports
     from orchestrator.executors import ExecutorPool, GroupResult
@@ -270,20 +269,8 @@ def emit_json(obj: Any) -> None:
     """JSON on stdout as it is: written straight to the stream, not laid out by rich (a
     document of 10,000 parsed rows took rich 15 s). Every string in it is scrubbed
     (`payload.scrub.scrub_text`: a file name or a quoted line holding a token)."""
-    out.file.write(json.dumps(_scrubbed(obj), indent=2, default=str, sort_keys=False) + "\n")
+    out.file.write(json.dumps(scrubbed(obj), indent=2, default=str, sort_keys=False) + "\n")
     out.file.flush()
-
-
-def _scrubbed(obj: Any) -> Any:
-    """A JSON-like document with its strings, keys too, through `scrub_text`; numbers and
-    the document's shape stay."""
-    if isinstance(obj, str):
-        return scrub_text(obj)
-    if isinstance(obj, dict):
-        return {_scrubbed(k) if isinstance(k, str) else k: _scrubbed(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_scrubbed(v) for v in obj]
-    return obj
 
 
 def fail(exc: GpuvetError) -> int:
