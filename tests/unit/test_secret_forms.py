@@ -127,6 +127,8 @@ def harmless() -> list[Harmless]:
         Harmless("a tokenizer is no token", "TOKENIZERS_PARALLELISM=false",
                  f"TOKENIZER_TOKEN=tk{_u()}", "tk"),
         Harmless("tokenizer name", "TOKENIZER_NAME=gpt2", f"TOKENIZER_NAME={hf}", hf),
+        Harmless("a tokenizer is no token", "TOKENIZER=meta-llama/Llama-3.1-8B",
+                 f"TOKENIZER={hf}", hf),
         Harmless("count: a number", "MAX_TOKENS=4096", f"MAX_TOKENS=pw{_u()}", "pw"),
         Harmless("count: a number", "PASS_COUNT=3", f"PASS_COUNT=pw{_u()}", "pw"),
         Harmless("name: a plain name", "SESSION_NAME=nightly-7", f"SESSION_NAME={blob}", blob),
@@ -315,8 +317,10 @@ def test_error_messages_quote_no_secret(tmp_path: Path,
     # a suite with a typo'd key: pydantic quotes the value it refused, cut at its ends
     tok = "hf_" + _alnum(40)
     suite = tmp_path / "suite.yaml"
-    suite.write_text(f"train:\n  comand: env HF_TOKEN={tok} WANDB_MODE=offline python "
-                     "train.py --config configs/a-long-name-that-pydantic-cuts.yaml\n")
+    # (pydantic shows a long value's first and last 24 characters: here the token's tail,
+    # which no rule can tell from any other text)
+    suite.write_text("train:\n  comand: python train.py --config configs/nightly.yaml "
+                     f"HF_TOKEN={tok}\n")
     typo = gpuvet(capsys, "train", "-i", INVENTORY, "--suite", suite, "--results",
                   tmp_path / "r2")
     assert typo.returncode == 2 and "train.comand" in typo.stderr, typo.output
@@ -337,6 +341,51 @@ def test_a_training_command_is_stored_scrubbed(tmp_path: Path) -> None:
     supervise = scrub_doc({"argv": scrub_argv(argv), "tool": "gpuvet-train-supervise"})
     assert leaks(stored(results)) == []
     assert leaks(json.dumps(supervise)) == []
+
+
+def stored_unscrubbed(results: Path, message: str) -> Run:
+    """A run whose finding was stored before a form was known to the scrubber: written as
+    it is, past `records.finding`."""
+    from orchestrator.records import Finding
+
+    run = Run.create(results, command="import nccl-tests", suite_hash="0" * 16, suite={},
+                     inventory_path=None, providers=["lab"])
+    raw = Finding(run_id=run.run_id, scope="provider", node=None, provider="lab",
+                  step="nccl", code="NCCL_LOG_NOISE", severity="INFO", message=message,
+                  evidence=[], details={"line": message})
+    run.add_findings([raw])
+    run.finish("passed")
+    return run
+
+
+def test_what_the_store_holds_from_before_is_scrubbed_on_the_way_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "results"
+    run = stored_unscrubbed(results, "read past: " + " | ".join(
+        p.text for p in PLANTED if "\n" not in p.text))
+    assert leaks((run.dir / "findings.jsonl").read_text())  # the test plants what it seeks
+    out = "\n".join([shown_again(capsys, results, run.run_id),
+                     exported(capsys, results, run.run_id, tmp_path)])
+    assert leaks(out) == []
+
+
+def test_csv_shows_control_characters_escaped_parquet_keeps_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pandas as pd
+
+    name = "NVIDIA H200\x1b[2J\x07\u202egpu"
+    results = tmp_path / "results"
+    run = stored_unscrubbed(results, f"GPU name {name}")
+    csv, parquet = tmp_path / "x.csv", tmp_path / "x.parquet"
+    for fmt, dest in (("csv", csv), ("parquet", parquet)):
+        res = gpuvet(capsys, "export", run.run_id, "--format", fmt, "-o", dest,
+                     "--results", results)
+        assert res.returncode == 0, res.output
+    text = tmp_path.joinpath("x.findings.csv").read_text()
+    assert "GPU name NVIDIA H200\\x1b[2J\\x07\\u202egpu" in text
+    assert not [c for c in text if ord(c) < 32 and c not in "\n\r\t" or c == "\u202e"]
+    messages = pd.read_parquet(tmp_path / "x.findings.parquet")["message"].tolist()
+    assert messages == [f"GPU name {name}"]
 
 
 def test_harmless_values_survive_the_import(tmp_path: Path,
