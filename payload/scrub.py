@@ -128,6 +128,9 @@ _BLOB_EXEMPT_NAMES = frozenset(
 )
 _BLOB_EXEMPT_SUFFIXES = ("_PATH", "_HOME", "_DIR", "_ROOT", "_PREFIX", "_FILE", "_VISIBLE_DEVICES")
 
+# every secret word above holds one of these: a name without any is read no further
+_SECRET_HINT_RE = re.compile(r"(?i)key|pas|pw|auth|sess|dsn|hook|sig|otp|salt|tok|secret|priv|"
+                             r"cred|cookie")
 _SPLIT_RE = re.compile(r"[^A-Z0-9]+")
 _CAMEL_RE = re.compile(r"([a-z0-9])(?=[A-Z])")
 
@@ -147,7 +150,7 @@ def is_secret_name(name: str) -> bool:
     upper = name.upper()
     if upper in _SECRET_NAMES:
         return True
-    if upper in _PLAIN_NAMES:
+    if upper in _PLAIN_NAMES or not _SECRET_HINT_RE.search(name):
         return False
     parts = _parts(name)
     for i, part in enumerate(parts):
@@ -251,6 +254,10 @@ _TOKEN_RES = [
     re.compile(r"\bpypi-[A-Za-z0-9_\-]{30,}"),
     re.compile(r"\bwandb_v1_[A-Za-z0-9_\-]{20,}"),
 ]
+# the shapes in one pass (each alone is a pass over the text); every shape begins with
+# one of the letters the lookahead lists, which spares trying them all at every character
+_TOKENS_RE = re.compile("(?=[AaGghxsyenpw])(?:" + "|".join(f"(?:{rx.pattern})" for rx in _TOKEN_RES)
+                        + ")")
 _BEARER_RE = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/\-]{16,}=*)")
 # An HTTP authorization header: the scheme stays, the credentials go (to the line's end).
 _AUTH_HEADER_RE = re.compile(
@@ -348,7 +355,7 @@ def _scrub_pairs(text: str) -> str:
     out: List[str] = []
     pos = 0
     for m in _PAIR_HEAD_RE.finditer(text):
-        if m.start() < pos:
+        if m.start() < pos or not is_secret_name(m.group(2)):
             continue
         value = _PAIR_VALUE_RE.match(text, m.end())
         if value is None:
@@ -483,9 +490,7 @@ def scrub_text(text: str) -> str:
         if "-p" in text:
             text = _GLUED_P_RE.sub(lambda m: m.group(1) + REDACTED, text)
     text = _BEARER_RE.sub("\\1" + REDACTED, text)
-    for rx in _TOKEN_RES:
-        text = rx.sub(REDACTED, text)
-    return text
+    return _TOKENS_RE.sub(REDACTED, text)
 
 
 def _blob_exempt(name: str) -> bool:
