@@ -246,7 +246,7 @@ def test_an_imported_log_holds_no_secret_anywhere(tmp_path: Path,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """The planted lines before the log's table (read past as noise, so quoted by the
     NCCL_LOG_NOISE finding) and the log named after a token."""
-    log_text = all_planted_text() + LOG.read_text()
+    log_text = all_planted_text() + LOG.read_text() + "copied by hand, 14:02\n"
     hf_name = "hf_" + _alnum(30)
     log = tmp_path / f"{hf_name}.log"
     log.write_text(log_text)
@@ -255,17 +255,37 @@ def test_an_imported_log_holds_no_secret_anywhere(tmp_path: Path,
                  "--verbose")
     assert res.returncode == 0, res.output
     run = only_run(results)
-    findings = (run / "findings.jsonl").read_text()
-    assert "NCCL_LOG_NOISE" in findings  # the planted lines were read, and quoted
+    findings = [json.loads(x) for x in (run / "findings.jsonl").read_text().splitlines()]
+    (noise,) = [f for f in findings if f["code"] == "NCCL_LOG_NOISE"]  # read and quoted
     (copy,) = [p for p in (run / "providers" / "lab" / "imported").iterdir()
                if p.name != "done.json"]
-    # the copy keeps every line, so the line numbers findings cite still hold
-    assert copy.read_text().count("\n") == log_text.count("\n")
-    assert copy.read_text().splitlines()[-5:] == log_text.splitlines()[-5:]
+    # the copy keeps every line (the key blocks' too), so the lines findings cite hold
+    kept = copy.read_text().splitlines()
+    assert len(kept) == len(log_text.splitlines()) and kept[-1] == "copied by hand, 14:02"
+    assert noise["evidence"] == [str(copy.relative_to(run))]
     everything = "\n".join([res.output, stored(results), shown_again(capsys, results, run.name),
                             exported(capsys, results, run.name, tmp_path)])
     assert leaks(everything) == []
     assert hf_name not in everything and hf_name[3:] not in everything
+
+
+def test_a_key_block_keeps_the_lines_findings_cite(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    pem = private_key("rsa")
+    log = tmp_path / "round.log"
+    log.write_text(f"ssh-add - <<EOF\n{pem}\nEOF\n{LOG.read_text()}copied by hand, 14:02\n")
+    results = tmp_path / "results"
+    assert gpuvet(capsys, "import", "nccl-tests", log, "-p", "lab", "--results",
+                  results).returncode == 0
+    run = only_run(results)
+    findings = [json.loads(x) for x in (run / "findings.jsonl").read_text().splitlines()]
+    (noise,) = [f for f in findings if f["code"] == "NCCL_LOG_NOISE"]
+    cited = noise["details"]["lines"]
+    assert cited[0] == 1 and len(cited) == len(pem.splitlines()) + 3  # all of it, cited
+    kept = (run / noise["evidence"][0]).read_text().splitlines()
+    assert kept[cited[-1] - 1] == "copied by hand, 14:02"
+    assert kept[cited[-2] - 1] == "EOF" and kept[1].startswith("-----BEGIN RSA PRIVATE KEY")
+    assert not set(frame_and_body(pem)[1]) & set(kept)
 
 
 def test_a_poc_folder_holds_no_secret_anywhere(tmp_path: Path,
