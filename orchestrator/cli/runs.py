@@ -331,7 +331,9 @@ def register(root: click.Group) -> None:
                        " `-o x` (no suffix) a new folder x of runs.parquet, ...")
     def export(results: Path, run_ids: tuple[str, ...], fmt: str, output: Path) -> int:
         """Export runs' findings, measurements and environment facts as tidy tables: times
-        as timestamps, lists as lists, tags and details as columns (dicts in JSON)."""
+        as timestamps, lists as lists, tags and details as columns (dicts in JSON). Text is
+        scrubbed of secrets; a CSV cell shows control characters escaped (`\\x1b`), as the
+        terminal does, Parquet and JSON keep them."""
         from orchestrator.analysis import frames
 
         known = set(frames.runs(results, run_ids=list(run_ids))["run_id"])
