@@ -344,7 +344,11 @@ def test_error_messages_quote_no_secret(tmp_path: Path,
     typo = gpuvet(capsys, "train", "-i", INVENTORY, "--suite", suite, "--results",
                   tmp_path / "r2")
     assert typo.returncode == 2 and "train.comand" in typo.stderr, typo.output
-    out = res.output + typo.output
+    # --debug shows the traceback, scrubbed like every line printed
+    debug = gpuvet(capsys, "--debug", "import", "nccl-tests", bad, "-p", "lab", "--results",
+                   tmp_path / "r")
+    assert debug.returncode == 2 and "Traceback" in debug.stderr, debug.output
+    out = res.output + typo.output + debug.output
     assert leaks(out) == []
     for piece in (hf_name[3:], tok[3:13], tok[-10:]):
         assert piece not in out
