@@ -626,11 +626,10 @@ def scrub_argv(argv: Iterable[str]) -> List[str]:
     return out
 
 
-def scrub_lines(text: str, yaml_pairs: bool = False) -> str:
-    """``scrub_text``, which keeps the number of lines (a private-key block's body lines
-    become one ``***`` each) and reads ``NAME: value`` pairs; ``yaml_pairs`` is kept for
-    the callers that pass it and changes nothing."""
-    del yaml_pairs
+def scrub_lines(text: str) -> str:
+    """``scrub_text``, named for the callers that keep a file as written (an inventory
+    copy): the number of lines never changes (a key block's body lines become one ``***``
+    each) and ``NAME: value`` pairs are read."""
     return scrub_text(text)
 
 
