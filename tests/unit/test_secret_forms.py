@@ -35,7 +35,7 @@ from payload.scrub import (
     scrub_text,
 )
 from tests.unit.clirun import CliResult, gpuvet
-from tests.unit.testkeys import aws_key_pair, frame_and_body, private_key, putty_key
+from tests.unit.testkeys import armored, aws_key_pair, frame_and_body, private_key, putty_key
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 LOG = FIXTURES / "h200x2" / "nccl-tests" / "all_reduce_8B-128M_g2_round1.log"
@@ -66,6 +66,10 @@ def planted() -> list[Planted]:
     rsa = private_key("rsa")
     putty = putty_key()
     putty_lines = putty.splitlines()
+    ssh2 = armored("---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----",
+                   "---- END SSH2 ENCRYPTED PRIVATE KEY ----", ('Comment: "rsa-key-test"',))
+    pgp = armored("-----BEGIN PGP PRIVATE KEY BLOCK-----", "-----END PGP PRIVATE KEY BLOCK-----",
+                  ("", ))
     s = {k: f"pl{k}{_u()}" for k in ("colon", "json1", "json2", "yaml", "auth", "xapi",
                                      "mysqlp", "pwflag", "pwflag2", "mysqlpwd", "url1a",
                                      "url1b", "url2a", "url2b", "nested", "cookie",
@@ -99,6 +103,8 @@ def planted() -> list[Planted]:
         Planted("PEM block", pem, tuple(frame_and_body(pem)[1])),
         Planted("RSA PEM block", rsa, tuple(frame_and_body(rsa)[1])),
         Planted("PuTTY key", putty, (putty_lines[7], putty_lines[8].split()[1])),
+        Planted("SSH2 key", ssh2, tuple(ssh2.splitlines()[2:-1])),
+        Planted("PGP key block", pgp, tuple(pgp.splitlines()[2:-1])),
     ]
 
 

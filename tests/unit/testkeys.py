@@ -68,3 +68,12 @@ def putty_key() -> str:
                       "Comment: ed25519-key-test", "Public-Lines: 2", public.decode()[:64],
                       public.decode()[64:] or "AAAA", "Private-Lines: 1", private,
                       "Private-MAC: " + secrets.token_hex(32)])
+
+
+def armored(begin: str, end: str, headers: tuple[str, ...] = ()) -> str:
+    """A key block of another program's frame (SSH2's `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY
+    ----`, PGP's `-----BEGIN PGP PRIVATE KEY BLOCK-----`) around fresh random bytes in
+    base64, 64 characters a line, after its header lines."""
+    body = base64.b64encode(os.urandom(300)).decode()
+    return "\n".join([begin, *headers, *(body[i:i + 64] for i in range(0, len(body), 64)),
+                      end])
