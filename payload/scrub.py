@@ -201,7 +201,7 @@ def _unquoted(value: str) -> str:
 
 def _shaped(value: str) -> bool:
     """Does the value hold a token of a known shape or a long mixed-case blob?"""
-    return any(rx.search(value) for rx in _TOKEN_RES) or _redact_blobs(value) != value
+    return bool(_TOKENS_RE.search(value)) or _redact_blobs(value) != value
 
 
 def keeps(name: str, value: str) -> bool:
