@@ -174,7 +174,7 @@ def inert(tables: dict[str, pd.DataFrame], fmt: str) -> dict[str, pd.DataFrame]:
     holds is scrubbed already; a run stored before a form was known is too); a CSV cell
     also shows control characters escaped, as the terminal does (`render.terminal_text`:
     an ESC or U+202E in a GPU name is seen as `\\x1b`, `\\u202e`); Parquet keeps them."""
-    from pandas.api import types
+    from pandas.api import types  # a second to import: --help and the SSH commands never do
 
     from orchestrator.render import terminal_text
 

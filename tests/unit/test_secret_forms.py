@@ -360,6 +360,22 @@ def test_error_messages_quote_no_secret(tmp_path: Path,
         assert piece not in out
 
 
+def test_a_parse_error_quotes_a_key_line_scrubbed() -> None:
+    """A body line of a key block is a secret only after its BEGIN line: the line an error
+    quotes is scrubbed as the text before it says."""
+    from orchestrator.errors import ParseError
+
+    pem = private_key("openssh")
+    body = frame_and_body(pem)[1]
+    text = f"hello\n{pem}\nafter\n"
+    exc = ParseError("nccl-tests", f"unknown text {body[1]!r}", line_no=4, line=body[1],
+                     source="hf_" + "Ab1" * 8 + ".log")
+    shown = str(exc.scrubbed(text))
+    assert body[1] not in shown and "line: '***'" in shown and ":4: " in shown
+    assert "Ab1Ab1" not in shown
+    assert exc.scrubbed("plain\n").line == scrub_text(body[1])  # a line the text lacks
+
+
 def test_a_training_command_is_stored_scrubbed(tmp_path: Path) -> None:
     """The suite in run.json and the index, and supervise.json's argv."""
     command = " && ".join(p.text for p in PLANTED if "\n" not in p.text)

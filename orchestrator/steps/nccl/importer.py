@@ -47,9 +47,7 @@ def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
     name = shown(str(path))
     data = read_user_file(path, MAX_INPUT_BYTES, "nccl-tests log")
     digest = hashlib.sha256(data).hexdigest()
-    # scrubbed before it is read: what a parse error quotes, the findings and the copy
-    # hold no secret, and the copy keeps the lines the findings cite
-    text = scrub_text(data.decode("utf-8", errors="replace"))
+    text = data.decode("utf-8", errors="replace")
     del data
     if text.lstrip()[:1] == "{":
         raise UsageError(f"{name} is an nccl-tests JSON (-J) file, not a text log",
@@ -57,11 +55,12 @@ def check_log(path: Path, n_nodes: int) -> tuple[str, str, dict[str, Any]]:
                               "text logs of the same rounds")
     try:
         run = parse_nccl_tests(text, source=name)
-    except ParseError as exc:
-        raise UsageError(f"{name} is not an nccl-tests log: {exc.what}",
+    except ParseError as exc:  # the line it quotes, scrubbed as the text around it says
+        raise UsageError(f"{name} is not an nccl-tests log: {exc.scrubbed(text).what}",
                          hint="give the text output of an nccl-tests binary (all_reduce_perf)"
                          ) from None
-    return text, digest, experiment(run, n_nodes)  # the rows are read again when judged
+    # the copy the run keeps, judged and cited by the findings: scrubbed line for line
+    return scrub_text(text), digest, experiment(run, n_nodes)
 
 
 UNIT = "imported"  # the step folder of an import's copies, and its done marker
