@@ -252,7 +252,7 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
             continue
         if cid not in taken_by and kind in COMMAND_OF:
             cmds[cid] = {"argv": COMMANDS_BY_ID[cid].argv, "rc": 0,
-                         "stdout": scrub_text(f.text or ""),
+                         "stdout": f.text or "",  # scrubbed when read (`files.read`)
                          "stderr": "", "file": f.name}
             taken_by[cid] = f
             f.target = cid
@@ -325,7 +325,7 @@ def judge_preflight(a: Assembled, node: inventory_mod.Node, inv: inventory_mod.I
     if a.extras:
         for eid, (facts, f) in a.extras.items():
             raw = out_dir / "raw" / f"{eid}.txt"
-            atomic_write(raw, scrub_text(f.text or ""), durable=False)
+            atomic_write(raw, f.text or "", durable=False)  # scrubbed when read
             nf.facts[eid] = facts
             nf.evidence[eid] = run.rel(raw)
         results = checks.node_results(nf, inv.provider_of(node).expect, suite.preflight)
