@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 
 from orchestrator.command import CommandResult
+from payload.scrub import scrub_text
 
 
 class GpuvetError(Exception):
@@ -76,6 +77,7 @@ class ParseError(GpuvetError):
     def __init__(self, kind: str, what: str, *, line_no: int | None = None, line: str | None = None,
                  source: str | None = None) -> None:
         self.kind = kind
+        self.reason = what
         self.line_no = line_no
         self.line = line
         self.source = source
@@ -87,6 +89,30 @@ class ParseError(GpuvetError):
             msg += f"\n  line: {line.rstrip()[:200]!r}"
         super().__init__(msg, hint="check that the file is the unedited output of the command; "
                          "report the line if it is")
+
+
+    def scrubbed(self, text: str) -> ParseError:
+        """This error as it may be shown, for the text it was raised on: its reason scrubbed,
+        and the line it quotes as the scrubbed text has it (a key block's body line is a
+        secret only after its BEGIN line). Only the text up to that line is scrubbed, so a
+        refusal stays as quick as the parse that made it."""
+        line, reason = self.line, self.reason
+        if line is not None and self.line_no is not None and self.line_no > 0:
+            end, start = -1, 0
+            for _ in range(self.line_no):
+                start = end + 1
+                end = text.find("\n", start)
+                if end < 0:
+                    end = len(text)
+                    break
+            as_kept = scrub_text(text[:end]).rsplit("\n", 1)[-1]  # a scrubbed line stays one
+            line = as_kept if line.strip() and line.strip() in text[start:end] \
+                else scrub_text(line)
+            quoted = self.line.strip() if self.line is not None else ""
+            if quoted:  # the reason may quote the line too
+                reason = reason.replace(quoted, line.strip())
+        return ParseError(self.kind, scrub_text(reason), line_no=self.line_no, line=line,
+                          source=None if self.source is None else scrub_text(self.source))
 
 
 class ConnectionFailed(GpuvetError):

@@ -69,7 +69,7 @@ def finding(run_id: str, step: str, *, provider: str, node: str | None, code: st
     gpuvet stores."""
     return Finding(run_id=run_id, scope="node" if node is not None else "provider", node=node,
                    provider=provider, step=step, code=code, severity=severity,
-                   message=scrub_text(message), evidence=list(evidence),
+                   message=scrub_text(message), evidence=[scrub_text(e) for e in evidence],
                    details=scrub_doc(details), stage=stage, unit_key=unit_key)
 
 

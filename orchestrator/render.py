@@ -1,14 +1,16 @@
-"""What reaches a terminal: text from users and nodes made inert (`terminal_text`), and
-parser facts rendered for `gpuvet parse`."""
+"""What reaches a terminal: text from users and nodes made inert and free of secrets
+(`terminal_text`), and parser facts rendered for `gpuvet parse`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from orchestrator.errors import escaped
+from payload.scrub import scrub_text
 
 if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help stays light
     from pydantic import BaseModel
@@ -16,8 +18,29 @@ if TYPE_CHECKING:  # a type only: the CLI's consoles import this module, --help 
 def terminal_text(text: str) -> str:
     """Text as it may be shown on a terminal: every control character written out as
     `\\x1b`, `\\x07`, `\\u202e`, so an escape sequence in an inventory value, a file name
-    or a node's output is seen, never obeyed. Tabs and line breaks stay."""
-    return escaped(text, keep_lines=True)
+    or a node's output is seen, never obeyed. Tabs and line breaks stay. A secret in it
+    (a path naming a token, a line an error quotes) is scrubbed (`payload.scrub`)."""
+    return escaped(scrub_text(text), keep_lines=True)
+
+
+def scrubbed(obj: Any, text: Callable[[str], str] = scrub_text) -> Any:
+    """A JSON-like document with every string, keys too, through `text` (`scrub_text`, or
+    `terminal_text` for a CSV cell); numbers and the document's shape stay. Strings seen
+    before are not scrubbed again (an export repeats its providers, nodes and metrics)."""
+    memo: dict[str, str] = {}
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, str):
+            if o not in memo:
+                memo[o] = text(o)
+            return memo[o]
+        if isinstance(o, dict):
+            return {walk(k): walk(v) for k, v in o.items()}
+        if isinstance(o, (list, tuple)):
+            return [walk(v) for v in o]
+        return o
+
+    return walk(obj)
 
 
 def _scalar(v: Any) -> str:

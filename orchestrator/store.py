@@ -172,7 +172,7 @@ def _inventory_copy(path: Path) -> str:
     try:
         return scrubbed_copy(path)
     except InventoryError:
-        return scrub_lines(path.read_text(encoding="utf-8", errors="replace"), yaml_pairs=True)
+        return scrub_lines(path.read_text(encoding="utf-8", errors="replace"))
 
 
 def proc_start(pid: int) -> int | None:

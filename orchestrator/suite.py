@@ -11,11 +11,19 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from ruamel.yaml import YAML
 
 from orchestrator.errors import UsageError
 from payload.allreduce import parse_size
+from payload.scrub import scrub_text
 from payload.train.config import PRESETS
 
 NCCL_TESTS_URL = "https://github.com/NVIDIA/nccl-tests.git"
@@ -256,4 +264,14 @@ def load_suite(path: Path | None) -> Suite:
         data = YAML(typ="safe").load(path.read_text()) or {}
         return Suite.model_validate(data)
     except Exception as exc:
-        raise UsageError(f"suite {path} is invalid: {exc}") from None
+        raise UsageError(f"suite {path} is invalid: {_problems(exc)}") from None
+
+
+def _problems(exc: Exception) -> str:
+    """What is wrong with a suite, without the values it quotes: pydantic cuts a long
+    value to its ends (`'env HF_TO...123 python t.py'`), and a cut token is no longer
+    one the scrubber knows, so each problem is its place and message only."""
+    if not isinstance(exc, ValidationError):
+        return scrub_text(str(exc))
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                     for e in exc.errors(include_input=False, include_url=False))

@@ -115,7 +115,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return ExitCode.USAGE
     except GpuvetError as exc:
         if State.debug:
-            traceback.print_exc()
+            err.print(traceback.format_exc().rstrip("\n"))  # scrubbed, escaped
         err.print(f"error: {exc}")
         return exc.exit_code
     except KeyboardInterrupt:
@@ -130,7 +130,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         return ExitCode.OK
     except Exception:
         if State.debug:
-            traceback.print_exc()
+            err.print(traceback.format_exc().rstrip("\n"))  # scrubbed, escaped
         else:
             exc_type, exc_val, _ = sys.exc_info()
             err.print(f"internal error: {exc_type.__name__ if exc_type else '?'}: {exc_val}\n"

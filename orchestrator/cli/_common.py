@@ -22,7 +22,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 
 from orchestrator.errors import GpuvetError, StoreError, UsageError, shown
-from orchestrator.render import terminal_text
+from orchestrator.render import scrubbed, terminal_text
 from orchestrator.verdicts import Table
 
 if TYPE_CHECKING:  # keep `gpuvet --help` free of the executors' imports
@@ -293,8 +293,9 @@ def render(table: Table) -> None:
 
 def emit_json(obj: Any) -> None:
     """JSON on stdout as it is: written straight to the stream, not laid out by rich (a
-    document of 10,000 parsed rows took rich 15 s)."""
-    out.file.write(json.dumps(obj, indent=2, default=str, sort_keys=False) + "\n")
+    document of 10,000 parsed rows took rich 15 s). Every string in it is scrubbed
+    (`payload.scrub.scrub_text`: a file name or a quoted line holding a token)."""
+    out.file.write(json.dumps(scrubbed(obj), indent=2, default=str, sort_keys=False) + "\n")
     out.file.flush()
 
 

@@ -28,7 +28,9 @@ from orchestrator.cli._common import (
     verbose_option,
 )
 from orchestrator.errors import UsageError, did_you_mean, shown
+from orchestrator.render import scrubbed
 from orchestrator.verdicts import Table
+from payload.scrub import scrub_text
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -219,6 +221,40 @@ def typed(tables: dict[str, pd.DataFrame], fmt: str) -> dict[str, pd.DataFrame]:
     return out
 
 
+def inert(tables: dict[str, pd.DataFrame], fmt: str) -> dict[str, pd.DataFrame]:
+    """Every text cell and column name scrubbed of secrets (`payload.scrub`: what the store
+    holds is scrubbed already; a run stored before a form was known is too); a CSV cell
+    also shows control characters escaped, as the terminal does (`render.terminal_text`:
+    an ESC or U+202E in a GPU name is seen as `\\x1b`, `\\u202e`); Parquet keeps them."""
+    from pandas.api import types  # a second to import: --help and the SSH commands never do
+
+    from orchestrator.render import terminal_text
+
+    text = terminal_text if fmt == "csv" else scrub_text
+    out = {}
+    for name, df in tables.items():
+        df = df.rename(columns={c: text(c) for c in df.columns if isinstance(c, str)})
+        for c in df.columns:
+            col = df[c]
+            if (types.is_numeric_dtype(col) or types.is_bool_dtype(col)
+                    or types.is_datetime64_any_dtype(col)):
+                continue
+            memo: dict[str, str] = {}
+
+            def cell(v: Any, memo: dict[str, str] = memo) -> Any:
+                if isinstance(v, str):
+                    if v not in memo:
+                        memo[v] = text(v)
+                    return memo[v]
+                if hasattr(v, "tolist"):  # a Parquet list held as an array
+                    v = v.tolist()
+                return scrubbed(v, text) if isinstance(v, (list, tuple, dict)) else v
+
+            df[c] = col.map(cell)
+        out[name] = df
+    return out
+
+
 def export_paths(tables: Sequence[str], fmt: str, dest: Path) -> dict[str, Path]:
     """`-o x.parquet`: x.runs.parquet, x.measurements.parquet, ... beside it; `-o x` (no
     file suffix): a new folder x of runs.parquet, measurements.parquet, ..."""
@@ -232,11 +268,11 @@ def write_export(tables: dict[str, pd.DataFrame], fmt: str, dest: Path) -> list[
     if fmt == "json":
         from orchestrator.store import atomic_write
 
-        doc = {k: json.loads(v.to_json(orient="records", date_format="iso"))
-               for k, v in tables.items()}
+        doc = scrubbed({k: json.loads(v.to_json(orient="records", date_format="iso"))
+                        for k, v in tables.items()})
         atomic_write(dest, json.dumps(doc, indent=1) + "\n")
         return [dest]
-    tables = typed(tables, fmt)
+    tables = inert(typed(tables, fmt), fmt)
     paths = export_paths(list(tables), fmt, dest)
     beside = dest.suffix == f".{fmt}"
     taken = [p for p in paths.values() if p.exists()] if beside else \
@@ -349,8 +385,9 @@ def register(root: click.Group) -> None:
         """Export runs' findings, measurements and environment facts as tidy tables: times
         as timestamps, integers as integers (empty where a row has none), lists as lists
         (joined with ';' in CSV), tags and details as columns (dicts in JSON), an
-        environment fact's value beside its unit. RUN is a run id from `gpuvet runs`, or
-        `latest` for the newest run."""
+        environment fact's value beside its unit. Text is scrubbed of secrets; a CSV cell
+        shows control characters escaped (`\\x1b`), as the terminal does, Parquet and JSON
+        keep them. RUN is a run id from `gpuvet runs`, or `latest` for the newest run."""
         ids = resolve_runs(results, run_ids)
         if fmt == "parquet":
             try:

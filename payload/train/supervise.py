@@ -30,7 +30,7 @@ import time
 from typing import Any, Dict, List, Optional, Set
 
 from payload.ncclbuild import visible_gpus
-from payload.scrub import scrub_text
+from payload.scrub import scrub_argv
 from payload.train import protocol
 from payload.train.telemetry import Telemetry
 
@@ -271,7 +271,7 @@ def main(args: Any) -> int:
     telemetry = Telemetry(args.out, args.telemetry_interval, env)
     doc: Dict[str, Any] = {"tool": "gpuvet-train-supervise", "phase": args.phase,
                            # the user's command may carry tokens (`env HF_TOKEN=... cmd`)
-                           "argv": [scrub_text(a) for a in argv], "nproc": nproc,
+                           "argv": scrub_argv(argv), "nproc": nproc,
                            "node_rank": args.node_rank,
                            "nnodes": args.nnodes, "subreaper": subreaper,
                            "trigger": {"after_step": args.kill_after_step,

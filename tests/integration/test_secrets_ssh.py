@@ -27,6 +27,7 @@ from orchestrator.errors import GpuvetError, HostKeyError, NodeUnreachable, Step
 from orchestrator.executors import ExecutorPool, make_executor, options_for
 from orchestrator.executors.base import CommandResult, get_verified, is_unreachable, put_verified
 from orchestrator.executors.ssh import SshExecutor
+from tests.unit.test_secret_forms import PLANTED, all_planted_text
 
 WAIT_S = 60
 
@@ -286,6 +287,8 @@ echo "upload to $UPLOAD_URL"
 echo "Authorization: Bearer $API_HEADER" >&2
 echo "Server=db;User Id=app;Password=$DB_PW;" >&2
 echo "wandb: WANDB_API_KEY=$WANDB_API_KEY HF_TOKEN=$HF_TOKEN"
+cat "$(dirname "$0")/planted.txt"
+cat "$(dirname "$0")/planted.txt" >&2
 for i in 1 2 3 4 5; do echo "step=$i"; sleep 0.2; done
 """
 
@@ -305,6 +308,8 @@ def test_no_secret_of_any_kind_reaches_the_results(cluster: Cluster, tmp_path: P
         "bearer": f"{u}Tk",  # printed by the command on stderr after "Bearer"
         "odbc_password": f"odbc{u[:10]}",  # Password= inside a connection string
     }
+    # and every form of tests/unit/test_secret_forms.py's table, printed by the trainer
+    (shared_dir / "planted.txt").write_text(all_planted_text())
     trainer = shared_dir / "trainer.sh"
     trainer.write_text(TRAINER)
     trainer.chmod(0o755)
@@ -332,8 +337,11 @@ def test_no_secret_of_any_kind_reaches_the_results(cluster: Cluster, tmp_path: P
     # the command ran and its output was kept (scrubbed): the test looks where it should
     stdout = (run / "nodes" / "node1" / "train" / "reference" / "node1" / "command.stdout")
     assert "step=5" in stdout.read_text() and "AccountKey=***" in stdout.read_text()
-    for kind, value in secrets.items():
+    pieces = [*secrets.items(), *((p.kind, piece) for p in PLANTED for piece in p.pieces)]
+    for kind, value in pieces:
         found = [str(p) for p in results.rglob("*") if p.is_file()
                  and value.encode() in p.read_bytes()]
         assert found == [], (kind, found)
         assert value not in res.stdout + res.stderr, kind
+    # the stored outputs keep their lines: the key blocks' too
+    assert stdout.read_text().count("\n") >= all_planted_text().count("\n")

@@ -52,3 +52,28 @@ def aws_key_pair() -> tuple[str, str]:
               + secrets.choice(string.ascii_uppercase) + secrets.choice(string.ascii_lowercase)
               + secrets.choice(string.digits))
     return key_id, secret
+
+
+def putty_key() -> str:
+    """A PuTTY key file (`PuTTY-User-Key-File-3`, as puttygen writes one) around a fresh
+    Ed25519 key: the public and private lines are the key's bytes in base64, the MAC is
+    random hex."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH).split()[1]
+    private = base64.b64encode(b"\x00\x00\x00\x20" + key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+        serialization.NoEncryption())).decode()
+    return "\n".join(["PuTTY-User-Key-File-3: ssh-ed25519", "Encryption: none",
+                      "Comment: ed25519-key-test", "Public-Lines: 2", public.decode()[:64],
+                      public.decode()[64:] or "AAAA", "Private-Lines: 1", private,
+                      "Private-MAC: " + secrets.token_hex(32)])
+
+
+def armored(begin: str, end: str, headers: tuple[str, ...] = ()) -> str:
+    """A key block of another program's frame (SSH2's `---- BEGIN SSH2 ENCRYPTED PRIVATE KEY
+    ----`, PGP's `-----BEGIN PGP PRIVATE KEY BLOCK-----`) around fresh random bytes in
+    base64, 64 characters a line, after its header lines."""
+    body = base64.b64encode(os.urandom(300)).decode()
+    return "\n".join([begin, *headers, *(body[i:i + 64] for i in range(0, len(body), 64)),
+                      end])

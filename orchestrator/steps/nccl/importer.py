@@ -86,12 +86,13 @@ def check_log(path: Path, n_nodes: int | None) -> tuple[str, str, dict[str, Any]
                               "text logs of the same rounds")
     try:
         run = parse_nccl_tests(text, source=name)
-    except ParseError as exc:
-        raise UsageError(f"{name} is not an nccl-tests log: {exc.what}",
+    except ParseError as exc:  # the line it quotes, scrubbed as the text around it says
+        raise UsageError(f"{name} is not an nccl-tests log: {exc.scrubbed(text).what}",
                          hint="give the text output of an nccl-tests binary (all_reduce_perf)"
                          ) from None
     nodes = log_nodes(run, name, n_nodes)
-    return text, digest, experiment(run, nodes), nodes  # the rows are read again when judged
+    # the copy the run keeps, judged and cited by the findings: scrubbed line for line
+    return scrub_text(text), digest, experiment(run, nodes), nodes
 
 
 UNIT = "imported"  # the step folder of an import's copies, and its done marker
@@ -175,7 +176,7 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int | None,
         series_logs = []
         for i, (p, (text, _, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
             copy = dest / f"round{i}_{_file_name(p)}"
-            atomic_write(copy, scrub_text(text))  # what the run keeps
+            atomic_write(copy, text)  # what the run keeps, scrubbed by check_log
             series_logs.append((i, copy, False))
         scope: MeasureScope = "single" if n_nodes == 1 else "multi"
         series = Series(scope, [], series_logs, provider=provider, n_nodes=n_nodes,
@@ -190,8 +191,9 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int | None,
 
 
 def _file_name(path: Path) -> str:
-    """The log's name for its copy: bytes that are not UTF-8 written as `\\xNN`."""
-    return shown(path.name).replace("/", "_")
+    """The log's name for its copy: bytes that are not UTF-8 written as `\\xNN`, a secret
+    in it (`hf_<token>.log`) scrubbed."""
+    return scrub_text(shown(path.name)).replace("/", "_")
 
 
 def _reopen(results: Path, run_id: str, logs: list[Path]) -> Run:

@@ -29,6 +29,7 @@ from orchestrator.files import not_regular
 from orchestrator.parsers._noise import split_by_rank
 from orchestrator.steps.poc import kinds
 from orchestrator.steps.poc.identity import Identity, bus_key, identity
+from payload.scrub import scrub_text
 
 __all__ = ["MAX_BYTES", "Identity", "PocFile", "bus_key", "describe", "read", "read_all"]
 
@@ -93,7 +94,7 @@ def read(path: Path, name: str, checkout: str | None = None) -> PocFile:
     `checkout` names the source checkout the file lies in: what is not a command
     output there is the checkout's own (skipped), not a file someone saved.
     """
-    f = PocFile(name=shown(name), path=path)
+    f = PocFile(name=scrub_text(shown(name)), path=path)  # a name may hold a token too
     if path.is_symlink():
         f.status, f.reason = "unreadable", "a symbolic link: not followed"
         return f
@@ -121,7 +122,8 @@ def read(path: Path, name: str, checkout: str | None = None) -> PocFile:
         f.status, f.reason = ("skipped", f"in the source checkout {checkout}/: {why}") \
             if checkout else ("unreadable", why)
         return f
-    f.text = text
+    f.text = scrub_text(text)  # read, judged and kept scrubbed, line for line
+    f.scrubbed = f.text != text
     recognise(f)
     if f.status == "not recognised" and checkout:
         f.status, f.reason = "skipped", f"part of the source checkout {checkout}/"

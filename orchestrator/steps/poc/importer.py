@@ -119,7 +119,7 @@ def scan(folder: Path) -> list[PocFile]:
                 dirs.remove(".git")
             else:
                 names.remove(".git")
-            name = ".git/" if rel == "." else f"{shown(rel)}/.git/"
+            name = ".git/" if rel == "." else f"{scrub_text(shown(rel))}/.git/"
             out.append(PocFile(name=name, path=base / ".git", status="skipped",
                                reason="the git metadata of a source checkout"))
         for d in list(dirs):
@@ -131,14 +131,28 @@ def scan(folder: Path) -> list[PocFile]:
         for n in names:
             where = None if inside is None else (folder.name if inside == "." else inside)
             found.append((base / n, (base / n).relative_to(folder).as_posix(),
-                          None if where is None else shown(where)))
+                          None if where is None else scrub_text(shown(where))))
     if not found and not out:
         raise UsageError(f"{shown(str(folder))} holds no files",
                          hint="give the folder the PoC outputs were saved in")
     found.sort(key=lambda pn: _natural(pn[1]))
     for p, name, checkout in found:
         out += read_all(p, name, checkout)
-    return sorted(out, key=lambda f: _natural(f.name))
+    return sorted(_unique_names(out), key=lambda f: _natural(f.name))
+
+
+def _unique_names(files: list[PocFile]) -> list[PocFile]:
+    """Names made unique again where scrubbing made two alike (`hf_<one token>.txt` and
+    `hf_<another>.txt` are both `***.txt`): the second is `***.txt (2)`."""
+    seen: set[str] = set()
+    for f in files:
+        name, n = f.name, 1
+        while name in seen:
+            n += 1
+            name = f"{f.name} ({n})"
+        f.name = name
+        seen.add(name)
+    return files
 
 
 def split_nodes(files: list[PocFile]) -> None:
@@ -238,7 +252,7 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
             continue
         if cid not in taken_by and kind in COMMAND_OF:
             cmds[cid] = {"argv": COMMANDS_BY_ID[cid].argv, "rc": 0,
-                         "stdout": scrub_text(f.text or ""),
+                         "stdout": f.text or "",  # scrubbed when read (`files.read`)
                          "stderr": "", "file": f.name}
             taken_by[cid] = f
             f.target = cid
@@ -289,10 +303,8 @@ def _copy(run: Run, out_dir: Path, f: PocFile) -> str | None:
         if f.sha256 is None or f.data.strip():
             return None  # never read (a link, too large), or binary
         data = f.data
-    else:
-        clean = scrub_text(f.text)
-        f.scrubbed = clean != f.text
-        data = clean.encode() if f.scrubbed else f.data
+    else:  # scrubbed when it was read (`files.read`)
+        data = f.text.encode() if f.scrubbed else f.data
     dest = out_dir / "raw" / "poc" / f.name
     atomic_write(dest, data, durable=False)
     f.copy = run.rel(dest)
@@ -313,7 +325,7 @@ def judge_preflight(a: Assembled, node: inventory_mod.Node, inv: inventory_mod.I
     if a.extras:
         for eid, (facts, f) in a.extras.items():
             raw = out_dir / "raw" / f"{eid}.txt"
-            atomic_write(raw, scrub_text(f.text or ""), durable=False)
+            atomic_write(raw, f.text or "", durable=False)  # scrubbed when read
             nf.facts[eid] = facts
             nf.evidence[eid] = run.rel(raw)
         results = checks.node_results(nf, inv.provider_of(node).expect, suite.preflight)
