@@ -157,6 +157,50 @@ def test_import_poc_lists_a_fifo_and_does_not_hang(tmp_path: Path,
     assert "not a regular file (a FIFO (named pipe))" in entry["reason"]
 
 
+# --------------------------------------------------------------------------- nested JSON
+
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than Python's stack: json.loads recurses
+TORCH_DEEP = ('{"torch": "2.5", "cuda": null, "nccl": null, "available": false, "count": 0, '
+              f'"devices": {DEEP}}}')
+
+
+def test_deeply_nested_json_is_bad_input_never_a_crash(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's RecursionError (exit 3) in `parse torch-info`, `preflight --from` (the
+    document itself, and the torch probe's line inside it) and `import poc` (a torch.txt)."""
+    torch = tmp_path / "torch.txt"
+    torch.write_text(TORCH_DEEP + "\n")
+    proc = gpuvet(capsys, "parse", "torch-info", torch)
+    assert proc.returncode == 2, proc.output
+    assert "bad torch JSON: nested too deeply" in one_line_error(proc.output)
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("providers:\n  p:\n    executor: local\n    nodes: [{name: a}]\n")
+    deep_doc = tmp_path / "deep.json"
+    deep_doc.write_text(DEEP)
+    proc = gpuvet(capsys, "preflight", "--from", deep_doc, "-i", inv, "--node", "a",
+                  "--results", tmp_path / "r")
+    assert proc.returncode == 2, proc.output
+    assert one_line_error(proc.output) == f"error: cannot read {deep_doc}: JSON nested too deeply"
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps({"tool": "gpuvet-payload", "node": "a", "commands": {"torch": {
+        "argv": ["python3"], "rc": 0, "stdout": TORCH_DEEP, "stderr": ""}}}))
+    proc = gpuvet(capsys, "preflight", "--from", doc, "-i", inv, "--node", "a",
+                  "--results", tmp_path / "r")
+    assert proc.returncode in (0, 1), proc.output  # the line is a parse error of the node
+    assert "internal error" not in proc.output
+
+    folder = tmp_path / "poc"
+    shutil.copytree(POC, folder)
+    (folder / "torch.txt").write_text(TORCH_DEEP + "\n")
+    proc = gpuvet(capsys, "import", "poc", folder, "-p", "lab", "--results", tmp_path / "r2")
+    assert proc.returncode in (0, 1), proc.output
+    meta = json.loads(next((tmp_path / "r2").glob("*/run.json")).read_text())
+    entry = meta["source"]["files"]["torch.txt"]
+    assert entry["status"] == "not recognised"
+    assert "bad torch JSON: nested too deeply" in entry["reason"]
+
+
 # --------------------------------------------------------------------------- non-UTF-8 names
 
 def test_import_nccl_tests_of_a_non_utf8_name(tmp_path: Path,
