@@ -249,11 +249,14 @@ def user_file_problem(path: Path, max_bytes: int) -> str | None:
     return None
 
 
-def open_regular(path: Path) -> int:
+def open_regular(path: Path | str, *, dir_fd: int | None = None, follow: bool = True) -> int:
     """A file descriptor of `path`, opened without blocking and checked to be a regular file
     after the open, so a FIFO put in its place between a check and the open cannot block
-    (O_NONBLOCK opens a FIFO at once; fstat then names it). OSError for the caller to word."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    (O_NONBLOCK opens a FIFO at once; fstat then names it). `dir_fd`: `path` is a name in
+    that folder (a path of any length is opened step by step); `follow=False`: a symbolic
+    link is refused (ELOOP). OSError for the caller to word."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
     try:
         kind = not_regular(os.fstat(fd).st_mode)
     except OSError:
