@@ -262,6 +262,13 @@ def test_import_poc_of_a_folder_nested_past_path_max_is_too_long(
     assert "nothing was stored" in proc.output and "--resume" not in proc.output
     no_run_left(results)
     assert not results.exists()
+    (tmp_path / "o").mkdir()
+    too_deep = str(_deep(tmp_path / "o", 4000)) + "/" + "e" * 200  # past PATH_MAX as given
+    proc = gpuvet(capsys, "import", "poc", too_deep, "-p", "lab", "--results", results)
+    assert proc.returncode == 2, proc.output
+    assert one_line_error(proc.output) == (f"error: {too_deep}: too long (4,201 bytes, more "
+                                           "than the 4,095 a path may have here)")
+    assert not results.exists()
 
 
 def test_import_poc_into_a_results_path_that_makes_a_copy_too_long(

@@ -163,7 +163,8 @@ def _walk(topfd: int, errors: list[PocFile]
     checkouts: list[str] = []
 
     def unlisted(exc: OSError) -> None:
-        errors.append(PocFile(name=shown(f"{exc.filename}/"), path=Path(str(exc.filename)),
+        name = f"{exc.filename}/" if isinstance(exc.filename, str) else "(a folder)/"
+        errors.append(PocFile(name=shown(name), path=Path(name),
                               status="unreadable",
                               reason=f"a folder that cannot be listed: {exc.strerror or exc}"))
 
@@ -208,6 +209,19 @@ def _measure(folder: Path, topfd: int) -> None:
                                   "else lies beside them; see docs/reliability.md (limits)")
 
 
+def _check_folder(folder: Path) -> None:
+    """The folder given is one, and its path one the system takes (exit 2 otherwise)."""
+    try:
+        st = os.stat(folder)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise _too_long(str(folder), None, _path_max(Path("/"))) from None
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{shown(str(folder))} is not a folder",
+                         hint="give the folder the PoC outputs were saved in")
+
+
 def scan(folder: Path, stage: Path | None = None) -> list[PocFile]:
     """Every file under the folder, read and recognised; links are listed, not followed.
 
@@ -218,15 +232,7 @@ def scan(folder: Path, stage: Path | None = None) -> list[PocFile]:
     Files are read one at a time: each is kept under `stage` (`files.keep`: its
     scrubbed copy written, its bytes and text let go) before the next is read.
     """
-    try:
-        st = os.stat(folder)
-    except OSError as exc:
-        if exc.errno == errno.ENAMETOOLONG:
-            raise _too_long(str(folder), None, _path_max(Path("/"))) from None
-        st = None
-    if st is None or not stat.S_ISDIR(st.st_mode):
-        raise UsageError(f"{shown(str(folder))} is not a folder",
-                         hint="give the folder the PoC outputs were saved in")
+    _check_folder(folder)
     try:
         topfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -571,9 +577,7 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
     inventory_mod.checked_name(provider, "provider")
     if node_name is not None:
         inventory_mod.checked_name(node_name, "node")
-    if not os.path.isdir(folder) and not os.path.lexists(folder):
-        raise UsageError(f"{shown(str(folder))} is not a folder",
-                         hint="give the folder the PoC outputs were saved in")
+    _check_folder(folder)  # before anything is made in the results folder
     made = not os.path.lexists(results)
     stage = _stage(results)
     try:
