@@ -209,7 +209,7 @@ def test_ping_with_a_fifo_identity_file_exits_2_at_once(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"}
     for cmd in (["inventory", "check", str(inv)], ["ping", "-i", str(inv)]):
         proc = subprocess.run([sys.executable, "-m", "orchestrator", *cmd], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=60)
+                              capture_output=True, text=True, timeout=30)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert f"identity_file: {fifo} is a FIFO (named pipe), not a file" in proc.stderr
 
