@@ -218,10 +218,60 @@ def not_regular(mode: int) -> str | None:
     return next((what for test, what in _KINDS if test(mode)), "not a regular file")
 
 
+# Files an inventory names, read by ssh (paramiko, fabric) rather than by gpuvet: a private
+# key is a few KB (a 16384-bit RSA key about 13 KB), an ssh_config or known_hosts of a large
+# fleet a few MB. docs/reliability.md (limits).
+MAX_KEY_BYTES = 1 << 20
+MAX_SSH_FILE_BYTES = 64 << 20
+
+
+def _limit(max_bytes: int) -> str:
+    return f"{max_bytes >> 20} MiB" if max_bytes >= 1 << 20 else f"{max_bytes >> 10} KiB"
+
+
+def user_file_problem(path: Path, max_bytes: int) -> str | None:
+    """Why a file the user names cannot be read as one (None: it can), looked at without
+    opening it: "does not exist", "is a FIFO (named pipe), not a file" (opening it would block),
+    "is a character device, not a file" (/dev/zero never ends), or its size past the limit."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    kind = not_regular(st.st_mode)
+    if kind == "a folder":
+        return "is a directory, not a file"
+    if kind is not None:
+        return f"is {kind}, not a file"
+    if st.st_size > max_bytes:
+        return f"is {st.st_size:,} bytes, more than the {_limit(max_bytes)} limit"
+    return None
+
+
+def open_regular(path: Path | str, *, dir_fd: int | None = None, follow: bool = True) -> int:
+    """A file descriptor of `path`, opened without blocking and checked to be a regular file
+    after the open, so a FIFO put in its place between a check and the open cannot block
+    (O_NONBLOCK opens a FIFO at once; fstat then names it). `dir_fd`: `path` is a name in
+    that folder (a path of any length is opened step by step); `follow=False`: a symbolic
+    link is refused (ELOOP). OSError for the caller to word."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags | (0 if follow else os.O_NOFOLLOW), dir_fd=dir_fd)
+    try:
+        kind = not_regular(os.fstat(fd).st_mode)
+    except OSError:
+        os.close(fd)
+        raise
+    if kind is not None:
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"not a regular file ({kind})")
+    return fd
+
+
 def read_user_file(path: Path, max_bytes: int, what: str = "file") -> bytes:
     """The bytes of a file the user named, checked before it is opened: a missing file, a
     FIFO or a device (which would block or never end), or one over `max_bytes` is a
-    UsageError with one line saying which."""
+    UsageError with one line saying which. The open itself never blocks (`open_regular`)."""
 
     name = shown(str(path))
     try:
@@ -235,14 +285,14 @@ def read_user_file(path: Path, max_bytes: int, what: str = "file") -> bytes:
         raise UsageError(f"{name} is not a regular file ({kind})",
                          hint=f"give the {what} itself, saved to a file")
     if st.st_size > max_bytes:
-        raise UsageError(f"{name} is {st.st_size:,} bytes, more than the {max_bytes >> 20} MiB "
+        raise UsageError(f"{name} is {st.st_size:,} bytes, more than the {_limit(max_bytes)} "
                          f"limit for one {what}", hint="split it, or keep the part with the "
                          "results; see docs/reliability.md (limits)")
     try:
-        with path.open("rb") as f:
+        with os.fdopen(open_regular(path), "rb") as f:
             data = f.read(max_bytes + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {name}: {exc.strerror or exc}") from None
     if len(data) > max_bytes:  # it grew while we looked
-        raise UsageError(f"{name} is more than the {max_bytes >> 20} MiB limit for one {what}")
+        raise UsageError(f"{name} is more than the {_limit(max_bytes)} limit for one {what}")
     return data

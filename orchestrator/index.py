@@ -196,6 +196,12 @@ class Index:
             db.executemany("INSERT INTO measurements VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                            [_measurement_row(m) for m in ms])
 
+    def delete_run(self, run_id: str) -> None:
+        """Forget a run whose folder was taken away (an import cut short stores nothing)."""
+        with self._connect() as db:
+            for table in ("findings", "measurements", "runs"):
+                db.execute(f"DELETE FROM {table} WHERE run_id=?", (run_id,))  # noqa: S608
+
     def findings(self, run_id: str) -> list[Finding]:
         with self._connect() as db:
             rows = db.execute("SELECT json FROM findings WHERE run_id=?", (run_id,)).fetchall()

@@ -17,8 +17,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator import payload as payload_mod
-from orchestrator.errors import StepError, UsageError
+from orchestrator.errors import StepError, UsageError, shown
 from orchestrator.executors.base import EnvCommand, Executor, check_env_names, put_verified
+from orchestrator.files import MAX_INPUT_BYTES, user_file_problem
 from orchestrator.inventory import Node
 from orchestrator.store import atomic_write
 from orchestrator.suite import NcclParams
@@ -42,6 +43,12 @@ def source_archive(params: NcclParams, staging: Path) -> Path | None:
     path = Path(local).expanduser()
     commit = params.source.commit
     if path.is_file():
+        # an archive of nccl-tests is about 1 MB; it is hashed and pushed whole
+        why = user_file_problem(path, MAX_INPUT_BYTES)
+        if why is not None:
+            raise UsageError(f"nccl-tests source {shown(str(path))} {why}",
+                             hint="point nccl.source.local_path at a clone of NVIDIA/nccl-tests "
+                                  "or at `git archive` output")
         return path
     if not (path / ".git").exists() and not (path / "HEAD").is_file():
         raise UsageError(f"nccl-tests source {path} is neither an archive nor a git checkout",

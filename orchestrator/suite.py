@@ -19,9 +19,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from ruamel.yaml import YAML
 
-from orchestrator.errors import UsageError
+from orchestrator.errors import UsageError, shown
+from orchestrator.inventory.reader import Refused, Source, read_text
 from payload.allreduce import parse_size
 from payload.scrub import scrub_text
 from payload.train.config import PRESETS
@@ -256,12 +256,27 @@ class Suite(_M):
 
 
 def load_suite(path: Path | None) -> Suite:
+    """The suite file, read with the inventory's limits (`inventory.reader`): a regular file
+    of at most 128 KiB, UTF-8 without control characters, nesting and aliases bounded (an
+    alias bomb is refused in milliseconds, not after gigabytes), one document; a duplicate
+    key or a YAML tag is named with its line."""
     if path is None:
         return Suite()
-    if not path.is_file():
-        raise UsageError(f"no such suite file: {path}")
+    name = shown(str(path))
     try:
-        data = YAML(typ="safe").load(path.read_text()) or {}
+        source = Source(read_text(path, what="a suite"), what="a suite")
+    except Refused as exc:
+        if exc.problem.msg == "no such file":
+            raise UsageError(f"no such suite file: {name}") from None
+        line = f":{exc.problem.line}" if exc.problem.line is not None else ""
+        raise UsageError(f"suite {name}{line}: {exc.problem.msg}",
+                         hint="see docs/reliability.md (limits)") from None
+    if source.problems:
+        first = source.problems[0]
+        more = f" (and {len(source.problems) - 1} more)" if len(source.problems) > 1 else ""
+        raise UsageError(f"suite {name}:{first.line}: {first.msg}{more}")
+    try:
+        data = source.data if source.data is not None else {}
         return Suite.model_validate(data)
     except Exception as exc:
         raise UsageError(f"suite {path} is invalid: {_problems(exc)}") from None

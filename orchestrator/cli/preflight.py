@@ -59,6 +59,9 @@ def register(root: click.Group) -> None:
                 doc = json.loads(text)
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise UsageError(f"cannot read {shown(str(from_))}: {exc}") from None
+            except RecursionError:  # `[[[[...`: deeper than Python's stack, never a crash
+                raise UsageError(f"cannot read {shown(str(from_))}: JSON nested too deeply",
+                                 hint="give the collect document the payload wrote") from None
             if not isinstance(doc, dict):
                 raise UsageError(f"{from_} is not a gpuvet collect document (not a JSON object)")
         with fleet(inventory, nodes, providers, "preflight", accept_new_host_keys) as f, \

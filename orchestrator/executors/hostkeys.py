@@ -22,6 +22,7 @@ import paramiko
 from paramiko.hostkeys import HostKeyEntry
 
 from orchestrator.errors import HostKeyError
+from orchestrator.files import open_regular
 
 _write_lock = threading.Lock()
 
@@ -52,7 +53,12 @@ def load(path: Path) -> KnownHosts:
     kh = KnownHosts(path)
     if not path.is_file():
         return kh
-    with path.open(encoding="utf-8", errors="replace") as f:
+    try:  # opened without blocking: a FIFO put in its place since `inventory check` is named
+        fd = open_regular(path)
+    except OSError as exc:
+        kh.problems.append(f"{path}: cannot read it: {exc.strerror or exc}")
+        return kh
+    with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
         for lineno, raw in enumerate(f, 1):
             line = raw.strip()
             if not line or line.startswith("#"):

@@ -30,7 +30,7 @@ import paramiko
 from fabric import Config, Connection
 from invoke.exceptions import CommandTimedOut, ThreadException
 
-from orchestrator.errors import ConnectionFailed, HostKeyError, StepError, UsageError
+from orchestrator.errors import ConnectionFailed, HostKeyError, StepError, UsageError, shown
 from orchestrator.executors import hops, hostkeys
 from orchestrator.executors.base import (
     ENV_FROM_STDIN,
@@ -42,6 +42,7 @@ from orchestrator.executors.base import (
     shell_path,
 )
 from orchestrator.executors.hops import Hop
+from orchestrator.files import MAX_KEY_BYTES, MAX_SSH_FILE_BYTES, user_file_problem
 from orchestrator.inventory import JumpHost, Node
 
 CHANNEL_TIMEOUT_S = 30.0
@@ -75,8 +76,20 @@ class SshExecutor:
     def _config(self) -> Config:
         overrides: dict[str, Any] = {"load_ssh_configs": True}
         if self.options.ssh_config:
-            overrides["ssh_config_path"] = os.path.expanduser(self.options.ssh_config)
+            overrides["ssh_config_path"] = self._ssh_file(self.options.ssh_config, "ssh_config",
+                                                          MAX_SSH_FILE_BYTES)
         return Config(overrides=overrides)
+
+    def _ssh_file(self, value: str, key: str, max_bytes: int) -> str:
+        """A file paramiko or fabric will open and read whole, checked first as `inventory
+        check` checks it (it may have changed since): a FIFO would block the worker in open(),
+        and the pool's shutdown with it, past SIGINT and SIGTERM; /dev/zero never ends."""
+        path = os.path.expanduser(value)
+        why = user_file_problem(Path(path), max_bytes)
+        if why is not None:
+            raise ConnectionFailed(f"{key} {shown(value)} {why}", node=self.node.name,
+                                   hint=f"name a regular file as {key} in the inventory")
+        return path
 
     def _secure(self, conn: Connection) -> Connection:
         kh = hostkeys.load(self.known_hosts)
@@ -93,7 +106,7 @@ class SshExecutor:
         kwargs: dict[str, Any] = {"banner_timeout": max(30.0, timeout),
                                   "auth_timeout": max(30.0, timeout)}
         if identity:
-            kwargs["key_filename"] = os.path.expanduser(identity)
+            kwargs["key_filename"] = self._ssh_file(identity, "identity_file", MAX_KEY_BYTES)
             kwargs["look_for_keys"] = False
         conn = Connection(host, user=user, port=port, config=self._config(),
                           connect_kwargs=kwargs, gateway=gateway)

@@ -18,12 +18,15 @@ after an hour of provisioning is an hour lost:
 Files named by the inventory are checked only for providers that use ssh, so
 the local-executor demo runs on a machine without ``~/.ssh``:
 
-- ``identity_file`` and ``settings.ssh_config`` must be existing files;
+- ``identity_file`` and ``settings.ssh_config`` must be existing regular files of bounded
+  size (``files.MAX_KEY_BYTES``, ``MAX_SSH_FILE_BYTES``): a FIFO would block the connection
+  and a device such as /dev/zero never ends, so both are refused here, unopened;
 - ``settings.known_hosts`` may be missing, because ``--accept-new-host-keys``
   creates it (without that option every node reports its unknown key and
-  the remedy); then its directory must exist, so a typo in the path is not
-  silently created. OpenSSH's own ``~/.ssh/known_hosts`` is exempt: like ssh,
-  gpuvet creates ``~/.ssh`` on a fresh machine.
+  the remedy); when it exists it is held to the same kind and size; else
+  its directory must exist, so a typo in the path is not silently created.
+  OpenSSH's own ``~/.ssh/known_hosts`` is exempt: like ssh, gpuvet creates
+  ``~/.ssh`` on a fresh machine.
 
 The checks between values read the data as written, not the models: they run
 even when pydantic refused the document, so both kinds come out at once.
@@ -40,6 +43,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from orchestrator import gpunames
+from orchestrator.files import MAX_KEY_BYTES, MAX_SSH_FILE_BYTES, user_file_problem
 from orchestrator.inventory.model import (
     DEFAULT_KNOWN_HOSTS,
     NAME_PATTERN,
@@ -199,19 +203,19 @@ def _valid(check: Any, value: str | None) -> bool:
     return True
 
 
-def _file_problem(value: str) -> str | None:
-    p = Path(os.path.expanduser(value))
-    if not p.exists():
-        return f"{value} does not exist"
-    if p.is_dir():
-        return f"{value} is a directory, not a file"
-    return None
+def _file_problem(value: str, max_bytes: int) -> str | None:
+    """A file ssh reads: a regular file of bounded size (a FIFO would block the connection,
+    /dev/zero be read until memory runs out), looked at without opening it."""
+    why = user_file_problem(Path(os.path.expanduser(value)), max_bytes)
+    return None if why is None else f"{value} {why}"
 
 
 def _known_hosts_problem(value: str) -> str | None:
     p = Path(os.path.expanduser(value))
     if p.is_dir():
         return f"{value} is a directory; name the known_hosts file"
+    if os.path.lexists(p) and (why := user_file_problem(p, MAX_SSH_FILE_BYTES)):
+        return f"{value} {why}"
     if p.exists() or p == Path(os.path.expanduser(DEFAULT_KNOWN_HOSTS)):
         return None
     if not p.parent.is_dir():
@@ -299,11 +303,12 @@ def semantic_problems(source: Source) -> Iterator[Problem]:
         return
     for jname, jump in jump_hosts.items():
         ident = _str(jump, "identity_file")
-        if _valid(path_like, ident) and (why := _file_problem(str(ident))):
+        if _valid(path_like, ident) and (why := _file_problem(str(ident), MAX_KEY_BYTES)):
             loc = ("jump_hosts", jname, "identity_file")
             yield Problem(source.line_of(loc), loc, why)
     ssh_config = _str(settings, "ssh_config")
-    if _valid(path_like, ssh_config) and (why := _file_problem(str(ssh_config))):
+    if _valid(path_like, ssh_config) and (
+            why := _file_problem(str(ssh_config), MAX_SSH_FILE_BYTES)):
         yield Problem(source.line_of(("settings", "ssh_config")), ("settings", "ssh_config"), why)
     known = _str(settings, "known_hosts") if "known_hosts" in settings else DEFAULT_KNOWN_HOSTS
     if _valid(path_like, known) and (why := _known_hosts_problem(str(known))):
@@ -314,7 +319,7 @@ def _ssh_values(source: Source, loc: Loc, m: dict[Any, Any], nodes: dict[str, An
                 jump_hosts: dict[Any, Any]) -> Iterator[Problem]:
     """Checks of values an ssh provider's access block or node sets, reported where set."""
     ident = _str(m, "identity_file")
-    if _valid(path_like, ident) and (why := _file_problem(str(ident))):
+    if _valid(path_like, ident) and (why := _file_problem(str(ident), MAX_KEY_BYTES)):
         yield Problem(source.line_of((*loc, "identity_file")), (*loc, "identity_file"), why)
     jump = _str(m, "proxy_jump")
     if jump and jump not in jump_hosts and jump not in nodes:

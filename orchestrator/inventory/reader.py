@@ -21,6 +21,7 @@ Nothing here knows the inventory's schema: this module is YAML and limits.
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 from pathlib import Path
@@ -37,6 +38,8 @@ from ruamel.yaml.events import (
     SequenceStartEvent,
 )
 from ruamel.yaml.nodes import ScalarNode
+
+from orchestrator.files import open_regular
 
 MAX_BYTES = 128 * 1024  # ~2500 nodes; ruamel's pure parser reads 100-250 KB/s
 MAX_DEPTH = 64
@@ -64,8 +67,9 @@ class Refused(Exception):
 _NOT_YAML_CHARS = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
-def read_text(p: Path) -> str:
-    """The file's text, refused before parsing when it is too big, not UTF-8 or holds NULs."""
+def read_text(p: Path, what: str = "an inventory") -> str:
+    """The file's text, refused before parsing when it is too big, not UTF-8 or holds NULs.
+    `what` names the document in the messages ("a suite" reads the same way)."""
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -74,12 +78,12 @@ def read_text(p: Path) -> str:
         raise Refused(None, f"cannot read it: {exc.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
         raise Refused(None, "not a regular file")
-    too_big = (f"larger than {MAX_BYTES // 1024} KiB, far more than an inventory needs; split "
-               "the fleet into several inventories")
+    too_big = f"larger than {MAX_BYTES // 1024} KiB, far more than {what} needs" + (
+        "; split the fleet into several inventories" if what == "an inventory" else "")
     if st.st_size > MAX_BYTES:
         raise Refused(None, too_big)
-    try:
-        with p.open("rb") as fh:
+    try:  # opened without blocking: a FIFO put in its place since the stat is named, not waited on
+        with os.fdopen(open_regular(p), "rb") as fh:
             raw = fh.read(MAX_BYTES + 1)
     except OSError as exc:
         raise Refused(None, f"cannot read it: {exc.strerror}") from None
@@ -97,8 +101,8 @@ def read_text(p: Path) -> str:
     if m:
         line = text.count("\n", 0, m.start()) + 1
         col = m.start() - text.rfind("\n", 0, m.start())
-        what = "a NUL character" if m.group() == "\0" else f"control character U+{ord(m.group()):04X}"
-        raise Refused(line, f"{what} at column {col}: an inventory is plain text")
+        char = "a NUL character" if m.group() == "\0" else f"control character U+{ord(m.group()):04X}"
+        raise Refused(line, f"{char} at column {col}: {what} is plain text")
     return text
 
 
@@ -147,8 +151,9 @@ class Source:
     reached through an alias or a merge key is found where it is written.
     """
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, what: str = "an inventory") -> None:
         self.text = text
+        self.what = what
         self.data: Any = None
         self.root_line = 1
         self.problems: list[Problem] = []
@@ -226,11 +231,11 @@ class Source:
                     self._attach(stack, frame.container, frame.line, frame.weight, frame.height,
                                  None)
                 elif isinstance(ev, DocumentStartEvent) and (self.data is not None or stack):
-                    raise Refused(line, "a second YAML document ('---'): an inventory is one "
-                                        "document")
+                    raise Refused(line, "a second YAML document ('---'): "
+                                        f"{self.what} is one document")
                 if total > MAX_VALUES:
                     raise Refused(line, f"more than {MAX_VALUES} values (keys, items and "
-                                        "scalars): far more than an inventory needs; split it")
+                                        f"scalars): far more than {self.what} needs; split it")
         except MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
             raise Refused(mark.line + 1 if mark is not None else line,

@@ -167,8 +167,10 @@ def parse_torch_info(text: str, source: str | None = None) -> TorchInfoFacts:
             continue
         try:
             return TorchInfoFacts.model_validate(json.loads(line))
-        except (ValueError, ValidationError) as exc:
-            what = str(exc).splitlines()[0]
+        except (ValueError, ValidationError, RecursionError) as exc:
+            # RecursionError: JSON nested deeper than Python's stack (`[[[[...`), never a crash
+            what = ("nested too deeply" if isinstance(exc, RecursionError)
+                    else str(exc).splitlines()[0])
             raise ParseError("torch-info", f"bad torch JSON: {what}", line_no=no, line=line,
                              source=source) from None
     no, line = lines[-1]

@@ -19,6 +19,7 @@ Standard library only, Python 3.8 compatible.
 """
 
 import ctypes
+import getpass
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Set
 
@@ -222,6 +224,34 @@ class StepLines(protocol.Follower):
         return out
 
 
+LAUNCH_TMP = ".tmp"  # dotted: not listed in the document's files, never fetched
+
+
+def _inductor_cache_dir() -> str:
+    """Where torch.compile keeps its cache by default (torch/_inductor/runtime/
+    cache_dir_utils.py), from the temp dir this process was given."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        user = "uid_%d" % os.getuid()
+    return os.path.join(tempfile.gettempdir(),
+                        "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
+def launch_tmp(args: Any, env: Dict[str, str]) -> str:
+    """A temp dir of the launch's own, under the phase's folder (so under the work dir), as
+    TMPDIR: torchrun's elastic agent makes a `torchelastic_*` folder per launch with
+    mkdtemp and leaves it behind, eight a training run; the supervisor removes this one
+    after the job, and the next attempt's `fresh_attempt` any an earlier one left. The
+    compile cache keeps the place torch gives it by default (a warm cache across phases,
+    as before), since it too is found through the temp dir."""
+    path = os.path.join(args.out, LAUNCH_TMP)
+    os.makedirs(path, exist_ok=True)
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", _inductor_cache_dir())
+    env["TMPDIR"] = path
+    return path
+
+
 def fresh_attempt(args: Any) -> List[str]:
     """Start the phase with nothing of an earlier attempt: the rank programs append to
     their progress files, so an attempt interrupted (a signal, a full disk) and run again
@@ -254,6 +284,7 @@ def main(args: Any) -> int:
     stale = fresh_attempt(args)
     os.makedirs(args.out, exist_ok=True)
     env = _job_env(args)
+    tmp_dir = launch_tmp(args, env)
     subreaper = _set_subreaper()
     if args.command:
         nproc = 0
@@ -324,6 +355,7 @@ def main(args: Any) -> int:
                 kill_tree(proc, spare)
                 time.sleep(POLL_S)
                 _reap_orphans()
+            shutil.rmtree(tmp_dir, ignore_errors=True)  # the job's temp files: none stay
     doc["rc"] = proc.returncode
     doc["end_time"] = time.time()
     doc["wall_s"] = round(doc["end_time"] - start, 3)

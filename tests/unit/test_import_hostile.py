@@ -3,9 +3,11 @@ results folder, FIFOs and devices, names that are not UTF-8, logs past the state
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -155,6 +157,183 @@ def test_import_poc_lists_a_fifo_and_does_not_hang(tmp_path: Path,
     entry = meta["source"]["files"]["stuck.fifo"]
     assert entry["status"] == "unreadable"
     assert "not a regular file (a FIFO (named pipe))" in entry["reason"]
+
+
+# --------------------------------------------------------------------------- nested JSON
+
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than Python's stack: json.loads recurses
+TORCH_DEEP = ('{"torch": "2.5", "cuda": null, "nccl": null, "available": false, "count": 0, '
+              f'"devices": {DEEP}}}')
+
+
+def test_deeply_nested_json_is_bad_input_never_a_crash(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's RecursionError (exit 3) in `parse torch-info`, `preflight --from` (the
+    document itself, and the torch probe's line inside it) and `import poc` (a torch.txt)."""
+    torch = tmp_path / "torch.txt"
+    torch.write_text(TORCH_DEEP + "\n")
+    proc = gpuvet(capsys, "parse", "torch-info", torch)
+    assert proc.returncode == 2, proc.output
+    assert "bad torch JSON: nested too deeply" in one_line_error(proc.output)
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("providers:\n  p:\n    executor: local\n    nodes: [{name: a}]\n")
+    deep_doc = tmp_path / "deep.json"
+    deep_doc.write_text(DEEP)
+    proc = gpuvet(capsys, "preflight", "--from", deep_doc, "-i", inv, "--node", "a",
+                  "--results", tmp_path / "r")
+    assert proc.returncode == 2, proc.output
+    assert one_line_error(proc.output) == f"error: cannot read {deep_doc}: JSON nested too deeply"
+    doc = tmp_path / "doc.json"
+    doc.write_text(json.dumps({"tool": "gpuvet-payload", "node": "a", "commands": {"torch": {
+        "argv": ["python3"], "rc": 0, "stdout": TORCH_DEEP, "stderr": ""}}}))
+    proc = gpuvet(capsys, "preflight", "--from", doc, "-i", inv, "--node", "a",
+                  "--results", tmp_path / "r")
+    assert proc.returncode in (0, 1), proc.output  # the line is a parse error of the node
+    assert "internal error" not in proc.output
+
+    folder = tmp_path / "poc"
+    shutil.copytree(POC, folder)
+    (folder / "torch.txt").write_text(TORCH_DEEP + "\n")
+    proc = gpuvet(capsys, "import", "poc", folder, "-p", "lab", "--results", tmp_path / "r2")
+    assert proc.returncode in (0, 1), proc.output
+    meta = json.loads(next((tmp_path / "r2").glob("*/run.json")).read_text())
+    entry = meta["source"]["files"]["torch.txt"]
+    assert entry["status"] == "not recognised"
+    assert "bad torch JSON: nested too deeply" in entry["reason"]
+
+
+# --------------------------------------------------------------------------- paths of any length
+
+def _deep(base: Path, length: int) -> Path:
+    """Folders under `base` until the path is `length` characters, made one by one (a path
+    past PATH_MAX cannot be made in one call)."""
+    fd = os.open(base, os.O_RDONLY)
+    path = str(base)
+    try:
+        while len(path) < length:
+            name = "d" * min(200, length - len(path) - 1)
+            os.mkdir(name, dir_fd=fd)
+            sub = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+            path += "/" + name
+    finally:
+        os.close(fd)
+    return Path(path)
+
+
+def _in_deep(base: Path, length: int, name: str, data: bytes) -> None:
+    deep = _deep(base, length)
+    parts = str(deep)[len(str(base)) + 1:].split("/")
+    fd = os.open(base, os.O_RDONLY)
+    for part in parts:
+        sub = os.open(part, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = sub
+    out = os.open(name, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+    os.write(out, data)
+    os.close(out)
+    os.close(fd)
+
+
+def no_run_left(results: Path) -> None:
+    assert not results.exists() or not [p for p in results.iterdir()
+                                        if p.name != "index.sqlite"], list(results.iterdir())
+    if (results / "index.sqlite").exists():
+        with sqlite3.connect(results / "index.sqlite") as db:
+            assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)
+
+
+def test_import_poc_of_a_folder_nested_past_path_max_is_too_long(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's exit 3 (`File name too long` in the scan): the file is read by its
+    name in its own folder, and its copy, longer than any path may be, is refused."""
+    folder = tmp_path / "poc"
+    shutil.copytree(POC, folder)
+    _in_deep(folder, 4200, "nvidia-smi.txt", (POC / "nvidia-smi.txt").read_bytes())
+    results = tmp_path / "r"
+    proc = gpuvet(capsys, "import", "poc", folder, "-p", "lab", "--results", results)
+    assert proc.returncode == 2, proc.output
+    line = one_line_error(proc.output)
+    assert line.startswith(f"error: {folder}/ddd") and line.endswith(
+        f"/nvidia-smi.txt: too long to keep: its copy under {results} would pass the 4,095 "
+        "bytes a path may have here")
+    assert "nothing was stored" in proc.output and "--resume" not in proc.output
+    no_run_left(results)
+    assert not results.exists()
+    (tmp_path / "o").mkdir()
+    too_deep = str(_deep(tmp_path / "o", 4000)) + "/" + "e" * 200  # past PATH_MAX as given
+    proc = gpuvet(capsys, "import", "poc", too_deep, "-p", "lab", "--results", results)
+    assert proc.returncode == 2, proc.output
+    assert one_line_error(proc.output) == (f"error: {too_deep}: too long (4,201 bytes, more "
+                                           "than the 4,095 a path may have here)")
+    assert not results.exists()
+
+
+def test_import_poc_into_a_results_path_that_makes_a_copy_too_long(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The audit's second exit 3, with the hint "finish with --resume" that `import poc`
+    does not have, and a run left `error` by every retry: now exit 2 before any run."""
+    folder = tmp_path / "poc"
+    shutil.copytree(POC, folder)
+    long_name = "x" * 80 + ".txt"
+    shutil.copy(POC / "nvidia-smi.txt", folder / long_name)
+    results = _deep(tmp_path, 3990)  # the run's own files fit; the 84-character copy does not
+    for _ in range(2):
+        proc = gpuvet(capsys, "import", "poc", folder, "-p", "lab", "-n", "n1",
+                      "--results", results)
+        assert proc.returncode == 2, proc.output
+        line = one_line_error(proc.output)
+        assert line == (f"error: {folder / long_name}: too long to keep: its copy under "
+                        f"{results} would pass the 4,095 bytes a path may have here"), line
+        assert "--resume" not in proc.output
+        no_run_left(results)
+    (tmp_path / "b").mkdir()
+    longer = _deep(tmp_path / "b", 4000)
+    proc = gpuvet(capsys, "import", "poc", POC, "-p", "lab", "-n", "n1", "--results", longer)
+    assert proc.returncode == 2, proc.output
+    assert one_line_error(proc.output) == (
+        f"error: --results {longer}: too long (4,000 bytes): the run's files under it would "
+        "pass the 4,095 bytes a path may have here")
+    no_run_left(longer)
+
+
+@pytest.mark.parametrize("cut", ["full disk", "Ctrl-C"])
+def test_import_poc_cut_short_leaves_no_run(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch, cut: str) -> None:
+    """An import cut short after its run was made takes the run away again (it has no
+    --resume): the hint names the command that finishes it, the same import, which does."""
+    from orchestrator import store
+    from orchestrator.files import store_error
+
+    real = store.append_lines
+
+    def fail(path: Path, lines: list[str], *, sync: bool = True) -> None:
+        if path.name == "measurements.jsonl":
+            if cut == "Ctrl-C":
+                raise KeyboardInterrupt
+            err = OSError(errno.ENOSPC, "No space left on device")
+            raise store_error(err, path) from err
+        real(path, lines, sync=sync)
+
+    monkeypatch.setattr(store, "append_lines", fail)
+    results = tmp_path / "r"
+    proc = gpuvet(capsys, "import", "poc", POC, "-p", "lab", "--results", results)
+    if cut == "Ctrl-C":
+        assert proc.returncode == 130, proc.output
+    else:
+        assert proc.returncode == 3, proc.output
+        assert "the results disk is full" in proc.output
+        assert ("nothing of this import was stored: run the same `gpuvet import poc` again"
+                in proc.output) and "--resume" not in proc.output
+    no_run_left(results)
+    assert not [p for p in results.iterdir() if p.name.startswith(".import")]
+    monkeypatch.setattr(store, "append_lines", real)
+    again = gpuvet(capsys, "import", "poc", POC, "-p", "lab", "--results", results)
+    assert again.returncode in (0, 1), again.output
+    (run,) = run_dirs(results)
+    assert json.loads((run / "run.json").read_text())["status"] in ("passed", "failed")
 
 
 # --------------------------------------------------------------------------- non-UTF-8 names

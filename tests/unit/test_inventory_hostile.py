@@ -1,11 +1,17 @@
 """Files that must be refused with a line, quickly, however they were made."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from orchestrator import inventory
-from orchestrator.errors import InventoryError
+from orchestrator.errors import ConnectionFailed, InventoryError
+from orchestrator.files import MAX_KEY_BYTES
+
+REPO = Path(__file__).resolve().parents[2]
 
 VALID = "providers:\n  p:\n    nodes:\n      - {name: n1, host: 192.0.2.1}\n"
 
@@ -148,3 +154,75 @@ def test_dates_and_words_are_not_silently_taken(tmp_path: Path) -> None:
     assert "providers.p.access.user: Input should be a valid string; got a date ('2024-01-01'; " \
            "quote it to make it text)" in got[0]
     assert "providers.p.expect.mig_allowed: Input should be a valid boolean; got 'yes'" in got[1]
+
+
+# --------------------------------------------------------------------------- files ssh reads
+
+def _ssh_inventory(tmp_path: Path, **files: str) -> Path:
+    settings = "".join(f"    {k}: {v}\n" for k, v in files.items() if k != "identity_file")
+    text = ("providers:\n  p:\n    access: {user: u" + (
+        f", identity_file: {files['identity_file']}" if "identity_file" in files else "")
+        + "}\n    nodes:\n      - {name: n1, host: 192.0.2.1}\n")
+    if settings:
+        text += "settings:\n" + settings
+    p = tmp_path / "inv.yaml"
+    p.write_text(text)
+    return p
+
+
+def _problems(path: Path) -> list[str]:
+    with pytest.raises(InventoryError) as ei:
+        inventory.load(path)
+    return ei.value.problems
+
+
+@pytest.mark.parametrize("key", ["identity_file", "ssh_config", "known_hosts"])
+def test_a_fifo_or_a_device_named_as_an_ssh_file_is_refused_unopened(tmp_path: Path,
+                                                                      key: str) -> None:
+    """A FIFO would block ssh's open() for good (SIGINT and SIGTERM then wait for a worker
+    stuck in a system call); /dev/zero would be read until memory runs out."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (got,) = _problems(_ssh_inventory(tmp_path, **{key: str(fifo)}))
+    assert f"{key}: {fifo} is a FIFO (named pipe), not a file" in got
+    (got,) = _problems(_ssh_inventory(tmp_path, **{key: "/dev/zero"}))
+    assert f"{key}: /dev/zero is a character device, not a file" in got
+
+
+def test_an_identity_file_past_its_limit_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "key"
+    with key.open("wb") as f:
+        f.truncate(MAX_KEY_BYTES + 1)
+    (got,) = _problems(_ssh_inventory(tmp_path, identity_file=str(key)))
+    assert f"is {MAX_KEY_BYTES + 1:,} bytes, more than the 1 MiB limit" in got
+    with key.open("wb") as f:
+        f.truncate(MAX_KEY_BYTES)
+    inventory.load(_ssh_inventory(tmp_path, identity_file=str(key)))  # at the limit: read
+
+
+def test_ping_with_a_fifo_identity_file_exits_2_at_once(tmp_path: Path) -> None:
+    """The audit's hang: `ping` blocked forever in open() of the FIFO. Now the inventory is
+    refused before any connection; the timeout only guards the test against the old hang."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    inv = _ssh_inventory(tmp_path, identity_file=str(fifo))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1", "COLUMNS": "200"}
+    for cmd in (["inventory", "check", str(inv)], ["ping", "-i", str(inv)]):
+        proc = subprocess.run([sys.executable, "-m", "orchestrator", *cmd], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert f"identity_file: {fifo} is a FIFO (named pipe), not a file" in proc.stderr
+
+
+def test_the_ssh_executor_checks_the_key_again_before_paramiko_reads_it(tmp_path: Path) -> None:
+    """The file may have become a FIFO after the inventory was loaded."""
+    from orchestrator.executors import ExecutorOptions
+    from orchestrator.executors.ssh import SshExecutor
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    inv = inventory.load(_ssh_inventory(tmp_path))
+    node = inv.nodes[0].model_copy(update={"identity_file": str(fifo)})
+    ex = SshExecutor(node, ExecutorOptions(known_hosts=str(tmp_path / "kh")))
+    with pytest.raises(ConnectionFailed, match="identity_file .* is a FIFO"):
+        ex._connection_for("192.0.2.1", "u", 22, str(fifo), None)

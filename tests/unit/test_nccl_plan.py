@@ -286,6 +286,18 @@ def test_source_archive_file_is_returned_as_is(tmp_path: Path) -> None:
     assert not (tmp_path / "staging").exists()
 
 
+def test_source_archive_past_the_input_limit_is_refused_unread(tmp_path: Path) -> None:
+    """The archive is hashed and pushed whole: a file of 64 MiB and more is something else."""
+    from orchestrator.files import MAX_INPUT_BYTES
+
+    f = tmp_path / "given.tar.gz"
+    with f.open("wb") as out:
+        out.truncate(MAX_INPUT_BYTES + 1)
+    with pytest.raises(UsageError, match=f"{f} is {MAX_INPUT_BYTES + 1:,} bytes, more than the "
+                                         "64 MiB limit"):
+        nccltests.source_archive(params_for(f), tmp_path / "staging")
+
+
 def test_source_archive_rejects_plain_directory(tmp_path: Path) -> None:
     d = tmp_path / "not-git"
     d.mkdir()

@@ -498,3 +498,63 @@ def test_damaged_outputs_get_a_status_never_an_exception(seed: Path, cut: float,
     assert f.status in ("recognised", "not recognised", "unreadable")
     assert (f.kind is not None) == (f.status == "recognised")
     assert f.status == "recognised" or f.reason
+
+
+# --------------------------------------------------------------------------- bounded by design
+
+def test_a_folder_is_read_one_file_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """The import held the whole folder in memory (300 MB of files: 705 MB RSS): now a
+    file's bytes and text live only while it is read and its copy kept. At every read no
+    other file holds its bytes or text, and the judging that follows reads the kept copies
+    (the verdicts are the same as when everything was held: the end-to-end tests)."""
+    import gc
+
+    from orchestrator.steps.poc import files as poc_files
+    from orchestrator.steps.poc.importer import import_poc
+
+    folder = tmp_path / "poc"
+    shutil.copytree(POC / "h200x2", folder)
+    for i in range(3):  # files of several ranks: the parts of a split file are kept too
+        (folder / f"gpus-{i}.txt").write_text(
+            "[1,0]<stdout>:GPU 0: NVIDIA H200 (UUID: GPU-4039dfe4-0c97-4b1e-683e-eb7d42699053)\n"
+            "[1,1]<stdout>:GPU 0: NVIDIA H200 (UUID: GPU-dd3b269a-8f3a-d2d5-1518-2713ba03fcf7)\n")
+    held_at_read: list[int] = []
+    real = poc_files.read
+
+    def counting(*args: Any, **kw: Any) -> PocFile:
+        held_at_read.append(sum(1 for o in gc.get_objects() if isinstance(o, PocFile)
+                                and (o.data or o.text is not None)))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(poc_files, "read", counting)
+    res = import_poc(folder, "lab", None, None, tmp_path / "r")
+    n_files = sum(1 for p in folder.rglob("*") if p.is_file())
+    assert len(held_at_read) == n_files > 10
+    assert max(held_at_read) == 0  # the peak of files held while another is read
+    assert all(f.data == b"" and f.text is None for f in res.files)
+    kept = [f for f in res.files if f.kept is not None]
+    assert kept and all(f.kept.is_file() and f.copy and f.kept == res.run.dir / f.copy
+                        for f in kept)
+    assert not [p for p in (tmp_path / "r").iterdir() if p.name.startswith(".import-poc")]
+
+
+@pytest.mark.parametrize("limit", ["MAX_FOLDER_BYTES", "MAX_FOLDER_FILES"])
+def test_a_folder_past_the_stated_limits_is_refused_unread(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        limit: str) -> None:
+    from orchestrator.steps.poc import files as poc_files
+    from orchestrator.steps.poc import importer
+
+    folder = POC / "h200x2"
+    total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    count = sum(1 for p in folder.rglob("*") if p.is_file())
+    monkeypatch.setattr(importer, limit, total - 1 if limit == "MAX_FOLDER_BYTES" else count - 1)
+    reads: list[str] = []
+    monkeypatch.setattr(poc_files, "read", lambda *a, **k: reads.append(a[1]))
+    proc = poc(capsys, folder, "-p", "lab", "--results", tmp_path / "r")
+    assert proc.returncode == 2, proc.output
+    what = (f"{(total - 1) / 1024:g} KiB of files" if limit == "MAX_FOLDER_BYTES"
+            else f"{count - 1:,} files")
+    assert f"error: {folder} holds more than {what}, more than one import reads" in proc.output
+    assert reads == [] and not (tmp_path / "r").exists()

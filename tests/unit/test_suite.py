@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
-from orchestrator.suite import Suite
+import pytest
+
+from orchestrator.errors import UsageError
+from orchestrator.suite import Suite, load_suite
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 
@@ -19,3 +23,69 @@ def test_a_section_added_later_leaves_the_hash_alone_at_its_defaults() -> None:
     assert stored.hash == meta["suite_hash"]
     assert Suite.model_validate({**meta["suite"], "health": {"level": "quick"}}).hash \
         != meta["suite_hash"]
+
+
+# --------------------------------------------------------------------------- the suite file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The audit's 11-line bomb: 4 GB and 36 s before exit 2 with a plain safe load. Nine levels
+# of nine expand to 9**9 values; the reader counts an alias at its expanded weight and stops
+# at MAX_VALUES, without building anything.
+BOMB = "\n".join(["name: bomb", "a: &a [x, x, x, x, x, x, x, x, x]"] + [
+    f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi", strict=True)]
+    + ["nccl: {iters: *i}", ""])
+
+
+def _suite(tmp_path: Path, text: str | bytes) -> Path:
+    p = tmp_path / "suite.yaml"
+    if isinstance(text, bytes):
+        p.write_bytes(text)
+    else:
+        p.write_text(text)
+    return p
+
+
+def _refused(path: Path) -> str:
+    with pytest.raises(UsageError) as ei:
+        load_suite(path)
+    return str(ei.value)
+
+
+def test_the_shipped_suites_load_with_the_hashes_they_had() -> None:
+    assert load_suite(ROOT / "suites" / "default.yaml").hash == "719fcba1d20e5499"
+    assert load_suite(ROOT / "suites" / "train-cpu.yaml").hash == "a58e945508921c6f"
+
+
+def test_an_alias_bomb_suite_is_refused_before_it_grows(tmp_path: Path) -> None:
+    assert len(BOMB.splitlines()) == 11
+    msg = _refused(_suite(tmp_path, BOMB))
+    assert msg.startswith(f"suite {tmp_path / 'suite.yaml'}:6: aliases expand the document "
+                          "beyond 20000 values"), msg
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("nccl:\n" + "  " * 0 + "x: " + "[" * 70 + "]" * 70 + "\n", "nested deeper than 64 levels"),
+    ("a: 1\n---\nb: 2\n", "a suite is one document"),
+    ("name: x\n" + "#" * (130 << 10) + "\n", "larger than 128 KiB, far more than a suite needs"),
+    (b"name: \x00\n", "a NUL character at column 7: a suite is plain text"),
+    ("name: x\nname: y\n", "suite.yaml:2: duplicate key 'name' (first at line 1)"),
+    ("name: !!python/object:os.system x\n", "YAML tag tag:yaml.org,2002:python/object:os.system"),
+])
+def test_a_suite_gets_the_inventorys_limits(tmp_path: Path, text: str | bytes, said: str) -> None:
+    assert said in _refused(_suite(tmp_path, text))
+
+
+def test_a_fifo_or_a_device_as_suite_is_refused_unopened(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert "not a regular file" in _refused(fifo)
+    assert "not a regular file" in _refused(Path("/dev/zero"))
+    assert _refused(tmp_path / "nope.yaml") == f"no such suite file: {tmp_path / 'nope.yaml'}"
+
+
+def test_a_plain_suite_still_loads(tmp_path: Path) -> None:
+    s = load_suite(_suite(tmp_path, "name: mine\nnccl: &n {iters: 7}\n"
+                                    "train: {model: tiny, steps: 12, timeout_s: 30}\n"))
+    assert (s.name, s.nccl.iters, s.train.steps, s.train.timeout_s) == ("mine", 7, 12, 30.0)
+    assert load_suite(_suite(tmp_path, "")) == Suite()

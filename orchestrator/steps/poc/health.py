@@ -120,7 +120,7 @@ def _xid(sink: Sink, f: PocFile, node: str) -> None:
     for b in facts.fallen_off_bus:
         sink.add("GPU_FELL_OFF_BUS", "FAIL", f"{f.name}: {b.text.strip()}", line_no=b.line_no)
     try:  # a whole dmesg also holds the PCI core's link lines
-        _pcie_limited(sink, f, parse_pcie_bandwidth(f.text or "", source=f.name))
+        _pcie_limited(sink, f, parse_pcie_bandwidth(f.content() or "", source=f.name))
     except ParseError:
         pass
 

@@ -19,10 +19,16 @@ judged is bad input.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +37,8 @@ from pydantic import BaseModel
 
 from orchestrator import inventory as inventory_mod
 from orchestrator import parsers
-from orchestrator.errors import UsageError, shown
+from orchestrator.errors import StoreError, UsageError, shown
+from orchestrator.files import store_error
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.gpus import GPU_FACTS
 from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts, QGpu
@@ -39,12 +46,21 @@ from orchestrator.records import Finding, Measurement, MeasureScope, Severity, f
 from orchestrator.steps.nccl.importer import experiment, experiment_hash
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.steps.poc import health as poc_health
-from orchestrator.steps.poc.files import Identity, PocFile, as_json, describe, read_all
+from orchestrator.steps.poc.files import (
+    MAX_FOLDER_BYTES,
+    MAX_FOLDER_FILES,
+    Identity,
+    PocFile,
+    as_json,
+    describe,
+    keep,
+    read_all,
+)
 from orchestrator.steps.poc.kinds import HEALTH_KIND_NAMES
 from orchestrator.steps.poc.origin import folder_uuids, folder_window, inventory_node
 from orchestrator.steps.preflight import checks
 from orchestrator.steps.preflight import step as pf
-from orchestrator.store import Run, atomic_write, write_json
+from orchestrator.store import Run, atomic_write, new_run_id, write_json
 from orchestrator.suite import Suite
 from orchestrator.verdicts import Table
 from payload.commands import COMMANDS, COMMANDS_BY_ID
@@ -97,62 +113,173 @@ def _natural(name: str) -> list[Any]:
     return [int(p) if p.isdigit() else p.lower() for p in re.split(r"(\d+)", name)]
 
 
-def scan(folder: Path) -> list[PocFile]:
+def _path_max(where: Path) -> int:
+    """The longest path the system takes in one call, in bytes (PATH_MAX less its NUL)."""
+    try:
+        return int(os.pathconf(where, "PC_PATH_MAX")) - 1
+    except (OSError, ValueError):
+        return 4095
+
+
+def _nbytes(path: Path | str) -> int:
+    return len(os.fsencode(str(path)))
+
+
+def _too_long(source: str, results: Path | None, limit: int) -> UsageError:
+    """A path past the system's limit: exit 2 naming it, never exit 3. `results`: the path
+    is a file's copy under that results folder."""
+    if results is None:
+        return UsageError(f"{shown(source)}: too long ({_nbytes(source):,} bytes, more than the "
+                          f"{limit:,} a path may have here)",
+                          hint="give the folder by a shorter path (cd into its parent first)")
+    return UsageError(f"{shown(source)}: too long to keep: its copy under {shown(str(results))} "
+                      f"would pass the {limit:,} bytes a path may have here",
+                      hint="give a shorter --results path, or move the file up into a "
+                           "shallower folder; nothing was stored")
+
+
+_AGAIN = "nothing of this import was stored: run the same `gpuvet import poc` again"
+
+
+def _store_failed(exc: OSError, path: Path) -> StoreError:
+    """gpuvet's own disk refused a write of an import: nothing of it is kept, so the hint
+    is to run the same import again (it has no --resume)."""
+    return _restated(store_error(exc, path))
+
+
+def _restated(base: StoreError) -> StoreError:
+    hint = (base.hint or "").split("; the run can be finished with --resume")[0]
+    error = StoreError(base.what, hint=f"{hint}; {_AGAIN}" if hint else _AGAIN)
+    error.full = base.full
+    return error
+
+
+def _walk(topfd: int, errors: list[PocFile]
+          ) -> Iterator[tuple[str, list[str], int, list[str], bool]]:
+    """The folder top-down, by file descriptors (`os.fwalk`: a path of any length is walked
+    and read, each name opened in its own folder); a source checkout's `.git` is left out,
+    a linked folder listed as a file (never followed). Yields (folder relative to the top,
+    names, its fd, the checkouts seen so far, whether it is one)."""
+    checkouts: list[str] = []
+
+    def unlisted(exc: OSError) -> None:
+        name = f"{exc.filename}/" if isinstance(exc.filename, str) else "(a folder)/"
+        errors.append(PocFile(name=shown(name), path=Path(name),
+                              status="unreadable",
+                              reason=f"a folder that cannot be listed: {exc.strerror or exc}"))
+
+    for top, dirs, names, dirfd in os.fwalk(".", dir_fd=topfd, onerror=unlisted):
+        rel = os.path.normpath(top)
+        rel = "." if rel == "." else rel.removeprefix("./")
+        has_git = ".git" in dirs or ".git" in names
+        if has_git:
+            checkouts.append(rel)
+            (dirs if ".git" in dirs else names).remove(".git")
+        for d in list(dirs):
+            with contextlib.suppress(OSError):
+                if stat.S_ISLNK(os.stat(d, dir_fd=dirfd, follow_symlinks=False).st_mode):
+                    dirs.remove(d)
+                    names.append(d)
+        yield rel, names, dirfd, checkouts, has_git
+
+
+def _size(n: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):g} {unit}"
+    return f"{n} bytes"
+
+
+def _measure(folder: Path, topfd: int) -> None:
+    """The folder against the stated limits, from its listing alone, before a file is read."""
+    total = count = 0
+    for _, names, dirfd, _, _ in _walk(topfd, []):
+        count += len(names)
+        for n in names:
+            with contextlib.suppress(OSError):
+                st = os.stat(n, dir_fd=dirfd, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    total += st.st_size
+        if count > MAX_FOLDER_FILES or total > MAX_FOLDER_BYTES:
+            raise UsageError(f"{shown(str(folder))} holds more than "
+                             + (f"{MAX_FOLDER_FILES:,} files" if count > MAX_FOLDER_FILES else
+                                f"{_size(MAX_FOLDER_BYTES)} of files")
+                             + ", more than one import reads",
+                             hint="import the folder the outputs were saved in, without what "
+                                  "else lies beside them; see docs/reliability.md (limits)")
+
+
+def _check_folder(folder: Path) -> None:
+    """The folder given is one, and its path one the system takes (exit 2 otherwise)."""
+    try:
+        st = os.stat(folder)
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise _too_long(str(folder), None, _path_max(Path("/"))) from None
+        st = None
+    if st is None or not stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{shown(str(folder))} is not a folder",
+                         hint="give the folder the PoC outputs were saved in")
+
+
+def scan(folder: Path, stage: Path | None = None) -> list[PocFile]:
     """Every file under the folder, read and recognised; links are listed, not followed.
 
     A directory holding `.git` is a source checkout (people clone nccl-tests into
     the PoC folder and save logs beside its sources): its `.git/` is skipped whole
     and what in it is no command output is skipped, not reported.
+
+    Files are read one at a time: each is kept under `stage` (`files.keep`: its
+    scrubbed copy written, its bytes and text let go) before the next is read.
     """
-    if not folder.is_dir():
-        raise UsageError(f"{shown(str(folder))} is not a folder",
-                         hint="give the folder the PoC outputs were saved in")
-    found: list[tuple[Path, str, str | None]] = []
-    checkouts: list[str] = []
+    _check_folder(folder)
+    try:
+        topfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"cannot read {shown(str(folder))}: {exc.strerror or exc}") from None
     out: list[PocFile] = []
-    for top, dirs, names in os.walk(folder):
-        base = Path(top)
-        rel = base.relative_to(folder).as_posix()
-        if ".git" in dirs or ".git" in names:
-            checkouts.append(rel)
-            if ".git" in dirs:
-                dirs.remove(".git")
-            else:
-                names.remove(".git")
-            name = ".git/" if rel == "." else f"{scrub_text(shown(rel))}/.git/"
-            out.append(PocFile(name=name, path=base / ".git", status="skipped",
-                               reason="the git metadata of a source checkout"))
-        for d in list(dirs):
-            if (base / d).is_symlink():
-                dirs.remove(d)
-                names.append(d)
-        inside = next((c for c in sorted(checkouts, key=len, reverse=True)
-                       if c == "." or rel == c or rel.startswith(c + "/")), None)
-        for n in names:
-            where = None if inside is None else (folder.name if inside == "." else inside)
-            found.append((base / n, (base / n).relative_to(folder).as_posix(),
-                          None if where is None else scrub_text(shown(where))))
-    if not found and not out:
+    seen: set[str] = set()
+    try:
+        _measure(folder, topfd)
+        for rel, names, dirfd, checkouts, has_git in _walk(topfd, out):
+            base = folder if rel == "." else folder / rel
+            if has_git:
+                name = ".git/" if rel == "." else f"{scrub_text(shown(rel))}/.git/"
+                out.append(PocFile(name=name, path=base / ".git", status="skipped",
+                                   reason="the git metadata of a source checkout"))
+            inside = next((c for c in sorted(checkouts, key=len, reverse=True)
+                           if c == "." or rel == c or rel.startswith(c + "/")), None)
+            where = None if inside is None else scrub_text(shown(
+                folder.name if inside == "." else inside))
+            for n in sorted(names, key=_natural):
+                name = n if rel == "." else f"{rel}/{n}"
+                for f in read_all(base / n, name, where, dir_fd=dirfd):
+                    _unique_name(f, seen)  # before its copy is written under that name
+                    try:
+                        keep(f, stage)
+                    except OSError as exc:
+                        if exc.errno == errno.ENAMETOOLONG and stage is not None:
+                            raise _too_long(str(base / n), stage.parent,
+                                            _path_max(stage)) from None
+                        raise _store_failed(exc, stage / f.name if stage else base) from exc
+                    out.append(f)
+    finally:
+        os.close(topfd)
+    if not out:
         raise UsageError(f"{shown(str(folder))} holds no files",
                          hint="give the folder the PoC outputs were saved in")
-    found.sort(key=lambda pn: _natural(pn[1]))
-    for p, name, checkout in found:
-        out += read_all(p, name, checkout)
-    return sorted(_unique_names(out), key=lambda f: _natural(f.name))
+    return sorted(out, key=lambda f: _natural(f.name))
 
 
-def _unique_names(files: list[PocFile]) -> list[PocFile]:
-    """Names made unique again where scrubbing made two alike (`hf_<one token>.txt` and
+def _unique_name(f: PocFile, seen: set[str]) -> None:
+    """A name made unique again where scrubbing made two alike (`hf_<one token>.txt` and
     `hf_<another>.txt` are both `***.txt`): the second is `***.txt (2)`."""
-    seen: set[str] = set()
-    for f in files:
-        name, n = f.name, 1
-        while name in seen:
-            n += 1
-            name = f"{f.name} ({n})"
-        f.name = name
-        seen.add(name)
-    return files
+    name, n = f.name, 1
+    while name in seen:
+        n += 1
+        name = f"{f.name} ({n})"
+    f.name = name
+    seen.add(name)
 
 
 def split_nodes(files: list[PocFile]) -> None:
@@ -252,7 +379,7 @@ def assemble(files: list[PocFile], node: str) -> Assembled:
             continue
         if cid not in taken_by and kind in COMMAND_OF:
             cmds[cid] = {"argv": COMMANDS_BY_ID[cid].argv, "rc": 0,
-                         "stdout": f.text or "",  # scrubbed when read (`files.read`)
+                         "stdout": scrub_text(f.content() or ""),
                          "stderr": "", "file": f.name}
             taken_by[cid] = f
             f.target = cid
@@ -291,26 +418,6 @@ def _says_nothing(f: PocFile) -> str | None:
 
 # --------------------------------------------------------------------------- judging
 
-def _copy(run: Run, out_dir: Path, f: PocFile) -> str | None:
-    """Keep the file as evidence, scrubbed of secrets like every output gpuvet stores.
-
-    Text is kept byte for byte unless scrubbing changed it; content that is not text
-    cannot be scrubbed and is not kept (its sha256 is, in run.json).
-    """
-    if f.status == "skipped":
-        return None  # a source checkout's own file: its digest is recorded, that is enough
-    if f.text is None:
-        if f.sha256 is None or f.data.strip():
-            return None  # never read (a link, too large), or binary
-        data = f.data
-    else:  # scrubbed when it was read (`files.read`)
-        data = f.text.encode() if f.scrubbed else f.data
-    dest = out_dir / "raw" / "poc" / f.name
-    atomic_write(dest, data, durable=False)
-    f.copy = run.rel(dest)
-    return f.copy
-
-
 def _premise_ok(code: str, a: Assembled) -> bool:
     need = _PREMISES.get(code)
     return need is None or any(c in a.doc["commands"] or c in a.extras for c in need[0])
@@ -325,7 +432,7 @@ def judge_preflight(a: Assembled, node: inventory_mod.Node, inv: inventory_mod.I
     if a.extras:
         for eid, (facts, f) in a.extras.items():
             raw = out_dir / "raw" / f"{eid}.txt"
-            atomic_write(raw, f.text or "", durable=False)  # scrubbed when read
+            atomic_write(raw, scrub_text(f.content() or ""), durable=False)
             nf.facts[eid] = facts
             nf.evidence[eid] = run.rel(raw)
         results = checks.node_results(nf, inv.provider_of(node).expect, suite.preflight)
@@ -442,13 +549,63 @@ def target(inventory: Path | None, provider: str, node_name: str
     return inv, node
 
 
+def _stage(results: Path) -> Path:
+    """The import's private staging folder in the results folder (the run's filesystem, so
+    it is moved into the run by one rename); a dot name, never taken for a run."""
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=".import-poc-", dir=results))
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise _too_long(str(results), None, _path_max(Path("/"))) from None
+        raise _store_failed(exc, results) from exc
+
+
+_OWN_FILES = 64  # the longest name of a file a run writes in a node's folder, with its temp name
+
+
+def _check_lengths(files: list[PocFile], results: Path, node: str) -> None:
+    """Every copy fits the system's path limit where the run will keep it, or nothing is
+    stored: a folder nested deep, or a long --results, is exit 2 naming the file."""
+    where = results / new_run_id() / "nodes" / node / pf.STEP / "raw" / "poc"
+    limit = _path_max(results)
+    # the run's own files beside the copies (raw/query_gpu_noheader_2.txt, their temp names)
+    if _nbytes(where.parent) + _OWN_FILES > limit:
+        raise UsageError(f"--results {shown(str(results))}: too long ({_nbytes(results):,} "
+                         f"bytes): the run's files under it would pass the {limit:,} bytes a "
+                         "path may have here", hint="give a shorter --results path; nothing "
+                                                    "was stored")
+    for f in files:
+        if f.kept is not None and _nbytes(where / f.name) > limit:
+            raise _too_long(str(f.path), results, limit)
+
+
 def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Path | None,
                results: Path) -> PocResult:
-    """Read, recognise, judge and store one PoC folder as one run."""
+    """Read, recognise, judge and store one PoC folder as one run.
+
+    The folder is read file by file into a staging folder (the copies the run keeps);
+    the run is made only once every file is read and every copy fits, and an import cut
+    short after that (a full disk, Ctrl-C) takes its run away again: an import is stored
+    whole or not at all, and the same command run again does it."""
     inventory_mod.checked_name(provider, "provider")
     if node_name is not None:
         inventory_mod.checked_name(node_name, "node")
-    files = scan(folder)
+    _check_folder(folder)  # before anything is made in the results folder
+    made = not os.path.lexists(results)
+    stage = _stage(results)
+    try:
+        return _import(folder, stage, provider, node_name, inventory, results)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+        if made:  # refused before a run was made: no empty results folder either
+            with contextlib.suppress(OSError):
+                results.rmdir()
+
+
+def _import(folder: Path, stage: Path, provider: str, node_name: str | None,
+            inventory: Path | None, results: Path) -> PocResult:
+    files = scan(folder, stage)
     split_nodes(files)
     found = hostname(files)
     name = node_name or inventory_node(inventory, provider, found) or (
@@ -461,6 +618,7 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
         raise UsageError(f"nothing in {shown(str(folder))} could be judged: {listed}",
                          hint="save the outputs of the acceptance recipe there (nvidia-smi, "
                               "nvidia-smi -q, topo -m, the nccl-tests logs, ...)")
+    _check_lengths(files, results, name)
     groups = _experiments(a.nccl)
     commit = next((f.facts.commit for f in a.recorded.values() if f.kind == "commit"), None)
     checked_at = next((f.facts.iso for f in a.recorded.values() if f.kind == "checked-at"), None)
@@ -474,22 +632,50 @@ def import_poc(folder: Path, provider: str, node_name: str | None, inventory: Pa
                              "nccl_tests_commit": commit,
                              "files": {f.name: f.summary() for f in files}})
     result = PocResult(run, name, files)
-    with run.locked(), run.guard():
-        out_dir = run.node_dir(name, pf.STEP)
-        copies = {f.name: rel for f in files if (rel := _copy(run, out_dir, f)) is not None}
-        assert run.meta.source is not None
-        run.meta.source["files"] = {f.name: f.summary() for f in files}  # now with the copies
-        run.save_meta()
-        atomic_write(out_dir / "collect.json", json.dumps(a.doc, indent=1))
-        result.findings += _file_findings(files, copies, node, run.run_id)
-        result.findings += judge_preflight(a, node, inv, run, out_dir, Suite())
-        result.findings += poc_health.judge(a.health, copies, node, run.run_id)
-        fs, ms = judge_nccl(groups, copies, node, inv, run, commit)
-        result.findings += fs
-        result.measurements = ms
-        run.add_findings(result.findings)
-        run.add_measurements(ms)
+    try:
+        with run.locked():
+            out_dir = run.node_dir(name, pf.STEP)
+            kept = out_dir / "raw" / "poc"
+            try:
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                os.rename(stage, kept)  # every copy at once
+            except OSError as exc:
+                raise _store_failed(exc, kept) from exc
+            copies = {}
+            for f in files:
+                if f.kept is not None:
+                    f.kept = kept / f.name
+                    f.copy = copies[f.name] = run.rel(f.kept)
+            assert run.meta.source is not None
+            run.meta.source["files"] = {f.name: f.summary() for f in files}  # with the copies
+            run.save_meta()
+            atomic_write(out_dir / "collect.json", json.dumps(a.doc, indent=1))
+            result.findings += _file_findings(files, copies, node, run.run_id)
+            result.findings += judge_preflight(a, node, inv, run, out_dir, Suite())
+            result.findings += poc_health.judge(a.health, copies, node, run.run_id)
+            fs, ms = judge_nccl(groups, copies, node, inv, run, commit)
+            result.findings += fs
+            result.measurements = ms
+            run.add_findings(result.findings)
+            run.add_measurements(ms)
+    except BaseException as exc:
+        _discard(run)
+        if isinstance(exc, StoreError):
+            cause = exc.__cause__
+            if isinstance(cause, OSError) and cause.errno == errno.ENAMETOOLONG:
+                path = os.fsdecode(cause.filename) if cause.filename else str(run.dir)
+                raise _too_long(path, None, _path_max(results)) from None
+            if _AGAIN not in (exc.hint or ""):
+                raise _restated(exc) from exc
+        raise
     return result
+
+
+def _discard(run: Run) -> None:
+    """An import cut short leaves no run behind: its folder and its index rows go."""
+    shutil.rmtree(run.dir, ignore_errors=True)
+    with contextlib.suppress(Exception):
+        run.index.delete_run(run.run_id)
 
 
 def files_table(files: list[PocFile], folder: Path) -> Table:

@@ -55,12 +55,8 @@ def folder_window(files: list[PocFile], checked_at: str | None) -> dict[str, str
     without a zone is read as UTC) or the oldest file's modification time, to the newest
     file's (`tar`, `rsync -a` and `scp -p` keep them). Files whose times all fall within
     two seconds were copied without them: the end is then unknown (`why`), never guessed."""
-    stamps = []
-    for f in files:
-        if f.status == "skipped" or f.path.is_symlink() or not f.path.is_file():
-            continue
-        with contextlib.suppress(OSError):
-            stamps.append(f.path.stat().st_mtime)
+    # the times were taken as each file was read (a regular file's; never a link's)
+    stamps = [f.mtime for f in files if f.status != "skipped" and f.mtime is not None]
     start: str | None = None
     start_from = "no checked-at.txt and no file times"
     if stamps:

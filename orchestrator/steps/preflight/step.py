@@ -112,8 +112,9 @@ def run_node(pool: ExecutorPool, node: Node, inv: Inventory, run: Run, suite: Su
     with stage("judge"):
         try:
             doc = json.loads(res.stdout)
-        except json.JSONDecodeError as exc:
-            raise StepError(f"payload printed invalid JSON ({exc})", node=node.name,
+        except (json.JSONDecodeError, RecursionError) as exc:
+            why = exc if isinstance(exc, json.JSONDecodeError) else "nested too deeply"
+            raise StepError(f"payload printed invalid JSON ({why})", node=node.name,
                             command=shlex.join(collect_args(node, suite)),
                             hint=f"see {out_dir / 'collect.json'}") from None
         report = judge_document(doc, node, inv, run.run_id, out_dir, run.rel, suite)

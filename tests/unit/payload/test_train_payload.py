@@ -496,3 +496,31 @@ def test_an_attempt_sees_nothing_of_the_one_before(tmp_path: Path, phase: str) -
     # the kill and restore phases use the checkpoints the reference attempt began with
     assert (ckpt / "step-00000005").exists() == (phase != "reference")
     assert doc["argv"] == ["/bin/sh", "-c", "echo step=1"] and doc["last_step"] == 1
+
+
+def test_a_launch_leaves_nothing_in_the_temp_dir(tmp_path: Path) -> None:
+    """torchrun's elastic agent makes a `torchelastic_*` folder per launch with mkdtemp and
+    leaves it (eight empty ones in /tmp after each `train` on local nodes): the launch gets
+    a TMPDIR of its own under the phase's folder, removed after the job; the compile cache
+    stays where torch puts it by default, so it stays warm across phases."""
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    out = tmp_path / "out"
+    job = ("import os, tempfile; d = tempfile.mkdtemp(prefix='torchelastic_'); "
+           "open(os.path.join(d, 'error.json'), 'w').write('{}'); "
+           "print('step=1', d, os.environ.get('TORCHINDUCTOR_CACHE_DIR', '-'))")
+    res = subprocess.run(
+        [sys.executable, "-m", "payload", "train-supervise", "--out", str(out), "--phase",
+         "reference", f"--command={sys.executable} -c \"{job}\"", "--timeout", "60"],
+        cwd=str(ROOT), env={**{k: v for k, v in os.environ.items()
+                               if k != "TORCHINDUCTOR_CACHE_DIR"},
+                            "PATH": "/usr/bin:/bin", "TMPDIR": str(system_tmp)},
+        capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    _, made, cache = (out / "command.stdout").read_text().split()
+    assert Path(made).parent == out / ".tmp"  # the job's temp dir was the launch's own
+    assert not (out / ".tmp").exists()  # and is gone
+    assert list(system_tmp.iterdir()) == []  # nothing left where the node keeps temp files
+    assert Path(cache).parent == system_tmp and Path(cache).name.startswith("torchinductor_")
+    assert ".tmp" not in doc["files"]
