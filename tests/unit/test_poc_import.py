@@ -295,6 +295,10 @@ def test_mig_folder_with_a_sed_excerpt(tmp_path: Path, capsys: pytest.CaptureFix
     run_dir, meta = run_json(tmp_path)
     fs = findings(run_dir)
     assert codes(fs, "FAIL") == {"MIG_ENABLED"}
+    # saved while memhog and gpu_burn ran: said, but the tester's own load is no FAIL
+    busy = next(f for f in fs if f["code"] == "GPU_BUSY")
+    assert busy["severity"] == "WARN" and "pid 12267 ./gpu_burn (13526 MiB)" in busy["message"]
+    assert "when these outputs were saved" in busy["message"]
     mig = next(f for f in fs if f["code"] == "MIG_ENABLED")
     assert mig["details"] == {"gpus": [0], "mig_devices": 5}
     assert meta["source"]["files"]["nvidia-smi-q-mig.txt"]["status"] == "judged"
@@ -307,7 +311,8 @@ def test_without_an_inventory_nothing_is_ordered(tmp_path: Path,
     out = json.loads(proc.stdout)
     assert out["status"] == "passed"
     assert not {"GPU_MODEL", "GPU_MEMORY", "GPU_COUNT", "PCIE_BELOW_ORDER"} & codes(out["findings"])
-    assert out["verdicts"] == {"poc": "PASS"}
+    # nothing was ordered, so nothing was judged: not measured, never PASS with 0 checks
+    assert out["verdicts"] == {"poc": "NOT MEASURED"}
 
 
 def test_bad_input_is_reported_per_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
