@@ -266,18 +266,25 @@ def register(root: click.Group) -> None:
         fs = frames.finding_records(results, [run_id])
         nodes = [str(n) for n in row["nodes"]]
         summary = measurement_summary(frames.measurements(results, [run_id]))
+        # what `index rebuild` found missing in the run's files: its records are a part
+        damage = [str(d) for d in
+                  frames.run_documents(results, [run_id]).get(run_id, {}).get("damage") or []]
         if as_json:
-            emit_json({"run_id": run_id, "status": row["status"], "command": row["command"],
+            emit_json({"run_id": run_id, "status": row["status"], "damage": damage,
+                       "command": row["command"],
                        "started": row["started"], "finished": row["finished"],
                        "suite_hash": row["suite_hash"], "results": row["path"],
-                       "verdicts": verdicts(fs, nodes),
+                       "verdicts": {} if damage else verdicts(fs, nodes),
                        "findings": [f.model_dump(mode="json") for f in fs],
                        "measurements": summary.as_json()["rows"]})
             return 0
         out.print(f"run {run_id}: {row['command']}, {row['status']}, started "
                   f"{row['started']}, suite {row['suite_hash']}")
+        for d in damage:
+            out.print(f"damaged: {d}: the findings below are a part, no verdict is made")
         render(findings_table(fs, f"findings — run {run_id}", verbose))
-        render(verdict_table(fs, nodes))
+        if not damage:
+            render(verdict_table(fs, nodes))
         render(summary)
         return 0
 
