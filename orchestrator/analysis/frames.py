@@ -166,3 +166,15 @@ def steps_of(root: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
          f"SELECT DISTINCT run_id, provider, step FROM measurements WHERE 1=1{w}")
     with _connect(root) as db:
         return pd.read_sql_query(q, db, params=args + args)
+
+
+def largest_size(root: Path, provider: str, metric: str, run_id: str | None = None) -> int | None:
+    """The largest message size of a provider's `metric` (in one run, or any); None if none."""
+    args: list[str] = [provider, metric]
+    q = "SELECT max(size) FROM measurements WHERE provider=? AND metric=?"
+    if run_id:
+        q += " AND run_id=?"
+        args.append(run_id)
+    with _connect(root) as db:
+        row = db.execute(q, args).fetchone()
+    return None if row is None or row[0] is None else int(row[0])

@@ -21,7 +21,7 @@ from typing import Literal
 
 import pandas as pd
 
-from orchestrator.records import Finding
+from orchestrator.records import Finding, subject_label
 from orchestrator.verdicts import Table
 
 Outcome = Literal["ok", "no-go", "missing", "not applicable"]
@@ -110,9 +110,11 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     rounds = sel.groupby(["run_id", "scope", "nodes"])["round"].nunique()
     few = rounds[rounds < ROUNDS_NEEDED]
     if len(few):
-        shown = ", ".join(f"{scope} on {nodes}: {n} round(s)" for scope, nodes, n in zip(
-            few.index.get_level_values("scope"), few.index.get_level_values("nodes"), few,
-            strict=True))
+        # a series whose nodes were never named (an imported log) is the provider's
+        shown = ", ".join(f"{scope} on {subject_label(provider, str(nodes) or None)}: {n} "
+                          "round(s)" for scope, nodes, n in zip(
+                              few.index.get_level_values("scope"),
+                              few.index.get_level_values("nodes").fillna(""), few, strict=True))
         return Reason(check, "missing", f"fewer than {ROUNDS_NEEDED} rounds: {shown}")
     busbw = [f for f in nccl if f.code == "NCCL_BUSBW"]
     if not busbw or not _ev(busbw):
