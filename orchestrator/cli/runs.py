@@ -228,6 +228,8 @@ def register(root: click.Group) -> None:
 
         A run left "running" by a process that is gone (killed with SIGKILL, a reboot)
         is marked "interrupted" first, and can be resumed with its command's --resume.
+        A run that `gpuvet index rebuild` found missing records (a record file deleted,
+        emptied, replaced or unreadable; run.json lost) is "damaged", with no verdict.
         """
         from orchestrator.store import reap_stale
 
