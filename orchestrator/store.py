@@ -159,8 +159,7 @@ def _indexed_run(root: Path, run_dir: Path, problems: list[str]
             damage.append(f"{file} is missing: the run wrote {stated} {kind}"
                           if not (run_dir / file).is_file() else
                           f"{file} holds {have} of the {stated} {kind} the run wrote")
-    lock = run_dir / ".lock"
-    if lock.is_file() and not _lock_free(lock):  # a command works on it now
+    if meta.status == "running" and _in_flight(run_dir):  # a command works on it now
         problems.append(f"{name}: in progress ({meta.command}, pid {meta.pid}): indexed as "
                         "it stands; its command goes on writing into the new index")
     meta.damage = [*meta.damage, *damage]
@@ -270,6 +269,19 @@ def _lock_free(path: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+def _in_flight(run_dir: Path) -> bool:
+    """The process the run's lock file names runs now, on this host (its pid with the same
+    start time). Read from the file, never by taking the flock: a rebuild must not make a
+    resume starting at that moment find the run "in use"."""
+    try:
+        found = _holder((run_dir / ".lock").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return False
+    if not found or found.get("host") != os.uname().nodename or found.get("start") is None:
+        return False
+    return proc_start(int(found["pid"])) == found["start"]
 
 
 def holder_gone(run_dir: Path, meta: RunMeta) -> bool:

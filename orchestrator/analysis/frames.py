@@ -178,3 +178,30 @@ def largest_size(root: Path, provider: str, metric: str, run_id: str | None = No
     with _connect(root) as db:
         row = db.execute(q, args).fetchone()
     return None if row is None or row[0] is None else int(row[0])
+
+
+def index_behind(root: Path, docs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Finished runs whose index rows are not what their run.json says they wrote, by run id,
+    each with why: an index write that failed (`index_stale`), or fewer findings or
+    measurements indexed than the run counted (`records`). Such a run's verdict is not read
+    from the index until `gpuvet index rebuild` has made it whole again."""
+    finished = {rid: d for rid, d in docs.items()
+                if d.get("status") in ("passed", "failed") and not d.get("damage")}
+    out = {rid: "an index write failed while it ran" for rid, d in finished.items()
+           if d.get("index_stale")}
+    stated = {rid: d["records"] for rid, d in finished.items()
+              if isinstance(d.get("records"), dict) and rid not in out}
+    if not stated:
+        return out
+    counts: dict[tuple[str, str], int] = {}
+    with _connect(root) as db:
+        for table in ("findings", "measurements"):
+            for rid, n in db.execute(f"SELECT run_id, count(*) FROM {table} GROUP BY run_id"):
+                counts[(table, rid)] = int(n)
+    for rid, rec in stated.items():
+        short = [f"{counts.get((t, rid), 0)} of the {int(rec.get(t) or 0)} {t}"
+                 for t in ("findings", "measurements")
+                 if counts.get((t, rid), 0) < int(rec.get(t) or 0)]
+        if short:
+            out[rid] = f"the index holds {' and '.join(short)} the run wrote"
+    return out

@@ -28,6 +28,7 @@ from orchestrator.cli._common import (
     verbose_option,
 )
 from orchestrator.errors import UsageError
+from orchestrator.files import warn
 from orchestrator.verdicts import Table
 
 if TYPE_CHECKING:
@@ -54,6 +55,10 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
     ids = list(r["run_id"])
     docs = frames.run_documents(root, ids) if ids else {}
     verdicts = verdict.run_verdicts(frames.findings(root, ids)) if ids else {}
+    behind = frames.index_behind(root, docs)
+    for rid, why in behind.items():  # named, and no verdict read from it
+        warn(f"run {rid}: {why}: its verdict is not shown until `gpuvet index rebuild "
+             f"--results {root}`")
     rows = []
     for rid, started, command, suite_hash, status, provs, nodes in zip(
             r["run_id"], r["started"], r["command"], r["suite_hash"], r["status"],
@@ -61,7 +66,8 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
         inv = (docs.get(rid) or {}).get("inventory_sha256")
         # a run that did not finish (interrupted, error, or still running) has no verdict:
         # the findings it holds are a part, and a part with no FAIL is not a PASS
-        shown = verdicts.get(rid, "-") if status in ("passed", "failed") else "-"
+        shown = verdicts.get(rid, "-") if status in ("passed", "failed") and \
+            rid not in behind else "-"
         rows.append((rid, started, command, inv[:12] if inv else "-", ",".join(provs),
                      len(nodes), suite_hash, status, shown))
     return Table(f"runs under {root}", ("run", "started", "step", "inventory", "providers",
@@ -268,9 +274,15 @@ def register(root: click.Group) -> None:
         fs = frames.finding_records(results, [run_id])
         nodes = [str(n) for n in row["nodes"]]
         summary = measurement_summary(frames.measurements(results, [run_id]))
-        # what `index rebuild` found missing in the run's files: its records are a part
-        damage = [str(d) for d in
-                  frames.run_documents(results, [run_id]).get(run_id, {}).get("damage") or []]
+        # what `index rebuild` found missing in the run's files, or an index behind them:
+        # either way the records shown are a part, and no verdict is made from them
+        docs = frames.run_documents(results, [run_id])
+        damage = [str(d) for d in docs.get(run_id, {}).get("damage") or []]
+        behind = frames.index_behind(results, docs).get(run_id)
+        if behind:
+            warn(f"run {run_id}: {behind}: no verdict until `gpuvet index rebuild --results "
+                 f"{results}`")
+            damage.append(f"index: {behind}")
         if as_json:
             emit_json({"run_id": run_id, "status": row["status"], "damage": damage,
                        "command": row["command"],

@@ -267,3 +267,36 @@ def test_a_resume_retract_keeps_the_counts_true(tmp_path: Path) -> None:
         "findings": 2, "measurements": 0}
     _, problems = rebuild_index(tmp_path)
     assert problems == [] and _status(tmp_path, run.run_id) == "passed"
+
+
+def test_an_index_behind_a_finished_run_is_named_and_gives_no_verdict(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _finished(tmp_path)
+    with sqlite3.connect(tmp_path / "index.sqlite") as db:  # the rows a lost write never made
+        db.execute("DELETE FROM findings WHERE run_id=? AND code='TWO'", (run.run_id,))
+    listed = gpuvet(capsys, "runs", "--results", tmp_path, "--json")
+    assert listed.returncode == 0, listed.output
+    (row,) = json.loads(listed.stdout)
+    assert row["status"] == "passed" and row["verdict"] == "-"  # before: PASS from 1 of 2
+    assert (f"warning: run {run.run_id}: the index holds 1 of the 2 findings the run wrote: "
+            "its verdict is not shown until `gpuvet index rebuild") in listed.stderr
+    shown = gpuvet(capsys, "show", run.run_id, "--results", tmp_path, "--json")
+    doc = json.loads(shown.stdout)
+    assert doc["verdicts"] == {} and doc["damage"] == [
+        "index: the index holds 1 of the 2 findings the run wrote"]
+    assert gpuvet(capsys, "index", "rebuild", "--results", tmp_path).returncode == 0
+    listed = gpuvet(capsys, "runs", "--results", tmp_path, "--json")
+    assert json.loads(listed.stdout)[0]["verdict"] == "PASS" and listed.stderr == ""
+
+
+def test_a_run_whose_index_write_failed_is_named_until_rebuilt(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _finished(tmp_path)
+    run.meta.index_stale = True
+    run.save_meta()
+    listed = gpuvet(capsys, "runs", "--results", tmp_path, "--json")
+    assert json.loads(listed.stdout)[0]["verdict"] == "-"
+    assert f"run {run.run_id}: an index write failed while it ran" in listed.stderr
+    assert gpuvet(capsys, "index", "rebuild", "--results", tmp_path).returncode == 0
+    assert json.loads(gpuvet(capsys, "runs", "--results", tmp_path, "--json").stdout
+                      )[0]["verdict"] == "PASS"
