@@ -427,12 +427,14 @@ class Run:
 
     def _write_meta(self) -> None:
         # `damage` is the index's note about the run's files, not part of the run's document
-        write_json(self.dir / "run.json", self.meta.model_dump(mode="json", exclude={"damage"}))
+        # a run of an older gpuvet keeps its document as it was: no "records" key added
+        skip = {"damage"} | ({"records"} if self.meta.records is None else set())
+        write_json(self.dir / "run.json", self.meta.model_dump(mode="json", exclude=skip))
 
     def _count(self, kind: str, n: int, *, exact: bool = False) -> None:
-        """How many records the run has written (saved with run.json): a count unknown (a
-        run of an older gpuvet) stays unknown until a retract makes it exact."""
-        if self.meta.records is None and not exact:
+        """How many records the run has written (saved with run.json); `exact` sets it (a
+        retract). A count unknown (a run of an older gpuvet) stays unknown."""
+        if self.meta.records is None:
             return
         records = dict(self.meta.records or {})
         records[kind] = n if exact else records.get(kind, 0) + n
@@ -556,9 +558,10 @@ class Run:
             ms = [m for m in self.measurements() if m.step != step or m.unit_key in keep_units]
             # the smaller counts first: a crash between leaves more records than stated
             # (a run cut short), never fewer (which `index rebuild` would call damage)
-            self._count("findings", len(fs), exact=True)
-            self._count("measurements", len(ms), exact=True)
-            self._write_meta()
+            if self.meta.records is not None:
+                self._count("findings", len(fs), exact=True)
+                self._count("measurements", len(ms), exact=True)
+                self._write_meta()
             atomic_write(self.dir / "findings.jsonl",
                          "".join(f.model_dump_json() + "\n" for f in fs))
             atomic_write(self.dir / "measurements.jsonl",
@@ -569,9 +572,10 @@ class Run:
     def clear_records(self) -> None:
         """Drop every record of the run (an import cut short is stored again, whole)."""
         with store_lock(self.root), self._lock:
-            self._count("findings", 0, exact=True)
-            self._count("measurements", 0, exact=True)
-            self._write_meta()
+            if self.meta.records is not None:
+                self._count("findings", 0, exact=True)
+                self._count("measurements", 0, exact=True)
+                self._write_meta()
             for name in ("findings.jsonl", "measurements.jsonl"):
                 atomic_write(self.dir / name, "")
             self._index_write(lambda: self.index.replace_records(self.run_id, [], []))

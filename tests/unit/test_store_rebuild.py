@@ -300,3 +300,17 @@ def test_a_run_whose_index_write_failed_is_named_until_rebuilt(
     assert gpuvet(capsys, "index", "rebuild", "--results", tmp_path).returncode == 0
     assert json.loads(gpuvet(capsys, "runs", "--results", tmp_path, "--json").stdout
                       )[0]["verdict"] == "PASS"
+
+
+def test_a_run_of_an_older_gpuvet_keeps_its_document_and_is_not_called_damaged(
+        tmp_path: Path) -> None:
+    run = _finished(tmp_path)
+    doc = json.loads((run.dir / "run.json").read_text())
+    del doc["records"]  # as gpuvet wrote run.json before it counted records
+    (run.dir / "run.json").write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    old = Run.open(tmp_path, run.run_id)
+    old.retract(keep_units=set(), step="nccl")
+    old.finish("passed")
+    assert "records" not in json.loads((run.dir / "run.json").read_text())
+    _, problems = rebuild_index(tmp_path)
+    assert problems == [] and _status(tmp_path, run.run_id) == "passed"
