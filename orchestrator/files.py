@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
 import stat
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -109,6 +110,42 @@ def warn(message: str) -> None:
         print(f"warning: {message}", file=sys.stderr)
 
 
+# --- the store's lock: records and index written together ------------------------------------
+
+STORE_LOCK = ".store.lock"
+IMPORT_LOCK = ".import.lock"  # imports look for an earlier run of their files and make one
+
+
+@contextlib.contextmanager
+def store_lock(root: Path, *, exclusive: bool = False, waiting: Callable[[], None] | None = None,
+               name: str = STORE_LOCK) -> Iterator[None]:
+    """The results root's reader/writer lock (`.store.lock`, a flock, dropped by the kernel
+    when its holder dies). A command that writes a run's records holds it shared around
+    each write of a record file together with the index write that follows it, so the two
+    are never seen apart; `index rebuild` holds it exclusive from its first read to the
+    swap of the new index, so no write lands in the index it replaces. Held briefly by
+    writers (one chunk of records), so a rebuild waits milliseconds for them, and they
+    wait for a rebuild. `waiting` is called once when the lock is busy, before waiting.
+    `name` picks another lock file of the root (`IMPORT_LOCK`)."""
+    path = root / name
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise store_error(exc, path) from exc
+    try:
+        op = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(fd, op)
+        yield
+    finally:
+        os.close(fd)  # closing the last descriptor drops the flock
+
+
 # --- JSONL: the record ----------------------------------------------------------------
 
 def read_jsonl(path: Path, model: type[R]) -> list[R]:
@@ -144,7 +181,10 @@ def read_jsonl_salvage(path: Path, model: type[R]) -> tuple[list[R], list[str]]:
         return [], []
     out: list[R] = []
     skipped: list[str] = []
-    lines = path.read_bytes().split(b"\n")
+    try:
+        lines = path.read_bytes().split(b"\n")
+    except OSError as exc:  # unreadable (permissions, an I/O error): named, never fatal
+        return [], [f"{path.name}: unreadable ({exc.strerror or exc})"]
     for i, line in enumerate(lines, 1):
         if not line.strip():
             continue

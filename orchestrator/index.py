@@ -14,12 +14,12 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from orchestrator.errors import UsageError
-from orchestrator.files import append_lines, read_jsonl, store_error
+from orchestrator.files import append_lines, read_jsonl_salvage, store_error, store_lock
 from orchestrator.records import Finding, Measurement
 
 SCHEMA_VERSION = 2
@@ -49,6 +49,12 @@ class RunMeta(BaseModel):
     index_stale: bool = False
     pid: int | None = None
     host: str | None = None
+    # how many records the run had written when run.json was last saved (None: a run of an
+    # older gpuvet): a record file holding fewer is damaged (deleted, emptied, replaced)
+    records: dict[str, int] | None = None
+    # the index's own note, never written to run.json: what `index rebuild` found missing
+    # or unreadable in the run's files; such a run is "damaged" in the index, with no verdict
+    damage: list[str] = []
 
 
 # --- the index: derived, rebuildable ----------------------------------------------------
@@ -76,6 +82,26 @@ CREATE TABLE IF NOT EXISTS baselines (set_id TEXT, provider TEXT, gpu_model TEXT
 CREATE INDEX IF NOT EXISTS baselines_key ON baselines(provider, suite_hash);
 """
 BASELINES_FILE = "baselines.jsonl"
+RECORD_TABLES = ("runs", "findings", "measurements")
+T = TypeVar("T", bound=BaseModel)
+
+
+def damaged_index(path: Path, table: str, run_id: str | None, why: str) -> UsageError:
+    """A row of the index that is not what it claims: named, with the way out (the index
+    is derived; the runs' files are the record)."""
+    whose = f" of run {run_id}" if run_id else ""
+    return UsageError(f"{path}: a row of its {table} table{whose} is damaged ({why}): the "
+                      "index no longer matches the runs' records",
+                      hint=f"run `gpuvet index rebuild --results {path.parent}`")
+
+
+def parse_row(model: type[T], text: Any, path: Path, table: str, run_id: str | None) -> T:
+    """One record from an index row's JSON; a damaged row is `damaged_index` (exit 2)."""
+    try:
+        return model.model_validate_json(text)
+    except (ValidationError, TypeError, ValueError) as exc:
+        why = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise damaged_index(path, table, run_id, why) from None
 
 
 class BaselineRecord(BaseModel):
@@ -123,9 +149,11 @@ def _measurement_row(m: Measurement) -> tuple[Any, ...]:
 
 
 def _run_row(meta: RunMeta) -> tuple[Any, ...]:
+    # the typed status column says "damaged" where records are missing: no verdict is read
+    # from such a run (`runs`, compare, regress and baseline take finished runs only)
     return (meta.run_id, meta.started, meta.finished, meta.command, meta.suite_hash,
-            meta.status, meta.path, ",".join(meta.providers), ",".join(meta.nodes),
-            meta.model_dump_json())
+            "damaged" if meta.damage else meta.status, meta.path, ",".join(meta.providers),
+            ",".join(meta.nodes), meta.model_dump_json())
 
 
 class Index:
@@ -139,6 +167,7 @@ class Index:
             root.mkdir(parents=True, exist_ok=True)
             _refuse_emptied(self.path, root)
             with self._connect() as db:
+                self._refuse_lost_tables(db)
                 db.executescript(_SCHEMA)
                 row = db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
                 if row is None:
@@ -153,6 +182,21 @@ class Index:
                              hint=f"run `gpuvet index rebuild --results {root}`") from None
         except OSError as exc:
             raise store_error(exc, self.path) from exc
+
+    def _refuse_lost_tables(self, db: sqlite3.Connection) -> None:
+        """An index that has lost a table is not made whole by creating it empty: that would
+        be a store without findings, every run a PASS. Named, with the way out."""
+        have = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "meta" not in have:
+            return  # a new index
+        lost = [t for t in RECORD_TABLES if t not in have]
+        if "baselines" not in have and (self.root / BASELINES_FILE).is_file():
+            lost.append("baselines")
+        if lost:
+            raise UsageError(f"{self.path} has lost its {', '.join(lost)} "
+                             f"table{'s' if len(lost) > 1 else ''}: it no longer "
+                             "matches the runs' records",
+                             hint=f"run `gpuvet index rebuild --results {self.root}`")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -205,20 +249,20 @@ class Index:
     def findings(self, run_id: str) -> list[Finding]:
         with self._connect() as db:
             rows = db.execute("SELECT json FROM findings WHERE run_id=?", (run_id,)).fetchall()
-        return [Finding.model_validate_json(r[0]) for r in rows]
+        return [parse_row(Finding, r[0], self.path, "findings", run_id) for r in rows]
 
     def measurements(self, run_id: str | None = None) -> list[Measurement]:
-        q, args = "SELECT json FROM measurements", tuple[str, ...]()
+        q, args = "SELECT json, run_id FROM measurements", tuple[str, ...]()
         if run_id:
             q, args = q + " WHERE run_id=?", (run_id,)
         with self._connect() as db:
             rows = db.execute(q, args).fetchall()
-        return [Measurement.model_validate_json(r[0]) for r in rows]
+        return [parse_row(Measurement, r[0], self.path, "measurements", r[1]) for r in rows]
 
     def runs(self) -> list[RunMeta]:
         with self._connect() as db:
-            rows = db.execute("SELECT json FROM runs ORDER BY started, run_id").fetchall()
-        return [RunMeta.model_validate_json(r[0]) for r in rows]
+            rows = db.execute("SELECT json, run_id FROM runs ORDER BY started, run_id").fetchall()
+        return [parse_row(RunMeta, r[0], self.path, "runs", r[1]) for r in rows]
 
     def replace_baselines(self, records: list[BaselineRecord]) -> None:
         """A new set replaces every earlier row of its provider, machine class and suite."""
@@ -241,7 +285,7 @@ class Index:
                 args.append(val)
         with self._connect() as db:
             rows = db.execute(q + " ORDER BY provider, suite_hash, metric, size", args).fetchall()
-        return [BaselineRecord.model_validate_json(r[0]) for r in rows]
+        return [parse_row(BaselineRecord, r[0], self.path, "baselines", None) for r in rows]
 
     def counts(self, run_id: str) -> tuple[int, int]:
         with self._connect() as db:
@@ -268,13 +312,17 @@ def add_baselines(root: Path, records: list[BaselineRecord]) -> None:
     if not records:
         return
     root.mkdir(parents=True, exist_ok=True)
-    append_lines(root / BASELINES_FILE, [r.model_dump_json() for r in records])
-    Index(root).replace_baselines(records)
+    idx = Index(root)
+    with store_lock(root):  # the file and the index together (`index rebuild` waits)
+        append_lines(root / BASELINES_FILE, [r.model_dump_json() for r in records])
+        idx.replace_baselines(records)
 
 
-def baseline_sets(root: Path) -> list[list[BaselineRecord]]:
-    """Every baseline set in the order it was made; replaying them rebuilds the table."""
+def baseline_sets(root: Path) -> tuple[list[list[BaselineRecord]], list[str]]:
+    """Every baseline set in the order it was made (replaying them rebuilds the table), and
+    one line per line of baselines.jsonl that cannot be read: a bad line costs that line."""
     sets: dict[str, list[BaselineRecord]] = {}
-    for r in read_jsonl(root / BASELINES_FILE, BaselineRecord):
+    records, bad = read_jsonl_salvage(root / BASELINES_FILE, BaselineRecord)
+    for r in records:
         sets.setdefault(r.set_id, []).append(r)
-    return list(sets.values())
+    return list(sets.values()), bad

@@ -29,7 +29,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ from orchestrator.files import (
     read_jsonl,
     read_jsonl_salvage,
     store_error,
+    store_lock,
     warn,
     write_json,
 )
@@ -62,58 +63,109 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
-def rebuild_index(root: Path) -> tuple[int, list[str]]:
+def rebuild_index(root: Path, *,
+                  waiting: Callable[[], None] | None = None) -> tuple[int, list[str]]:
     """Build the index anew from every run's JSONL files; swap it in atomically.
 
     Returns (runs indexed, problems), one problem a line. What can be read is indexed:
     a damaged JSONL line is skipped and named (file and line), the rest of the run
-    kept; a damaged run.json is read as far as it goes and the rest taken from the
-    records (`_salvaged_meta`). A run with nothing readable, or written by another
-    record schema, is left out and named, never guessed at."""
+    kept; a damaged or missing run.json is read as far as it goes and the rest taken
+    from the records (`_salvaged_meta`). A run whose record files hold fewer records
+    than it wrote (deleted, emptied, replaced, unreadable) or records of another run is
+    indexed as "damaged" (no verdict) and named. A run with nothing readable, or written
+    by another record schema, is left out and named, never guessed at.
+
+    The store's lock is held exclusive from the first read to the swap (`files.store_lock`):
+    a command writing records waits for the swap and then writes into the new index, so
+    no record lands in the index being replaced; `waiting` is called if one is mid-write.
+    A run in flight is indexed as it stands and named."""
     if not root.is_dir():
         raise UsageError(f"no results folder {root}")
     tmp = root / f".index.sqlite.{os.getpid()}.tmp"
-    tmp.unlink(missing_ok=True)
     problems: list[str] = []
     n = 0
     try:
-        idx = Index(root, path=tmp)
-        for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            if not (run_dir / "run.json").is_file():
-                continue
-            name = run_dir.name
-            findings, bad_f = read_jsonl_salvage(run_dir / "findings.jsonl", Finding)
-            ms, bad_m = read_jsonl_salvage(run_dir / "measurements.jsonl", Measurement)
-            try:
-                meta = Run.open(root, name).meta
-            except DamagedRunFile as exc:
-                salvaged = _salvaged_meta(run_dir, findings, ms)
-                if salvaged is None:
-                    problems.append(f"{name}: skipped: {exc.what}")
+        with store_lock(root, exclusive=True, waiting=waiting):
+            tmp.unlink(missing_ok=True)
+            idx = Index(root, path=tmp)
+            for run_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+                got = _indexed_run(root, run_dir, problems)
+                if got is None:
                     continue
-                meta = salvaged
-                problems.append(f"{name}: run.json is damaged ({exc.what}): indexed from what "
-                                f"could be read (command {meta.command!r}, status "
-                                f"{meta.status}, {len(findings)} finding(s), {len(ms)} "
-                                "measurement(s))")
-            except GpuvetError as exc:
-                problems.append(f"{name}: skipped: {exc.what}")
-                continue
-            problems += [f"{name}: {line}: skipped, the rest of the run indexed"
-                         for line in bad_f + bad_m]
-            meta.index_stale = False
-            idx.upsert_run(meta)
-            idx.add_findings(findings)
-            idx.add_measurements(ms)
-            n += 1
-        for group in baseline_sets(root):
-            idx.replace_baselines(group)
-        os.replace(tmp, root / "index.sqlite")
+                meta, findings, ms = got
+                idx.upsert_run(meta)
+                idx.add_findings(findings)
+                idx.add_measurements(ms)
+                n += 1
+            sets, bad = baseline_sets(root)
+            problems += [f"{line}: skipped, the other baselines indexed" for line in bad]
+            for group in sets:
+                idx.replace_baselines(group)
+            os.replace(tmp, root / "index.sqlite")
     except OSError as exc:
         raise store_error(exc, root / "index.sqlite") from exc
     finally:
         tmp.unlink(missing_ok=True)
     return n, problems
+
+
+_RECORD_FILES = (("findings", "findings.jsonl"), ("measurements", "measurements.jsonl"))
+
+
+def _indexed_run(root: Path, run_dir: Path, problems: list[str]
+                 ) -> tuple[RunMeta, list[Finding], list[Measurement]] | None:
+    """One run as `rebuild_index` indexes it (its meta, with any damage noted), or None when
+    it is no run or nothing of it can be read; every problem appended to `problems`."""
+    name = run_dir.name
+    has_meta = (run_dir / "run.json").is_file()
+    if not has_meta and not RUN_ID_RE.fullmatch(name):
+        return None  # not a run's folder
+    findings, bad_f = read_jsonl_salvage(run_dir / "findings.jsonl", Finding)
+    ms, bad_m = read_jsonl_salvage(run_dir / "measurements.jsonl", Measurement)
+    damage: list[str] = []
+    try:
+        if not has_meta:
+            raise DamagedRunFile("")
+        meta = Run.open(root, name).meta
+    except DamagedRunFile as exc:
+        why = f"damaged ({exc.what})" if has_meta else "missing"
+        salvaged = _salvaged_meta(run_dir, findings, ms)
+        if salvaged is None:
+            problems.append(f"{name}: skipped: {exc.what}" if has_meta else
+                            f"{name}: skipped: run.json is missing and the run has no records")
+            return None
+        meta = salvaged
+        meta.damage = [f"run.json is {'damaged' if has_meta else 'missing'}"]
+        problems.append(f"{name}: run.json is {why}: indexed from what "
+                        f"could be read (command {meta.command!r}, status "
+                        f"{meta.status}, {len(findings)} finding(s), {len(ms)} "
+                        "measurement(s)) as damaged (no verdict)")
+    except GpuvetError as exc:
+        problems.append(f"{name}: skipped: {exc.what}")
+        return None
+    problems += [f"{name}: {line}: skipped, the rest of the run indexed"
+                 for line in bad_f + bad_m]
+    theirs = sorted({f.run_id for f in findings if f.run_id != name}
+                    | {m.run_id for m in ms if m.run_id != name})
+    if theirs:
+        damage.append(f"its record files hold records of run {', '.join(theirs)}: not this "
+                      "run's, left out (a file was replaced)")
+        findings = [f for f in findings if f.run_id == name]
+        ms = [m for m in ms if m.run_id == name]
+    for kind, file in _RECORD_FILES:
+        stated = (meta.records or {}).get(kind, 0)
+        have = len(findings) if kind == "findings" else len(ms)
+        if have < stated:
+            damage.append(f"{file} is missing: the run wrote {stated} {kind}"
+                          if not (run_dir / file).is_file() else
+                          f"{file} holds {have} of the {stated} {kind} the run wrote")
+    if meta.status == "running" and _in_flight(run_dir):  # a command works on it now
+        problems.append(f"{name}: in progress ({meta.command}, pid {meta.pid}): indexed as "
+                        "it stands; its command goes on writing into the new index")
+    meta.damage = [*meta.damage, *damage]
+    problems += [f"{name}: damaged: {d}; indexed as damaged (no verdict)" for d in damage]
+    meta.index_stale = False
+    return meta, findings, ms
 
 
 # run.json is written with indent=2 and sorted keys: a top-level scalar is one line
@@ -159,6 +211,10 @@ def _salvaged_meta(run_dir: Path, findings: list[Finding],
                        nodes=sorted(nodes), **fields)
     except ValidationError:
         return None
+
+
+class RunBusy(UsageError):
+    """Another process holds the run's lock (works on it now)."""
 
 
 class DamagedRunFile(UsageError):
@@ -213,6 +269,19 @@ def _lock_free(path: Path) -> bool:
             return True
     except OSError:
         return False
+
+
+def _in_flight(run_dir: Path) -> bool:
+    """The process the run's lock file names runs now, on this host (its pid with the same
+    start time). Read from the file, never by taking the flock: a rebuild must not make a
+    resume starting at that moment find the run "in use"."""
+    try:
+        found = _holder((run_dir / ".lock").read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return False
+    if not found or found.get("host") != os.uname().nodename or found.get("start") is None:
+        return False
+    return proc_start(int(found["pid"])) == found["start"]
 
 
 def holder_gone(run_dir: Path, meta: RunMeta) -> bool:
@@ -291,22 +360,26 @@ class Run:
         reap_stale(root)
         run = cls(root, new_run_id())
         run.index  # noqa: B018 - a broken index or results root fails before the run exists
-        try:
-            run.dir.mkdir(parents=True, exist_ok=False)
-        except OSError as exc:
-            raise store_error(exc, run.dir) from exc
-        inv_sha = None
-        if inventory_path is not None:
-            atomic_write(run.dir / "inventory.yaml", _inventory_copy(inventory_path))
-            inv_sha = file_sha256(inventory_path)
-        # the suite and the source are the user's text (a token in a URL, a command's env)
-        run.meta = RunMeta(run_id=run.run_id, started=_now(), command=command,
-                           suite_hash=suite_hash, suite=scrub_doc(suite),
-                           gpuvet_version=__version__, path=str(run.dir), inventory_sha256=inv_sha,
-                           providers=sorted(set(providers)), nodes=list(nodes),
-                           source=None if source is None else scrub_doc(source),
-                           pid=os.getpid(), host=os.uname().nodename)
-        run.save_meta()
+        # folder and run.json together: `index rebuild` never sees a run without its run.json
+        with store_lock(root):
+            try:
+                run.dir.mkdir(parents=True, exist_ok=False)
+            except OSError as exc:
+                raise store_error(exc, run.dir) from exc
+            inv_sha = None
+            if inventory_path is not None:
+                atomic_write(run.dir / "inventory.yaml", _inventory_copy(inventory_path))
+                inv_sha = file_sha256(inventory_path)
+            # the suite and the source are the user's text (a token in a URL, a command's env)
+            run.meta = RunMeta(run_id=run.run_id, started=_now(), command=command,
+                               suite_hash=suite_hash, suite=scrub_doc(suite),
+                               gpuvet_version=__version__, path=str(run.dir),
+                               inventory_sha256=inv_sha, providers=sorted(set(providers)),
+                               nodes=list(nodes),
+                               source=None if source is None else scrub_doc(source),
+                               pid=os.getpid(), host=os.uname().nodename,
+                               records={"findings": 0, "measurements": 0})
+            run._save_meta()
         return run
 
     @classmethod
@@ -344,8 +417,28 @@ class Run:
         return run
 
     def save_meta(self) -> None:
-        write_json(self.dir / "run.json", self.meta.model_dump(mode="json"))
+        with store_lock(self.root):
+            self._save_meta()
+
+    def _save_meta(self) -> None:
+        """run.json, then the index's row; the caller holds the store's lock."""
+        self._write_meta()
         self._index_write(lambda: self.index.upsert_run(self.meta), mark=False)
+
+    def _write_meta(self) -> None:
+        # `damage` is the index's note about the run's files, not part of the run's document
+        # a run of an older gpuvet keeps its document as it was: no "records" key added
+        skip = {"damage"} | ({"records"} if self.meta.records is None else set())
+        write_json(self.dir / "run.json", self.meta.model_dump(mode="json", exclude=skip))
+
+    def _count(self, kind: str, n: int, *, exact: bool = False) -> None:
+        """How many records the run has written (saved with run.json); `exact` sets it (a
+        retract). A count unknown (a run of an older gpuvet) stays unknown."""
+        if self.meta.records is None:
+            return
+        records = dict(self.meta.records or {})
+        records[kind] = n if exact else records.get(kind, 0) + n
+        self.meta.records = records
 
     def _index_write(self, fn: Any, *, mark: bool = True) -> None:
         """The JSONL files are the record: an index that cannot be written is stale, not fatal."""
@@ -356,7 +449,7 @@ class Run:
                  f"hold every record: run `gpuvet index rebuild --results {self.root}`")
             if mark and not self.meta.index_stale:
                 self.meta.index_stale = True
-                write_json(self.dir / "run.json", self.meta.model_dump(mode="json"))
+                self._write_meta()
 
     def finish(self, status: Status) -> None:
         # archives pushed to nodes are staged in the run while it works; none stays behind
@@ -384,19 +477,23 @@ class Run:
             raise
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[Run]:
-        """Only one process works on a run at a time (a second resume is refused)."""
+    def locked(self, *, wait: bool = False) -> Iterator[Run]:
+        """Only one process works on a run at a time: a second is refused (`RunBusy`), or
+        with `wait` waits until the first is done (an import of the same files)."""
         path = self.dir / ".lock"
         f = path.open("a+")
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             f.seek(0)
             found = _holder(f.read())
             holder = (f"pid {found['pid']} on {found['host']}" if found else "another process")
             f.close()
-            raise UsageError(f"run {self.run_id} is in use by {holder}",
-                             hint="wait for it to finish, or stop it first") from None
+            raise RunBusy(f"run {self.run_id} is in use by {holder}",
+                          hint="wait for it to finish, or stop it first") from None
+        except BaseException:
+            f.close()
+            raise
         f.seek(0)
         f.truncate()
         f.write(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
@@ -425,10 +522,12 @@ class Run:
         if not findings:
             return
         rows, path = [f.model_dump_json() for f in findings], self.dir / "findings.jsonl"
-        with self._lock:
-            append_lines(path, rows, sync=False)
+        with store_lock(self.root):  # the file and the index together (`index rebuild`)
+            with self._lock:
+                append_lines(path, rows, sync=False)
+                self._count("findings", len(findings))
+            self._index_write(lambda: self.index.add_findings(findings))
         fsync_file(path)  # durable before the caller marks its unit done
-        self._index_write(lambda: self.index.add_findings(findings))
 
     def add_measurements(self, ms: list[Measurement]) -> None:
         """Append and index the records a chunk at a time: an import of 10,000 rows makes
@@ -439,10 +538,12 @@ class Run:
         for i in range(0, len(ms), _CHUNK):
             chunk = ms[i:i + _CHUNK]
             rows = [m.model_dump_json() for m in chunk]
-            with self._lock:
-                append_lines(path, rows, sync=False)
-            del rows
-            self._index_write(functools.partial(self.index.add_measurements, chunk))
+            with store_lock(self.root):  # the file and the index together (`index rebuild`)
+                with self._lock:
+                    append_lines(path, rows, sync=False)
+                    self._count("measurements", len(chunk))
+                del rows
+                self._index_write(functools.partial(self.index.add_measurements, chunk))
         fsync_file(path)
 
     def retract(self, keep_units: set[str], step: str) -> None:
@@ -452,21 +553,33 @@ class Run:
         that will be recomputed, must not stand beside the new ones. Each file is
         written anew and renamed over the old one, never rewritten in place.
         """
-        with self._lock:
+        with store_lock(self.root), self._lock:
             fs = [f for f in self.findings() if f.step != step or f.unit_key in keep_units]
             ms = [m for m in self.measurements() if m.step != step or m.unit_key in keep_units]
+            # the smaller counts first: a crash between leaves more records than stated
+            # (a run cut short), never fewer (which `index rebuild` would call damage)
+            if self.meta.records is not None:
+                self._count("findings", len(fs), exact=True)
+                self._count("measurements", len(ms), exact=True)
+                self._write_meta()
             atomic_write(self.dir / "findings.jsonl",
                          "".join(f.model_dump_json() + "\n" for f in fs))
             atomic_write(self.dir / "measurements.jsonl",
                          "".join(m.model_dump_json() + "\n" for m in ms))
-        self._index_write(lambda: self.index.replace_records(self.run_id, fs, ms))
+            self._index_write(lambda: self.index.replace_records(self.run_id, fs, ms))
+            self._index_write(lambda: self.index.upsert_run(self.meta), mark=False)
 
     def clear_records(self) -> None:
         """Drop every record of the run (an import cut short is stored again, whole)."""
-        with self._lock:
+        with store_lock(self.root), self._lock:
+            if self.meta.records is not None:
+                self._count("findings", 0, exact=True)
+                self._count("measurements", 0, exact=True)
+                self._write_meta()
             for name in ("findings.jsonl", "measurements.jsonl"):
                 atomic_write(self.dir / name, "")
-        self._index_write(lambda: self.index.replace_records(self.run_id, [], []))
+            self._index_write(lambda: self.index.replace_records(self.run_id, [], []))
+            self._index_write(lambda: self.index.upsert_run(self.meta), mark=False)
 
     def _done_path(self, unit: str, step: str) -> Path:
         kind, name = unit_folder(unit)

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.errors import UsageError
+from orchestrator.index import damaged_index, parse_row
 from orchestrator.records import Finding
 from orchestrator.store import Index
 
@@ -112,10 +113,12 @@ def finding_records(root: Path, run_ids: Sequence[str] | None = None) -> list[Fi
     """The findings as records, with their evidence files and details (for verdicts and
     reports, which cite evidence); oldest run first, in the order they were written."""
     args: list[str] = []
-    q = "SELECT json FROM findings WHERE 1=1" + _where("run_id", run_ids, args) + " ORDER BY rowid"
+    q = ("SELECT json, run_id FROM findings WHERE 1=1" + _where("run_id", run_ids, args)
+         + " ORDER BY rowid")
     with _connect(root) as db:
         rows = db.execute(q, args).fetchall()
-    return [Finding.model_validate_json(r[0]) for r in rows]
+    path = root / "index.sqlite"
+    return [parse_row(Finding, r[0], path, "findings", r[1]) for r in rows]
 
 
 def run_documents(root: Path, run_ids: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -124,7 +127,18 @@ def run_documents(root: Path, run_ids: Sequence[str] | None = None) -> dict[str,
     q = "SELECT run_id, json FROM runs WHERE 1=1" + _where("run_id", run_ids, args)
     with _connect(root) as db:
         rows = db.execute(q, args).fetchall()
-    return {r[0]: json.loads(r[1]) for r in rows}
+    return {r[0]: _document(root, "runs", r[0], r[1]) for r in rows}
+
+
+def _document(root: Path, table: str, run_id: str, text: Any) -> dict[str, Any]:
+    """An index row's JSON object; a damaged one is named (exit 2), never a traceback."""
+    try:
+        doc = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        raise damaged_index(root / "index.sqlite", table, run_id, str(exc)) from None
+    if not isinstance(doc, dict):
+        raise damaged_index(root / "index.sqlite", table, run_id, "not a JSON object")
+    return doc
 
 
 def measurements_tagged(root: Path, run_ids: Sequence[str] | None = None, *,
@@ -137,7 +151,9 @@ def measurements_tagged(root: Path, run_ids: Sequence[str] | None = None, *,
     with _connect(root) as db:
         df = pd.read_sql_query(q, db, params=args)
     df["inplace"] = df["inplace"].map(lambda v: None if pd.isna(v) else bool(v))
-    df["tags"] = df.pop("json").map(lambda s: json.loads(s).get("tags") or {})
+    tags: list[Any] = [_document(root, "measurements", rid, s).get("tags") or {}
+                       for rid, s in zip(df["run_id"], df.pop("json"), strict=True)]
+    df["tags"] = pd.Series(tags, index=df.index, dtype=object)
     return df
 
 
@@ -150,3 +166,42 @@ def steps_of(root: Path, run_ids: Sequence[str] | None = None) -> pd.DataFrame:
          f"SELECT DISTINCT run_id, provider, step FROM measurements WHERE 1=1{w}")
     with _connect(root) as db:
         return pd.read_sql_query(q, db, params=args + args)
+
+
+def largest_size(root: Path, provider: str, metric: str, run_id: str | None = None) -> int | None:
+    """The largest message size of a provider's `metric` (in one run, or any); None if none."""
+    args: list[str] = [provider, metric]
+    q = "SELECT max(size) FROM measurements WHERE provider=? AND metric=?"
+    if run_id:
+        q += " AND run_id=?"
+        args.append(run_id)
+    with _connect(root) as db:
+        row = db.execute(q, args).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def index_behind(root: Path, docs: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Finished runs whose index rows are not what their run.json says they wrote, by run id,
+    each with why: an index write that failed (`index_stale`), or fewer findings or
+    measurements indexed than the run counted (`records`). Such a run's verdict is not read
+    from the index until `gpuvet index rebuild` has made it whole again."""
+    finished = {rid: d for rid, d in docs.items()
+                if d.get("status") in ("passed", "failed") and not d.get("damage")}
+    out = {rid: "an index write failed while it ran" for rid, d in finished.items()
+           if d.get("index_stale")}
+    stated = {rid: d["records"] for rid, d in finished.items()
+              if isinstance(d.get("records"), dict) and rid not in out}
+    if not stated:
+        return out
+    counts: dict[tuple[str, str], int] = {}
+    with _connect(root) as db:
+        for table in ("findings", "measurements"):
+            for rid, n in db.execute(f"SELECT run_id, count(*) FROM {table} GROUP BY run_id"):
+                counts[(table, rid)] = int(n)
+    for rid, rec in stated.items():
+        short = [f"{counts.get((t, rid), 0)} of the {int(rec.get(t) or 0)} {t}"
+                 for t in ("findings", "measurements")
+                 if counts.get((t, rid), 0) < int(rec.get(t) or 0)]
+        if short:
+            out[rid] = f"the index holds {' and '.join(short)} the run wrote"
+    return out

@@ -33,6 +33,7 @@ from orchestrator.analysis.baseline import (
     Sample,
     SeriesKey,
     band_for,
+    human_size,
     resolve,
     sample_frame,
     to_samples,
@@ -156,7 +157,7 @@ def provider_verdict(provider: str, rows: Sequence[Row], min_effect: float = 0.0
                                f"{worst.key.label} {_change(worst.result)}")
     better = [r for r in judged if r.result.verdict == "IMPROVED"]
     mdes = [r.result.mde for r in judged if not r.is_node and r.result.mde is not None]
-    could = f"; could have detected {min(mdes):.1%} to {max(mdes):.1%}" if mdes else ""
+    could = _could(mdes)
     if better:
         return ProviderVerdict(provider, "IMPROVED", "provider", (),
                                f"{len(better)} series improved, none regressed{could}")
@@ -165,11 +166,32 @@ def provider_verdict(provider: str, rows: Sequence[Row], min_effect: float = 0.0
                            f"{min_effect:.0%}{could}")
 
 
+def _could(mdes: Sequence[float]) -> str:
+    """What the tests could have seen: the range of their smallest detectable changes; a
+    test whose samples are too few to ever reach significance (an infinite one) is counted,
+    never printed as "inf%"."""
+    finite = [m for m in mdes if math.isfinite(m)]
+    blind = len(mdes) - len(finite)
+    parts = []
+    if finite:
+        lo, hi = min(finite), max(finite)
+        parts.append(f"could have detected {lo:.1%}" + (f" to {hi:.1%}" if hi != lo else ""))
+    if blind:
+        parts.append(f"{blind} test(s) with too few samples to detect any change")
+    return "".join(f"; {p}" for p in parts)
+
+
+def _signed(v: float | None) -> str:
+    """A relative change as a percentage; one from or to nothing (infinite, undefined) is
+    "n/a", never "inf%" or "nan%"."""
+    return f"{v:+.1%}" if v is not None and math.isfinite(v) else "n/a"
+
+
 def _change(c: Comparison) -> str:
     if c.change is None:
         return "(not tested)"
-    ci = f" [{c.ci_low:+.1%}, {c.ci_high:+.1%}]" if c.ci_low is not None else ""
-    return f"{c.change:+.1%}{ci}"
+    ci = f" [{_signed(c.ci_low)}, {_signed(c.ci_high)}]" if c.ci_low is not None else ""
+    return f"{_signed(c.change)}{ci}"
 
 
 # --- a run (or the latest per provider) against its baseline, from the store ---------------
@@ -257,6 +279,11 @@ def evaluate(root: Path, run_id: str | None = None, providers: Sequence[str] = (
         if judged is None or judged not in set(df["run_id"]):
             why = ("no comparable measurements in this run" if judged else
                    "no measured run of this provider")
+            largest = frames.largest_size(root, p, "busbw", run_id)
+            if largest is not None and largest < min_size:  # measured, all below --min-size
+                why = (f"no busbw measured at or above --min-size {human_size(min_size)} (the "
+                       f"largest message size measured is {human_size(largest)}): lower "
+                       "--min-size to judge smaller sizes")
             evals[p] = ProviderEvaluation(p, judged, None,
                                           ProviderVerdict(p, "NOT ENOUGH DATA", "none", (), why))
             continue
@@ -331,9 +358,7 @@ def _bands(root: Path, run_id: str, provider: str, keys: set[SeriesKey], machine
 # --- rows for the terminal, --json and reports ------------------------------------------------
 
 def _pct(v: float | None) -> str | None:
-    if v is None:
-        return None
-    return "inf" if math.isinf(v) else f"{v:+.1%}"
+    return None if v is None else _signed(v)
 
 
 def _num(v: float | None) -> float | None:
@@ -356,11 +381,11 @@ def tests_table(ev: Evaluation, verbose: bool = False) -> Table:
         c = r.result
         if r.is_node and not verbose and c.verdict in ("UNCHANGED", "NOT ENOUGH DATA"):
             continue
-        ci = None if c.ci_low is None else f"[{c.ci_low:+.1%}, {c.ci_high:+.1%}]"
+        ci = None if c.ci_low is None else f"[{_signed(c.ci_low)}, {_signed(c.ci_high)}]"
         band = bands.get(r.key)
         shown = None if band is None else (f"{band[0].value:g} ({band[0].lower:g}-"
                                            f"{band[0].upper:g}, {band[1]})")
-        mde = None if c.mde is None else ("none" if math.isinf(c.mde) else f"{c.mde:.1%}")
+        mde = None if c.mde is None else ("none" if not math.isfinite(c.mde) else f"{c.mde:.1%}")
         rows.append((r.key.provider, r.label, r.key.label, c.verdict, _pct(c.change), ci,
                      None if c.q is None else float(f"{c.q:.2g}"), mde,
                      f"{c.n_cur}/{c.n_base}", _num(c.base_mean), _num(c.cur_mean), shown))

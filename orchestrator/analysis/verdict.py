@@ -38,7 +38,7 @@ import pandas as pd
 from orchestrator.errors import ParseError
 from orchestrator.judging.storage import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
 from orchestrator.parsers.recipe import parse_mounts
-from orchestrator.records import SEVERITY_ORDER, Finding
+from orchestrator.records import SEVERITY_ORDER, Finding, subject_label
 from orchestrator.verdicts import Table
 
 Outcome = Literal["ok", "no-go", "not proven", "missing", "not applicable"]
@@ -219,10 +219,11 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
     rounds = sel.groupby(["run_id", "scope", "nodes"])["round"].nunique()
     few = rounds[rounds < ROUNDS_NEEDED]
     if len(few):
-        shown = ", ".join(f"{scope} on {nodes or '(no node named)'}: {n} round(s)"
-                          for scope, nodes, n in zip(
+        # a series whose nodes were never named (an imported log) is the provider's
+        shown = ", ".join(f"{scope} on {subject_label(provider, str(nodes) or None)}: {n} "
+                          "round(s)" for scope, nodes, n in zip(
                               few.index.get_level_values("scope"),
-                              few.index.get_level_values("nodes"), few, strict=True))
+                              few.index.get_level_values("nodes").fillna(""), few, strict=True))
         return Reason(check, "missing", f"fewer than {ROUNDS_NEEDED} rounds: {shown}",
                       fix=f"run {ROUNDS_NEEDED} rounds with identical parameters "
                           "(the suite's nccl.rounds)")

@@ -28,6 +28,7 @@ from orchestrator.cli._common import (
     verbose_option,
 )
 from orchestrator.errors import UsageError, did_you_mean, shown
+from orchestrator.files import warn
 from orchestrator.render import scrubbed
 from orchestrator.verdicts import Table
 from payload.scrub import scrub_text
@@ -97,6 +98,10 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
     ids = list(r["run_id"])
     docs = frames.run_documents(root, ids) if ids else {}
     verdicts = verdict.run_verdicts(frames.findings(root, ids)) if ids else {}
+    behind = frames.index_behind(root, docs)
+    for rid, why in behind.items():  # named, and no verdict read from it
+        warn(f"run {rid}: {why}: its verdict is not shown until `gpuvet index rebuild "
+             f"--results {root}`")
     rows = []
     for rid, started, command, suite_hash, status, provs, nodes in zip(
             r["run_id"], r["started"], r["command"], r["suite_hash"], r["status"],
@@ -104,7 +109,8 @@ def runs_table(root: Path, providers: Sequence[str] = (), since: str | None = No
         inv = (docs.get(rid) or {}).get("inventory_sha256")
         # a run that did not finish (interrupted, error, or still running) has no verdict:
         # the findings it holds are a part, and a part with no FAIL is not a PASS
-        shown = verdicts.get(rid, "-") if status in ("passed", "failed") else "-"
+        shown = verdicts.get(rid, "-") if status in ("passed", "failed") and \
+            rid not in behind else "-"
         rows.append((rid, started, command, inv[:12] if inv else "-", ",".join(provs),
                      len(nodes), suite_hash, status, shown))
     return Table(f"runs under {root}", ("run", "started", "step", "inventory", "providers",
@@ -316,6 +322,8 @@ def register(root: click.Group) -> None:
 
         A run left "running" by a process that is gone (killed with SIGKILL, a reboot)
         is marked "interrupted" first, and can be resumed with its command's --resume.
+        A run that `gpuvet index rebuild` found missing records (a record file deleted,
+        emptied, replaced or unreadable; run.json lost) is "damaged", with no verdict.
         """
         from orchestrator.store import reap_stale
 
@@ -354,18 +362,31 @@ def register(root: click.Group) -> None:
         fs = frames.finding_records(results, [run_id])
         nodes = [str(n) for n in row["nodes"]]
         summary = measurement_summary(frames.measurements(results, [run_id]))
+        # what `index rebuild` found missing in the run's files, or an index behind them:
+        # either way the records shown are a part, and no verdict is made from them
+        docs = frames.run_documents(results, [run_id])
+        damage = [str(d) for d in docs.get(run_id, {}).get("damage") or []]
+        behind = frames.index_behind(results, docs).get(run_id)
+        if behind:
+            warn(f"run {run_id}: {behind}: no verdict until `gpuvet index rebuild --results "
+                 f"{results}`")
+            damage.append(f"index: {behind}")
         if as_json:
-            emit_json({"run_id": run_id, "status": row["status"], "command": row["command"],
+            emit_json({"run_id": run_id, "status": row["status"], "damage": damage,
+                       "command": row["command"],
                        "started": row["started"], "finished": row["finished"],
                        "suite_hash": row["suite_hash"], "results": row["path"],
-                       "verdicts": verdicts(fs, nodes),
+                       "verdicts": {} if damage else verdicts(fs, nodes),
                        "findings": [f.model_dump(mode="json") for f in fs],
                        "measurements": summary.as_json()["rows"]})
             return 0
         out.print(f"run {run_id}: {row['command']}, {row['status']}, started "
                   f"{row['started']}, suite {row['suite_hash']}")
+        for d in damage:
+            out.print(f"damaged: {d}: the findings below are a part, no verdict is made")
         render(findings_table(fs, f"findings — run {run_id}", verbose))
-        render(verdict_table(fs, nodes))
+        if not damage:
+            render(verdict_table(fs, nodes))
         render(summary)
         return 0
 

@@ -59,6 +59,23 @@ def _svg(fig: Any) -> str:
     return escaped(f'{head} width="100%">{rest}', keep_lines=True)
 
 
+MAX_TICKS = 32  # a sweep of 8 B to 16 GiB by factors of two has 32 sizes, each labelled
+MAX_MARKERS = 64  # past this many points a line is drawn without a marker at each
+
+
+def size_ticks(sizes: Sequence[int]) -> list[int]:
+    """The sizes the x axis labels: every measured size when there are at most MAX_TICKS
+    (a sweep by factors of two), else the powers of two within their range, thinned to at
+    most MAX_TICKS: a log of 10,000 sizes would otherwise lay out 10,000 labels (minutes)."""
+    if len(sizes) <= MAX_TICKS:
+        return list(sizes)
+    lo, hi = min(sizes), max(sizes)
+    powers = [1 << k for k in range(max(lo, 1).bit_length() - 1, hi.bit_length() + 1)
+              if lo <= 1 << k <= hi] or [lo, hi]
+    step = -(-len(powers) // MAX_TICKS)
+    return powers[::step]
+
+
 def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
     """busbw vs message size per provider (median line, min-max band, log x with every size
     labelled, y from 0), and under it each other provider's ratio to the first per size
@@ -90,7 +107,8 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
             ax.fill_between(sizes, [vals[p][s].min() for s in sizes],
                             [vals[p][s].max() for s in sizes], color=COLORS[i % len(COLORS)],
                             alpha=0.25, linewidth=0)
-            ax.plot(sizes, med, marker=".", color=COLORS[i % len(COLORS)], label=p)
+            ax.plot(sizes, med, marker="." if len(sizes) <= MAX_MARKERS else None,
+                    color=COLORS[i % len(COLORS)], label=p)
         ax.set_xscale("log", base=2)
         ax.set_ylim(bottom=0)
         ax.set_title(f"all_reduce busbw, {scope}-node (median, min-max band)")
@@ -109,7 +127,8 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
                 if not pts:
                     continue
                 xs = [x[0] for x in pts]
-                rx.plot(xs, [x[1] for x in pts], marker="o", markersize=3,
+                rx.plot(xs, [x[1] for x in pts], marker="o" if len(xs) <= MAX_MARKERS else None,
+                        markersize=3,
                         color=COLORS[i % len(COLORS)], label=f"{p}/{base}")
                 lo = [x[2] if x[2] == x[2] else x[1] for x in pts]
                 hi = [x[3] if x[3] == x[3] else x[1] for x in pts]
@@ -118,10 +137,11 @@ def busbw(ms: pd.DataFrame, providers: Sequence[str]) -> str | None:
             rx.axhline(1.0, color="#555", linewidth=0.8)
             rx.set_ylabel(f"ratio to {base} (95% CI)")
             rx.set_title(f"{scope}-node: each provider's busbw / {base}'s, per size")
-            rx.legend(fontsize=7)
+            if rx.get_legend_handles_labels()[0]:  # no pair of providers shares a size
+                rx.legend(fontsize=7)
             last = rx
-        last.set_xticks(sizes_all, [size_label(t) for t in sizes_all], rotation=90,
-                        fontsize=7)
+        ticks = size_ticks(sizes_all)
+        last.set_xticks(ticks, [size_label(t) for t in ticks], rotation=90, fontsize=7)
         last.xaxis.set_minor_locator(NullLocator())
         last.set_xlabel("message size")
     return _svg(fig)

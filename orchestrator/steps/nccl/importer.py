@@ -9,20 +9,29 @@ content hash.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import ParseError, UsageError, shown
-from orchestrator.files import MAX_INPUT_BYTES, atomic_write, read_user_file, warn
+from orchestrator.files import (
+    IMPORT_LOCK,
+    MAX_INPUT_BYTES,
+    atomic_write,
+    read_user_file,
+    store_lock,
+    warn,
+)
 from orchestrator.inventory import checked_name
 from orchestrator.parsers._nccl_common import NcclTestsRun, count_nodes
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope
 from orchestrator.steps.nccl.judge import Series, judge_series
-from orchestrator.store import Index, Run
+from orchestrator.store import Index, Run, RunBusy
 from orchestrator.suite import Suite
+from orchestrator.verdicts import run_status
 from payload.scrub import scrub_text
 
 _NOT_PARAMS: frozenset[str] = frozenset()  # every printed parameter makes the experiment
@@ -146,32 +155,15 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int | None,
     if len(set(digests)) != len(digests):
         raise UsageError("the same log is given twice (identical content)",
                          hint="give each round's log once")
-    earlier = _already_imported(results, digests)
-    if earlier is not None and earlier[2] and provider not in earlier[2]:
-        # one log measures one platform: filed under two providers it would be
-        # compared with itself
-        theirs = ", ".join(shown(p) for p in earlier[2])
-        raise UsageError(f"these logs were already imported under provider {theirs} "
-                         f"(run {earlier[0]}), not {shown(provider)}",
-                         hint="a log measures one platform; to file it under "
-                              f"{shown(provider)}, import it into another --results folder")
-    if earlier is not None and earlier[1]:
-        raise AlreadyImported(earlier[0])
-    suite = Suite()
-    exp_hash = experiment_hash(exps[0])
-    source = {"kind": "nccl-tests", "files": [shown(str(p)) for p in logs], "sha256": digests}
-    if earlier is None:
-        run = Run.create(results, command="import nccl-tests", suite_hash=exp_hash,
-                         suite={"imported": exps[0]}, inventory_path=None,
-                         providers=[provider], source=source)
-    else:
-        run = _reopen(results, earlier[0], logs)
-    with run.locked(), run.guard():
-        if earlier is not None:  # what the cut-short import stored is stored again, whole
+    with contextlib.ExitStack() as stack:
+        run, redo = _claim(stack, logs, digests, provider, results, exps[0])
+        stack.enter_context(run.guard())
+        if redo:  # what the cut-short import stored is stored again, whole
             run.clear_records()
             run.clear_done(f"provider:{provider}", UNIT)
             run.meta.status, run.meta.finished = "running", None
             run.save_meta()
+        suite, exp_hash = Suite(), run.meta.suite_hash
         dest = run.provider_dir(provider, UNIT)
         series_logs = []
         for i, (p, (text, _, _, _)) in enumerate(zip(logs, parsed, strict=True), 1):
@@ -187,7 +179,55 @@ def import_logs(logs: list[Path], provider: str, n_nodes: int | None,
         # only now, with every record durable, is the import done
         run.mark_done(f"provider:{provider}", UNIT, {"findings": len(findings),
                                                      "measurements": len(ms)})
+        # finished under the run's lock: an import of the same logs waiting for the lock
+        # then finds the run finished, never "running"
+        run.finish(run_status(findings))
     return run, findings, ms
+
+
+def _claim(stack: contextlib.ExitStack, logs: list[Path], digests: list[str], provider: str,
+           results: Path, exp: dict[str, Any]) -> tuple[Run, bool]:
+    """The run these logs go into, locked (its lock entered on `stack`), and whether it is an
+    earlier import of them cut short (to be stored again); AlreadyImported when stored.
+
+    Looking for an earlier run and making a new one happen under the results root's import
+    lock, so the same import started twice makes one run: the second finds the first's run,
+    waits for its lock (saying so) and then finds it finished."""
+    with store_lock(results, exclusive=True, name=IMPORT_LOCK):
+        earlier = _already_imported(results, digests)
+        if earlier is not None and earlier[2] and provider not in earlier[2]:
+            # one log measures one platform: filed under two providers it would be
+            # compared with itself
+            theirs = ", ".join(shown(p) for p in earlier[2])
+            raise UsageError(f"these logs were already imported under provider {theirs} "
+                             f"(run {earlier[0]}), not {shown(provider)}",
+                             hint="a log measures one platform; to file it under "
+                                  f"{shown(provider)}, import it into another --results folder")
+        if earlier is not None and earlier[1]:
+            raise AlreadyImported(earlier[0])
+        if earlier is None:
+            source = {"kind": "nccl-tests", "files": [shown(str(p)) for p in logs],
+                      "sha256": digests}
+            run = Run.create(results, command="import nccl-tests", suite_hash=experiment_hash(exp),
+                             suite={"imported": exp}, inventory_path=None,
+                             providers=[provider], source=source)
+            stack.enter_context(run.locked())
+            return run, False
+        run = _reopen(results, earlier[0])
+        try:
+            stack.enter_context(run.locked())
+            busy = None
+        except RunBusy as exc:
+            busy = exc
+    if busy is not None:  # being imported now: wait for it, outside the import lock
+        warn(f"{busy.what}, which is importing these logs now: waiting for it to finish")
+        stack.enter_context(run.locked(wait=True))
+        run.meta = Run.open(results, run.run_id).meta
+        if run.meta.status in ("passed", "failed"):
+            raise AlreadyImported(run.run_id)
+    warn(f"run {run.run_id} imported these logs but did not finish ({run.meta.status}): "
+         "importing them again into it")
+    return run, True
 
 
 def _file_name(path: Path) -> str:
@@ -196,11 +236,9 @@ def _file_name(path: Path) -> str:
     return scrub_text(shown(path.name)).replace("/", "_")
 
 
-def _reopen(results: Path, run_id: str, logs: list[Path]) -> Run:
+def _reopen(results: Path, run_id: str) -> Run:
     run = Run.open(results, run_id)
     if run.meta.command != "import nccl-tests":
         raise UsageError(f"run {run_id} holds these logs but is a {run.meta.command!r} run",
                          hint="import the logs into another --results folder")
-    warn(f"run {run_id} imported these logs but did not finish ({run.meta.status}): "
-         "importing them again into it")
     return run
