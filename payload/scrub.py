@@ -348,6 +348,21 @@ def _pair_value(quote: str, name: str, sep: str, value: str) -> Optional[str]:
     return quote + name + quote + sep + new
 
 
+_IDENT_RE = re.compile(r"[_\-.A-Z0-9]")
+_PAIR_START_RE = re.compile(r"(?:^|[,{;(\[|&:]|^\s*-)\s*$")
+
+
+def _in_prose(text: str, m: "re.Match[str]") -> bool:
+    """A plain lowercase word before a colon in the middle of a sentence ("remove the old
+    key: ssh-keygen -R host") is prose, not a `NAME: value` pair: a pair's name is quoted,
+    looks like an identifier (`HF_TOKEN`, `api-key`, `aws.secret`), or starts its line or
+    a mapping entry or a command (`password: x` in YAML, `url: x, password: y`, after `&&`)."""
+    if m.group(1) or not m.group(3).startswith(":") or _IDENT_RE.search(m.group(2)):
+        return False
+    before = text[text.rfind("\n", 0, m.start()) + 1:m.start()]
+    return _PAIR_START_RE.search(before) is None
+
+
 def _scrub_pairs(text: str) -> str:
     """Each `NAME: value` / `NAME = value` pair whose name looks secret, its value replaced.
     The value is read only after a secret name, so a pair of another name never swallows
@@ -356,6 +371,8 @@ def _scrub_pairs(text: str) -> str:
     pos = 0
     for m in _PAIR_HEAD_RE.finditer(text):
         if m.start() < pos or not is_secret_name(m.group(2)):
+            continue
+        if _in_prose(text, m):
             continue
         value = _PAIR_VALUE_RE.match(text, m.end())
         if value is None:

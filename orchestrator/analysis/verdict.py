@@ -556,8 +556,9 @@ def run_verdicts(findings: pd.DataFrame) -> dict[str, str]:
         sev = [str(s) for s in g["severity"]]
         top = max(sev, key=lambda s: SEVERITY_ORDER.get(s, 0))
         if top in ("FAIL", "WARN"):
-            codes = {str(c) for c, s in zip(g["code"], sev, strict=True) if s == top}
-            setup = codes <= set(SETUP_CODES)
+            codes = {str(c) for c, s in zip(g["code"], sev, strict=True) if s == top} \
+                if "code" in g else set()
+            setup = bool(codes) and codes <= set(SETUP_CODES)
             out[str(run_id)] = top + (" (setup)" if setup else "")
         else:
             out[str(run_id)] = "PASS" if "PASS" in sev else "NOT MEASURED"

@@ -213,7 +213,7 @@ def _evidence(lines: list[str], kind: str, source: str | None) -> None:
     A phrase inside prose or code is not a log, and a file without one line of a log is
     refused rather than read as a clean one."""
     for line in lines:
-        if _STAMPED.match(line):
+        if _STAMPED.match(line) or _JOURNAL_MARK.match(line.strip()):
             return
         m = _DRIVER_LINE.search(line)
         if m and kernels(line, m.start()):
@@ -224,6 +224,9 @@ def _evidence(lines: list[str], kind: str, source: str | None) -> None:
                      source=source)
 
 
+# journalctl's own lines: an empty journal (`-- No entries --`) is a log with no events
+_JOURNAL_MARK = re.compile(r"^-- (?:No entries|Logs begin at .*|Journal begins at .*|Boot "
+                           r"[0-9a-f]+) --$")
 _DRIVER_LINE = re.compile(r"NVRM: |\bpci [0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]: ")
 _GPU_GONE = re.compile(r"NVRM: GPU (?:at PCI:)?(?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:"
                        r"[0-9a-fA-F]{2}(?:\.[0-7])?):? .*fallen off the bus")

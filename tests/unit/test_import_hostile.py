@@ -239,7 +239,9 @@ def _in_deep(base: Path, length: int, name: str, data: bytes) -> None:
 
 def no_run_left(results: Path) -> None:
     assert not results.exists() or not [p for p in results.iterdir()
-                                        if p.name != "index.sqlite"], list(results.iterdir())
+                                        if p.name not in ("index.sqlite", ".store.lock",
+                                                          ".import.lock")],\
+        list(results.iterdir())
     if (results / "index.sqlite").exists():
         with sqlite3.connect(results / "index.sqlite") as db:
             assert db.execute("SELECT count(*) FROM runs").fetchone() == (0,)

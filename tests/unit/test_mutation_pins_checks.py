@@ -119,18 +119,18 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                      'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
                      'evidence': [],
                      'details': {}},
- {'code': 'TORCH_ORDER',
-  'details': {'count': 2, 'wrong': []},
-  'evidence': [],
-  'message': 'PyTorch 2.11.0+cu130 sees GPU0 NVIDIA H200 139.8 GiB, GPU1 NVIDIA H200 139.8 GiB '
-             'as ordered (2 GPU(s), H200, >= 141 GB)',
-  'severity': 'PASS'},
- {'code': 'FABRIC_STATE',
-  'details': {},
-  'evidence': [],
-  'message': 'every GPU registered with the NVLink fabric (2 GPU(s): State Completed, Status '
-             'Success)',
-  'severity': 'PASS'}],
+                    {'code': 'TORCH_ORDER',
+                     'details': {'count': 2, 'wrong': []},
+                     'evidence': [],
+                     'message': 'PyTorch 2.11.0+cu130 sees GPU0 NVIDIA H200 139.8 GiB, GPU1 '
+                                'NVIDIA H200 139.8 GiB as ordered (2 GPU(s), H200, >= 141 GB)',
+                     'severity': 'PASS'},
+                    {'code': 'FABRIC_STATE',
+                     'details': {},
+                     'evidence': [],
+                     'message': 'every GPU registered with the NVLink fabric (2 GPU(s): State '
+                                'Completed, Status Success)',
+                     'severity': 'PASS'}],
  'h200_for_a100_order': [{'code': 'GPU_COUNT',
                           'severity': 'FAIL',
                           'message': '2 GPU(s) found, 8 ordered',
@@ -139,8 +139,8 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                          {'code': 'GPU_MODEL',
                           'severity': 'FAIL',
                           'message': 'GPU model differs from the order (A100-SXM4-80GB): GPU0 '
-                                     'NVIDIA H200 (H200 SXM 141GB), GPU1 NVIDIA H200 (H200 SXM '
-                                     '141GB); the order allows A100 SXM 80GB',
+                                     'NVIDIA H200 (H200 SXM 141GB), GPU1 NVIDIA H200 (H200 '
+                                     'SXM 141GB); the order allows A100 SXM 80GB',
                           'evidence': [],
                           'details': {'ordered': ['A100 SXM 80GB'], 'matched': []}},
                          {'code': 'GPU_MEMORY',
@@ -170,25 +170,29 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                           'details': {}},
                          {'code': 'CKPT_DIR',
                           'severity': 'PASS',
-                          'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
+                          'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 '
+                                     '(/)',
                           'evidence': [],
                           'details': {}},
- {'code': 'TORCH_ORDER',
-  'details': {'count': 2,
-              'wrong': ['2 GPU(s), 8 ordered',
-                        'GPU0 is NVIDIA H200, A100-SXM4-80GB ordered',
-                        'GPU1 is NVIDIA H200, A100-SXM4-80GB ordered']},
-  'evidence': [],
-  'message': 'PyTorch 2.11.0+cu130 does not see what was ordered: 2 GPU(s), 8 ordered; GPU0 is '
-             'NVIDIA H200, A100-SXM4-80GB ordered; GPU1 is NVIDIA H200, A100-SXM4-80GB ordered '
-             '(it sees GPU0 NVIDIA H200 139.8 GiB, GPU1 NVIDIA H200 139.8 GiB)',
-  'severity': 'FAIL'},
- {'code': 'FABRIC_STATE',
-  'details': {},
-  'evidence': [],
-  'message': 'every GPU registered with the NVLink fabric (2 GPU(s): State Completed, Status '
-             'Success)',
-  'severity': 'PASS'}],
+                         {'code': 'TORCH_ORDER',
+                          'details': {'count': 2,
+                                      'wrong': ['2 GPU(s), 8 ordered',
+                                                'GPU0 is NVIDIA H200, A100-SXM4-80GB ordered',
+                                                'GPU1 is NVIDIA H200, A100-SXM4-80GB '
+                                                'ordered']},
+                          'evidence': [],
+                          'message': 'PyTorch 2.11.0+cu130 does not see what was ordered: 2 '
+                                     'GPU(s), 8 ordered; GPU0 is NVIDIA H200, A100-SXM4-80GB '
+                                     'ordered; GPU1 is NVIDIA H200, A100-SXM4-80GB ordered '
+                                     '(it sees GPU0 NVIDIA H200 139.8 GiB, GPU1 NVIDIA H200 '
+                                     '139.8 GiB)',
+                          'severity': 'FAIL'},
+                         {'code': 'FABRIC_STATE',
+                          'details': {},
+                          'evidence': [],
+                          'message': 'every GPU registered with the NVLink fabric (2 GPU(s): '
+                                     'State Completed, Status Success)',
+                          'severity': 'PASS'}],
  'a100_40gb_sold_as_80gb': [{'code': 'GPU_COUNT',
                              'severity': 'PASS',
                              'message': '4 GPU(s) found, 4 ordered',
@@ -196,19 +200,19 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                              'details': {'found': 4, 'ordered': 4}},
                             {'code': 'GPU_MODEL',
                              'severity': 'FAIL',
-                             'message': 'GPU model differs from the order (A100 80GB): GPU0 NVIDIA '
-                                        'A100-PCIE-40GB (A100 PCIe 40GB), GPU1 NVIDIA '
+                             'message': 'GPU model differs from the order (A100 80GB): GPU0 '
+                                        'NVIDIA A100-PCIE-40GB (A100 PCIe 40GB), GPU1 NVIDIA '
                                         'A100-PCIE-40GB (A100 PCIe 40GB), GPU2 NVIDIA '
                                         'A100-PCIE-40GB (A100 PCIe 40GB), GPU3 NVIDIA '
-                                        'A100-PCIE-40GB (A100 PCIe 40GB); the order allows A100 '
-                                        'SXM 80GB, A100 PCIe 80GB',
+                                        'A100-PCIE-40GB (A100 PCIe 40GB); the order allows '
+                                        'A100 SXM 80GB, A100 PCIe 80GB',
                              'evidence': [],
                              'details': {'ordered': ['A100 SXM 80GB', 'A100 PCIe 80GB'],
                                          'matched': []}},
                             {'code': 'GPU_MEMORY',
                              'severity': 'FAIL',
-                             'message': 'GPU memory below the 80 GB ordered: GPU0 39.6 GiB, GPU1 '
-                                        '39.6 GiB, GPU2 39.6 GiB, GPU3 39.6 GiB',
+                             'message': 'GPU memory below the 80 GB ordered: GPU0 39.6 GiB, '
+                                        'GPU1 39.6 GiB, GPU2 39.6 GiB, GPU3 39.6 GiB',
                              'evidence': [],
                              'details': {}},
                             {'code': 'FORM_FACTOR',
@@ -218,16 +222,16 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                              'details': {}},
                             {'code': 'PCIE_LINK_DEGRADED',
                              'severity': 'WARN',
-                             'message': 'GPU0 PCIe link Gen1 x16, capable of Gen4 x16 (an idle GPU '
-                                        'may lower its generation to save power; a narrower width '
-                                        'is not that)',
+                             'message': 'GPU0 PCIe link Gen1 x16, capable of Gen4 x16 (an '
+                                        'idle GPU may lower its generation to save power; a '
+                                        'narrower width is not that)',
                              'evidence': [],
                              'details': {}},
                             {'code': 'PCIE_LINK_DEGRADED',
                              'severity': 'WARN',
-                             'message': 'GPU1 PCIe link Gen4 x8, capable of Gen4 x16 (an idle GPU '
-                                        'may lower its generation to save power; a narrower width '
-                                        'is not that)',
+                             'message': 'GPU1 PCIe link Gen4 x8, capable of Gen4 x16 (an idle '
+                                        'GPU may lower its generation to save power; a '
+                                        'narrower width is not that)',
                              'evidence': [],
                              'details': {}},
                             {'code': 'PCIE_BELOW_ORDER',
@@ -237,17 +241,17 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                              'details': {}},
                             {'code': 'POWER_LIMIT_LOW',
                              'severity': 'WARN',
-                             'message': 'GPU1 power limit 200 W, the card allows 250 W: expect '
-                                        'lower clocks. Under sustained load the GPU is held at 80% '
-                                        'of its power, so long jobs run slower than on a '
-                                        'full-power card of the same model; ask for the limit to '
-                                        'be raised or price it in',
+                             'message': 'GPU1 power limit 200 W, the card allows 250 W: '
+                                        'expect lower clocks. Under sustained load the GPU is '
+                                        'held at 80% of its power, so long jobs run slower '
+                                        'than on a full-power card of the same model; ask for '
+                                        'the limit to be raised or price it in',
                              'evidence': [],
                              'details': {'limit_w': 200.0, 'max_w': 250.0}},
                             {'code': 'CLOCKS_HELD_BACK',
                              'severity': 'WARN',
-                             'message': 'GPU1 clocks held back: SwPowerCap, SwThermalSlowdown, '
-                                        'HwPowerBrakeSlowdown',
+                             'message': 'GPU1 clocks held back: SwPowerCap, '
+                                        'SwThermalSlowdown, HwPowerBrakeSlowdown',
                              'evidence': [],
                              'details': {}},
                             {'code': 'CLOCKS_HELD_BACK',
@@ -257,35 +261,48 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                              'details': {}},
                             {'code': 'ECC_UNCORRECTABLE',
                              'severity': 'FAIL',
-                             'message': 'GPU3 has 4 uncorrectable ECC error(s): ask the provider '
-                                        'for another node',
+                             'message': 'GPU3 has 4 uncorrectable ECC error(s): ask the '
+                                        'provider for another node',
                              'evidence': [],
                              'details': {}},
                             {'code': 'RETIRED_PAGES_PENDING',
                              'severity': 'FAIL',
-                             'message': 'GPU3 has retired pages pending: the GPU needs a reset '
-                                        'before its memory can be trusted',
+                             'message': 'GPU3 has retired pages pending: the GPU needs a '
+                                        'reset before its memory can be trusted',
                              'evidence': [],
                              'details': {}},
                             {'code': 'TORCH_UNAVAILABLE',
                              'severity': 'WARN',
-                             'message': 'PyTorch could not be imported with /usr/bin/python3: no '
-                                        'output',
+                             'message': 'PyTorch could not be imported with /usr/bin/python3: '
+                                        'no output',
                              'evidence': [],
                              'details': {}},
                             {'code': 'BUILD_TOOLS',
                              'severity': 'WARN',
                              'message': 'nccl-tests cannot build (multi-node) without: nvcc '
-                                        '(install the CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL '
-                                        'headers (libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); '
-                                        'MPI for multi-node runs (openmpi-bin libopenmpi-dev)',
+                                        '(install the CUDA toolkit, e.g. cuda-toolkit-12-x); '
+                                        'NCCL headers (libnccl-dev, or pip '
+                                        'nvidia-nccl-cu<CUDA major>); MPI for multi-node runs '
+                                        '(openmpi-bin libopenmpi-dev)',
                              'evidence': [],
                              'details': {}},
                             {'code': 'CKPT_DIR',
                              'severity': 'PASS',
-                             'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
+                             'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on '
+                                        'ext4 (/)',
                              'evidence': [],
-                             'details': {}}],
+                             'details': {}},
+                            {'code': 'GPU_BUSY',
+                             'severity': 'FAIL',
+                             'message': 'GPU 1 has 37412 MiB in use before gpuvet ran and no '
+                                        'process this node can see holds it (another '
+                                        "container's job?): every figure measured on it is "
+                                        "not the card's. Ask the provider for a free GPU",
+                             'evidence': [],
+                             'details': {'gpu': 'GPU 1',
+                                         'processes': [],
+                                         'held_mib': 0,
+                                         'memory_used_mib': 37412}}],
  'pcie_vm_for_sxm': [{'code': 'FORM_FACTOR',
                       'severity': 'FAIL',
                       'message': 'NVIDIA A100 80GB PCIe is PCIE, SXM ordered',
@@ -293,19 +310,20 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                       'details': {}},
                      {'code': 'GPU_ERROR_STATE',
                       'severity': 'FAIL',
-                      'message': 'GPU1 reported errors instead of values (power.draw: [Unknown '
-                                 'Error]): the GPU may need a reset',
+                      'message': 'GPU1 reported errors instead of values (power.draw: '
+                                 '[Unknown Error]): the GPU may need a reset',
                       'evidence': [],
                       'details': {}},
                      {'code': 'TORCH_UNAVAILABLE',
                       'severity': 'WARN',
-                      'message': 'PyTorch could not be imported with /usr/bin/python3: no output',
+                      'message': 'PyTorch could not be imported with /usr/bin/python3: no '
+                                 'output',
                       'evidence': [],
                       'details': {}},
                      {'code': 'BUILD_TOOLS',
                       'severity': 'WARN',
-                      'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the '
-                                 'CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
+                      'message': 'nccl-tests cannot build (multi-node) without: nvcc (install '
+                                 'the CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
                                  '(libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); MPI for '
                                  'multi-node runs (openmpi-bin libopenmpi-dev)',
                       'evidence': [],
@@ -317,32 +335,38 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                       'details': {}}],
  'dgx_gen5_ordered': [{'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU0 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU0 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU1 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU1 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU2 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU2 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU3 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU3 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU4 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU4 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU5 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU5 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'CLOCKS_HELD_BACK',
@@ -352,42 +376,56 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU6 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU6 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'ECC_UNCORRECTABLE',
                        'severity': 'FAIL',
-                       'message': 'GPU6 has 3 uncorrectable ECC error(s): ask the provider for '
-                                  'another node',
+                       'message': 'GPU6 has 3 uncorrectable ECC error(s): ask the provider '
+                                  'for another node',
                        'evidence': [],
                        'details': {}},
                       {'code': 'PCIE_BELOW_ORDER',
                        'severity': 'FAIL',
-                       'message': 'GPU7 PCIe Gen4 max, Gen5 ordered: the link can never reach it',
+                       'message': 'GPU7 PCIe Gen4 max, Gen5 ordered: the link can never reach '
+                                  'it',
                        'evidence': [],
                        'details': {}},
                       {'code': 'TORCH_UNAVAILABLE',
                        'severity': 'WARN',
-                       'message': 'PyTorch could not be imported with /usr/bin/python3: no output',
+                       'message': 'PyTorch could not be imported with /usr/bin/python3: no '
+                                  'output',
                        'evidence': [],
                        'details': {}},
                       {'code': 'BUILD_TOOLS',
                        'severity': 'WARN',
-                       'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the '
-                                  'CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
-                                  '(libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); MPI for '
-                                  'multi-node runs (openmpi-bin libopenmpi-dev)',
+                       'message': 'nccl-tests cannot build (multi-node) without: nvcc '
+                                  '(install the CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL '
+                                  'headers (libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); '
+                                  'MPI for multi-node runs (openmpi-bin libopenmpi-dev)',
                        'evidence': [],
                        'details': {}},
                       {'code': 'CKPT_DIR',
                        'severity': 'PASS',
                        'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
                        'evidence': [],
-                       'details': {}}],
+                       'details': {}},
+                      {'code': 'GPU_BUSY',
+                       'severity': 'FAIL',
+                       'message': 'GPU 5 has 60211 MiB in use before gpuvet ran and no '
+                                  "process this node can see holds it (another container's "
+                                  "job?): every figure measured on it is not the card's. Ask "
+                                  'the provider for a free GPU',
+                       'evidence': [],
+                       'details': {'gpu': 'GPU 5',
+                                   'processes': [],
+                                   'held_mib': 0,
+                                   'memory_used_mib': 60211}}],
  'mig': [{'code': 'MIG_ENABLED',
           'severity': 'FAIL',
-          'message': 'MIG is enabled on GPUs [0, 1] (5 MIG device(s)): you get slices, not whole '
-                     'GPUs',
+          'message': 'MIG is enabled on GPUs [0, 1] (5 MIG device(s)): you get slices, not '
+                     'whole GPUs',
           'evidence': [],
           'details': {'gpus': [0, 1], 'mig_devices': 5}},
          {'code': 'TORCH_UNAVAILABLE',
@@ -410,12 +448,12 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
           'details': {}}],
  'pcie_topology_for_nvswitch': [{'code': 'INTERCONNECT',
                                  'severity': 'FAIL',
-                                 'message': 'nvswitch ordered but 28 GPU pair(s) do not talk over '
-                                            'NVLink: GPU0-GPU1 PIX, GPU0-GPU2 NODE, GPU0-GPU3 '
-                                            'NODE, GPU0-GPU4 SYS, GPU0-GPU5 SYS, GPU0-GPU6 SYS, '
-                                            'GPU0-GPU7 SYS, GPU1-GPU2 NODE, GPU1-GPU3 NODE, '
-                                            'GPU1-GPU4 SYS, GPU1-GPU5 SYS, GPU1-GPU6 SYS (+16 '
-                                            'more)',
+                                 'message': 'nvswitch ordered but 28 GPU pair(s) do not talk '
+                                            'over NVLink: GPU0-GPU1 PIX, GPU0-GPU2 NODE, '
+                                            'GPU0-GPU3 NODE, GPU0-GPU4 SYS, GPU0-GPU5 SYS, '
+                                            'GPU0-GPU6 SYS, GPU0-GPU7 SYS, GPU1-GPU2 NODE, '
+                                            'GPU1-GPU3 NODE, GPU1-GPU4 SYS, GPU1-GPU5 SYS, '
+                                            'GPU1-GPU6 SYS (+16 more)',
                                  'evidence': [],
                                  'details': {'pairs': [[0, 1, 'PIX'],
                                                        [0, 2, 'NODE'],
@@ -458,25 +496,37 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                                  'details': {}},
                                 {'code': 'TORCH_UNAVAILABLE',
                                  'severity': 'WARN',
-                                 'message': 'PyTorch could not be imported with /usr/bin/python3: '
-                                            'no output',
+                                 'message': 'PyTorch could not be imported with '
+                                            '/usr/bin/python3: no output',
                                  'evidence': [],
                                  'details': {}},
                                 {'code': 'BUILD_TOOLS',
                                  'severity': 'WARN',
-                                 'message': 'nccl-tests cannot build (multi-node) without: nvcc '
-                                            '(install the CUDA toolkit, e.g. cuda-toolkit-12-x); '
-                                            'NCCL headers (libnccl-dev, or pip nvidia-nccl-cu<CUDA '
-                                            'major>); MPI for multi-node runs (openmpi-bin '
-                                            'libopenmpi-dev)',
+                                 'message': 'nccl-tests cannot build (multi-node) without: '
+                                            'nvcc (install the CUDA toolkit, e.g. '
+                                            'cuda-toolkit-12-x); NCCL headers (libnccl-dev, '
+                                            'or pip nvidia-nccl-cu<CUDA major>); MPI for '
+                                            'multi-node runs (openmpi-bin libopenmpi-dev)',
                                  'evidence': [],
                                  'details': {}},
                                 {'code': 'CKPT_DIR',
                                  'severity': 'PASS',
-                                 'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 '
-                                            '(/)',
+                                 'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on '
+                                            'ext4 (/)',
                                  'evidence': [],
-                                 'details': {}}],
+                                 'details': {}},
+                                {'code': 'GPU_BUSY',
+                                 'severity': 'FAIL',
+                                 'message': 'GPU 5 has 60211 MiB in use before gpuvet ran and '
+                                            'no process this node can see holds it (another '
+                                            "container's job?): every figure measured on it "
+                                            "is not the card's. Ask the provider for a free "
+                                            'GPU',
+                                 'evidence': [],
+                                 'details': {'gpu': 'GPU 5',
+                                             'processes': [],
+                                             'held_mib': 0,
+                                             'memory_used_mib': 60211}}],
  'no_topology': [{'code': 'TOPOLOGY_UNKNOWN',
                   'severity': 'WARN',
                   'message': 'nvidia-smi topo -m gave no matrix; NVLink could not be verified',
@@ -489,8 +539,8 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                   'details': {}},
                  {'code': 'ECC_UNCORRECTABLE',
                   'severity': 'FAIL',
-                  'message': 'GPU6 has 3 uncorrectable ECC error(s): ask the provider for another '
-                             'node',
+                  'message': 'GPU6 has 3 uncorrectable ECC error(s): ask the provider for '
+                             'another node',
                   'evidence': [],
                   'details': {}},
                  {'code': 'TORCH_UNAVAILABLE',
@@ -500,17 +550,28 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                   'details': {}},
                  {'code': 'BUILD_TOOLS',
                   'severity': 'WARN',
-                  'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the CUDA '
-                             'toolkit, e.g. cuda-toolkit-12-x); NCCL headers (libnccl-dev, or pip '
-                             'nvidia-nccl-cu<CUDA major>); MPI for multi-node runs (openmpi-bin '
-                             'libopenmpi-dev)',
+                  'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the '
+                             'CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
+                             '(libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); MPI for '
+                             'multi-node runs (openmpi-bin libopenmpi-dev)',
                   'evidence': [],
                   'details': {}},
                  {'code': 'CKPT_DIR',
                   'severity': 'PASS',
                   'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
                   'evidence': [],
-                  'details': {}}],
+                  'details': {}},
+                 {'code': 'GPU_BUSY',
+                  'severity': 'FAIL',
+                  'message': 'GPU 5 has 60211 MiB in use before gpuvet ran and no process '
+                             "this node can see holds it (another container's job?): every "
+                             "figure measured on it is not the card's. Ask the provider for a "
+                             'free GPU',
+                  'evidence': [],
+                  'details': {'gpu': 'GPU 5',
+                              'processes': [],
+                              'held_mib': 0,
+                              'memory_used_mib': 60211}}],
  'p2p_ns': [{'code': 'GPU_COUNT',
              'severity': 'PASS',
              'message': '2 GPU(s) found, 2 ordered',
@@ -557,18 +618,18 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
              'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
              'evidence': [],
              'details': {}},
- {'code': 'TORCH_ORDER',
-  'details': {'count': 2, 'wrong': []},
-  'evidence': [],
-  'message': 'PyTorch 2.11.0+cu130 sees GPU0 NVIDIA H200 139.8 GiB, GPU1 NVIDIA H200 139.8 GiB '
-             'as ordered (2 GPU(s), H200, >= 141 GB)',
-  'severity': 'PASS'},
- {'code': 'FABRIC_STATE',
-  'details': {},
-  'evidence': [],
-  'message': 'every GPU registered with the NVLink fabric (2 GPU(s): State Completed, Status '
-             'Success)',
-  'severity': 'PASS'}],
+            {'code': 'TORCH_ORDER',
+             'details': {'count': 2, 'wrong': []},
+             'evidence': [],
+             'message': 'PyTorch 2.11.0+cu130 sees GPU0 NVIDIA H200 139.8 GiB, GPU1 NVIDIA '
+                        'H200 139.8 GiB as ordered (2 GPU(s), H200, >= 141 GB)',
+             'severity': 'PASS'},
+            {'code': 'FABRIC_STATE',
+             'details': {},
+             'evidence': [],
+             'message': 'every GPU registered with the NVLink fabric (2 GPU(s): State '
+                        'Completed, Status Success)',
+             'severity': 'PASS'}],
  'torch_sees_four': [{'code': 'CLOCKS_HELD_BACK',
                       'severity': 'WARN',
                       'message': 'GPU5 clocks held back: SwPowerCap',
@@ -583,14 +644,15 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                      {'code': 'TORCH_GPU_COUNT',
                       'severity': 'FAIL',
                       'message': 'PyTorch sees 4 GPU(s), nvidia-smi 8. Likely causes: '
-                                 'CUDA_VISIBLE_DEVICES=0,1,2,3 hides GPUs; the container mounts '
-                                 'only some GPUs (check --gpus / NVIDIA_VISIBLE_DEVICES)',
+                                 'CUDA_VISIBLE_DEVICES=0,1,2,3 hides GPUs; the container '
+                                 'mounts only some GPUs (check --gpus / '
+                                 'NVIDIA_VISIBLE_DEVICES)',
                       'evidence': [],
                       'details': {'torch': 4, 'nvidia_smi': 8}},
                      {'code': 'BUILD_TOOLS',
                       'severity': 'WARN',
-                      'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the '
-                                 'CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
+                      'message': 'nccl-tests cannot build (multi-node) without: nvcc (install '
+                                 'the CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
                                  '(libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); MPI for '
                                  'multi-node runs (openmpi-bin libopenmpi-dev)',
                       'evidence': [],
@@ -599,7 +661,18 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                       'severity': 'PASS',
                       'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
                       'evidence': [],
-                      'details': {}}],
+                      'details': {}},
+                     {'code': 'GPU_BUSY',
+                      'severity': 'FAIL',
+                      'message': 'GPU 5 has 60211 MiB in use before gpuvet ran and no process '
+                                 "this node can see holds it (another container's job?): "
+                                 "every figure measured on it is not the card's. Ask the "
+                                 'provider for a free GPU',
+                      'evidence': [],
+                      'details': {'gpu': 'GPU 5',
+                                  'processes': [],
+                                  'held_mib': 0,
+                                  'memory_used_mib': 60211}}],
  'torch_missing': [{'code': 'CLOCKS_HELD_BACK',
                     'severity': 'WARN',
                     'message': 'GPU5 clocks held back: SwPowerCap',
@@ -619,17 +692,28 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                     'details': {}},
                    {'code': 'BUILD_TOOLS',
                     'severity': 'WARN',
-                    'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the '
-                               'CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers (libnccl-dev, '
-                               'or pip nvidia-nccl-cu<CUDA major>); MPI for multi-node runs '
-                               '(openmpi-bin libopenmpi-dev)',
+                    'message': 'nccl-tests cannot build (multi-node) without: nvcc (install '
+                               'the CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
+                               '(libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); MPI for '
+                               'multi-node runs (openmpi-bin libopenmpi-dev)',
                     'evidence': [],
                     'details': {}},
                    {'code': 'CKPT_DIR',
                     'severity': 'PASS',
                     'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
                     'evidence': [],
-                    'details': {}}],
+                    'details': {}},
+                   {'code': 'GPU_BUSY',
+                    'severity': 'FAIL',
+                    'message': 'GPU 5 has 60211 MiB in use before gpuvet ran and no process '
+                               "this node can see holds it (another container's job?): every "
+                               "figure measured on it is not the card's. Ask the provider for "
+                               'a free GPU',
+                    'evidence': [],
+                    'details': {'gpu': 'GPU 5',
+                                'processes': [],
+                                'held_mib': 0,
+                                'memory_used_mib': 60211}}],
  'no_build_tools': [{'code': 'CLOCKS_HELD_BACK',
                      'severity': 'WARN',
                      'message': 'GPU5 clocks held back: SwPowerCap',
@@ -643,19 +727,31 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'h200_own_order': [{'code': 'GPU_CO
                      'details': {}},
                     {'code': 'TORCH_UNAVAILABLE',
                      'severity': 'WARN',
-                     'message': 'PyTorch could not be imported with /usr/bin/python3: no output',
+                     'message': 'PyTorch could not be imported with /usr/bin/python3: no '
+                                'output',
                      'evidence': [],
                      'details': {}},
                     {'code': 'BUILD_TOOLS',
                      'severity': 'WARN',
-                     'message': 'nccl-tests cannot build (multi-node) without: nvcc (install the '
-                                'CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers (libnccl-dev, '
-                                'or pip nvidia-nccl-cu<CUDA major>); MPI for multi-node runs '
-                                '(openmpi-bin libopenmpi-dev)',
+                     'message': 'nccl-tests cannot build (multi-node) without: nvcc (install '
+                                'the CUDA toolkit, e.g. cuda-toolkit-12-x); NCCL headers '
+                                '(libnccl-dev, or pip nvidia-nccl-cu<CUDA major>); MPI for '
+                                'multi-node runs (openmpi-bin libopenmpi-dev)',
                      'evidence': [],
                      'details': {}},
                     {'code': 'CKPT_DIR',
                      'severity': 'PASS',
                      'message': 'checkpoint directory /home/ubuntu/gpuvet/ckpt on ext4 (/)',
                      'evidence': [],
-                     'details': {}}]}
+                     'details': {}},
+                    {'code': 'GPU_BUSY',
+                     'severity': 'FAIL',
+                     'message': 'GPU 5 has 60211 MiB in use before gpuvet ran and no process '
+                                "this node can see holds it (another container's job?): every "
+                                "figure measured on it is not the card's. Ask the provider "
+                                'for a free GPU',
+                     'evidence': [],
+                     'details': {'gpu': 'GPU 5',
+                                 'processes': [],
+                                 'held_mib': 0,
+                                 'memory_used_mib': 60211}}]}

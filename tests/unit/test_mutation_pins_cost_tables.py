@@ -132,7 +132,7 @@ def test_sources_table_rows() -> None:
     assert t.title == "PoC cost: where each number came from"
     assert t.columns == ("provider", "window", "price", "window from", "storage from",
                          "transfer from")
-    assert t.rows == [("a", "w", "2.5 USD/GPU-h per minute", "from x",
+    assert t.rows == [("a", "w", "2.5 USD per GPU-hour, billed per minute", "from x",
                        "not priced (no pricing.storage_gb_month)",
                        "not priced (no pricing.egress_gb)"),
                       ("b, z", "-", C.NOT_PRICED, "-", "-", "-")]

@@ -282,3 +282,13 @@ def test_a_bandwidth_line_out_of_layout_names_its_line() -> None:
             exc.value.source) == (
         "pcie-bandwidth", "cannot parse pcie-bandwidth output at dmesg.txt:2: an `available PCIe "
         f"bandwidth` line not in the kernel's layout\n  line: {bad!r}", 2, bad, "dmesg.txt")
+
+
+def test_an_empty_journal_is_a_log_without_events() -> None:
+    """`journalctl -k` on a node whose journal holds nothing prints `-- No entries --`: its
+    own line, so a log with no event, not a file refused for lacking the kernel's shape (the
+    health step reads it before and after the load)."""
+    facts = parse_kernel_log("-- No entries --\n", source="journalctl-k")
+    assert facts.events == [] and facts.fallen_off_bus == []
+    with pytest.raises(ParseError, match="not a kernel log"):
+        parse_kernel_log("-- a note --\n", source="notes.md")

@@ -326,3 +326,15 @@ def test_scrub_lines_keeps_the_line_count() -> None:
     out = scrub_lines(text)
     assert out.count("\n") == text.count("\n") and not [x for x in body if x in out]
     assert scrub_lines("DB_PASSWORD: p1\n") == "DB_PASSWORD: ***\n"
+
+
+def test_a_word_before_a_colon_in_a_sentence_is_prose_not_a_pair() -> None:
+    """gpuvet's own hint ("remove the old key: ssh-keygen -R HOST") reads like `key: value`;
+    a plain word in the middle of a sentence is no pair's name, while the same word that
+    starts a line, a mapping entry or a command still is."""
+    hint = "confirm the new fingerprint, then remove the old key: ssh-keygen -R 10.0.0.1"
+    assert scrub_text(hint) == hint
+    assert scrub_text("password: hunter2xyz") == "password: ***"
+    assert scrub_text("  - token: abcdefgh1234") == "  - token: ***"
+    assert scrub_text("ok && password: hunter2xyz") == "ok && password: ***"
+    assert scrub_text("the api_key: abcdefgh1234") == "the api_key: ***"
