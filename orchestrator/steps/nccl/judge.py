@@ -58,6 +58,8 @@ class Series:
     provider: str | None = None
     n_nodes: int | None = None
     imported: bool = False
+    # the collective the live step ran (an import reads it from each log's binary)
+    collective: str | None = None
 
     @property
     def node(self) -> str | None:
@@ -72,7 +74,8 @@ class Series:
 
     @property
     def label(self) -> str:
-        return self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
+        base = self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
+        return base if self.collective in (None, "all_reduce") else f"{base} {self.collective}"
 
     @property
     def node_count(self) -> int:
@@ -102,6 +105,10 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
             res = parse_nccl_tests(text, source=rel)
         except ParseError as exc:
             add("NCCL_OUTPUT_UNREADABLE", "FAIL", f"round {rnd}: {exc.what}", [rel])
+            continue
+        if s.collective is not None and res.op is not None and res.op != s.collective:
+            add("NCCL_WRONG_COLLECTIVE", "FAIL", f"round {rnd}: the log is of {res.op}, "
+                f"{s.collective} was run", [rel], op=res.op, collective=s.collective)
             continue
         parsed.append((rnd, res, rel))
         one_gpu = one_gpu or is_one_gpu(res)
@@ -207,7 +214,7 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int, res: NcclTests
                   one_gpu: bool = False) -> list[Measurement]:
     """The rows as printed; on one GPU only algbw and time, tagged as a local copy."""
     out = []
-    tags_base: dict[str, Any] = {"op": res.op, "nccl_version": res.nccl_version,
+    tags_base: dict[str, Any] = {"op": res.op or s.collective, "nccl_version": res.nccl_version,
                  "nccl_tests_commit": s.build.built_commit if s.build else None,
                  "nccl_tests_version": res.tests_version,
                  "gpus": gpu_count(res), "n_nodes": s.node_count}
@@ -278,16 +285,25 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
     if s.engine != "nccl-tests":
         return
-    source, candidates = _bands(s, parsed[0][1], inv)
+    source, every = _bands(s, parsed[0][1], inv)
+    coll = collective_of(s, parsed[0][1])
+    candidates = bands.of_collective(every, coll)
     by_size = {st.size_bytes: st for st in table}
-    judged = bands.applicable(candidates, list(by_size))
+    judged = bands.applicable(candidates, list(by_size), coll)
     if not judged:
         sizes = ", ".join(b.size for b in candidates)
+        others = sorted({b.collective for b in every} - {coll})
+        mine = "" if coll == "all_reduce" else f" {coll}"
+        why = {} if coll == "all_reduce" else {"collective": coll}
         add("NCCL_REFERENCE_NONE", "INFO",
             "no reference band applies to this run: " + (
-                f"the {source} bands are for {sizes}, which this run did not measure"
-                if candidates else "none is shipped for this GPU, count and node count, and "
-                "the inventory sets no expect.nccl_busbw"), evidence)
+                f"the {source}{mine} bands are for {sizes}, which this run did not measure"
+                if candidates else
+                f"the {source} bands are for {', '.join(others)}, never for {coll}"
+                if others else
+                f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
+                f"count and node count, and the inventory sets no{mine} expect.nccl_busbw"),
+            evidence, **why)
         return
     for band in judged:
         st = by_size[band.size_bytes]
@@ -301,7 +317,14 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {_size(st.size_bytes)} is "
             f"{what} {band.lower:g}-{band.upper:g} GB/s (expected about {band.value:g}, "
             f"{source}{'; ' + band.note if band.note else ''})", evidence,
-            size=st.size_bytes, judged=j.model_dump(), source=source)
+            size=st.size_bytes, judged=j.model_dump(), source=source,
+            **({} if coll == "all_reduce" else {"collective": coll}))
+
+
+def collective_of(s: Series, res: NcclTestsRun) -> str:
+    """The collective a series measured: the log's binary says, else what the step ran;
+    a log that names neither (rows pasted alone) is read as all_reduce, as before."""
+    return res.op or s.collective or "all_reduce"
 
 
 def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, list[bands.Band]]:
