@@ -141,8 +141,10 @@ def build(ex: Executor, params: NcclParams, archive: Path | None, staging: Path,
 def collective_binary(all_reduce_binary: str, collective: str) -> str:
     """The binary of `collective` beside the build's all_reduce_perf: one make builds every
     `<collective>_perf` into the same folder."""
-    folder, _, _ = all_reduce_binary.rpartition("/")
-    return f"{folder}/{collective}_perf" if folder else f"{collective}_perf"
+    folder, _, name = all_reduce_binary.rpartition("/")
+    # the build's own suffix kept (`all_reduce_perf`, `all_reduce_perf_mpi` in later versions)
+    tail = name[len("all_reduce"):] if name.startswith("all_reduce") else "_perf"
+    return f"{folder}/{collective}{tail}" if folder else f"{collective}{tail}"
 
 
 def log_label(scope: str, collective: str) -> str:

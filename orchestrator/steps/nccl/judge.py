@@ -34,6 +34,7 @@ from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.store import Run
 from orchestrator.suite import Suite
+from payload.allreduce import BUSBW_FACTORS, busbw_factor
 
 STEP = "nccl"
 NCCL_MSG = re.compile(r"\bNCCL WARN (.*)$")
@@ -287,6 +288,12 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         return
     source, every = _bands(s, parsed[0][1], inv)
     coll = collective_of(s, parsed[0][1])
+    if coll is None:
+        add("NCCL_REFERENCE_NONE", "INFO",
+            "no reference band applies to this run: the log does not name its collective "
+            "(no `Collective test starting` line) and its busbw is not all_reduce's "
+            "2(n-1)/n of algbw, so it is judged against no collective's band", evidence)
+        return
     candidates = bands.of_collective(every, coll)
     by_size = {st.size_bytes: st for st in table}
     judged = bands.applicable(candidates, list(by_size), coll)
@@ -321,10 +328,33 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
             **({} if coll == "all_reduce" else {"collective": coll}))
 
 
-def collective_of(s: Series, res: NcclTestsRun) -> str:
-    """The collective a series measured: the log's binary says, else what the step ran;
-    a log that names neither (rows pasted alone) is read as all_reduce, as before."""
-    return res.op or s.collective or "all_reduce"
+def collective_of(s: Series, res: NcclTestsRun) -> str | None:
+    """The collective a series measured: the log's binary says, else what the step ran.
+    A log that names neither (rows pasted without the banner) is read as all_reduce, as
+    before, unless its busbw is not all_reduce's: then it is unknown (None)."""
+    named = res.op or s.collective
+    if named is not None:
+        return named
+    return None if busbw_fits(res, "all_reduce") is False else "all_reduce"
+
+
+def busbw_fits(res: NcclTestsRun, op: str) -> bool | None:
+    """Whether every row's busbw is `op`'s factor of its algbw, as nccl-tests computes it
+    for the run's rank count; None where the factor needs a rank count the log does not
+    say, or no row is above
+    1 GB/s (below that the printed digits cannot tell the factors apart)."""
+    if op not in BUSBW_FACTORS:
+        return None
+    n = gpu_count(res)
+    if n is None and busbw_factor(op, 1) != busbw_factor(op, 2):
+        return None  # a factor of the rank count, which the log does not say
+    factor = busbw_factor(op, n or 1)
+    seen = [r for row in res.rows for r in (row.out_of_place, row.in_place)
+            if r.algbw_gbs >= 1.0]
+    if not seen:
+        return None
+    return all(abs(r.busbw_gbs - r.algbw_gbs * factor) <= 0.011 + 0.001 * r.busbw_gbs
+               for r in seen)
 
 
 def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, list[bands.Band]]:
