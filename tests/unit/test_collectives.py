@@ -5,11 +5,15 @@ runs all_gather and all_to_all across local nodes."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from orchestrator import bands, inventory, nccltests
+from orchestrator.analysis import compare, regress
 from orchestrator.errors import UsageError
 from orchestrator.inventory import Inventory
 from orchestrator.nccltests import BuildDoc
@@ -20,6 +24,7 @@ from orchestrator.steps.nccl.judge import Series, busbw_fits, gpu_count, judge_s
 from orchestrator.store import Run
 from orchestrator.suite import NcclParams, Suite, load_suite
 from payload import allreduce
+from tests.bench import regress_bench
 
 REPO = Path(__file__).resolve().parents[2]
 FIX = REPO / "tests" / "fixtures"
@@ -248,3 +253,69 @@ def test_a_collective_the_backend_lacks_is_skipped_with_its_reason(tmp_path: Pat
     assert allreduce.unsupported(RuntimeError("ProcessGroupGloo does not support "
                                               "reduce_scatter"))
     assert not allreduce.unsupported(RuntimeError("Connection reset by peer"))
+
+
+# --- compare and regress per collective -------------------------------------------------------
+
+def _gathers(run_id: str, provider: str, values: dict[tuple[int, int], float]
+             ) -> list[Measurement]:
+    """all_gather busbw of one node's GPUs beside the all_reduce rows write_run stores."""
+    return [Measurement(run_id=run_id, provider=provider, nodes=["n1"], step="nccl",
+                        metric="busbw", value=v, unit="GB/s", suite_hash=regress_bench.SUITE_HASH,
+                        scope="single", engine="nccl-tests", size=size, inplace=False, round=r,
+                        tags={"op": "all_gather"})
+            for (size, r), v in values.items()]
+
+
+def _history(root: Path, n: int, *, gather_level: Callable[[int], float]) -> list[str]:
+    """`n` runs of provider lab: all_reduce at a steady 300 GB/s, all_gather at
+    `gather_level(i)`, both at regress_bench's sizes and three rounds."""
+    rng = np.random.default_rng(1)
+    ids = []
+    for i in range(n):
+        ar = regress_bench.busbw_values(rng, ["n1"], 3, 300.0, 0.01)
+        # the id write_run gives the i-th run
+        run_id = (regress_bench.T0 + timedelta(hours=6 * i)).strftime("%Y%m%d-%H%M%S") + \
+            f"-{i:04x}"
+        level = gather_level(i)
+        gathers = {(size, r): float(level * rng.normal(1, 0.01))
+                   for size in regress_bench.SIZES for r in (1, 2, 3)}
+        assert regress_bench.write_run(root, i, "lab", ar,
+                                       extra=_gathers(run_id, "lab", gathers)) == run_id
+        ids.append(run_id)
+    return ids
+
+
+def test_regress_tracks_each_collective_as_its_own_series(tmp_path: Path) -> None:
+    """all_gather drops by 30% in the last run; all_reduce does not. Mixed into one series,
+    the drop would be halved into all_reduce's and all_gather's keys would not exist."""
+    root = tmp_path / "results"
+    _history(root, 8, gather_level=lambda i: 150.0 if i < 7 else 105.0)
+    ev = regress.evaluate(root)
+    rows = [r for r in ev.rows if not r.is_node]
+    by = {(r.key.collective, r.key.size): r for r in rows}
+    assert set(by) == {(c, s) for c in ("", "all_gather") for s in regress_bench.SIZES}
+    for s in regress_bench.SIZES:
+        assert by[("", s)].result.verdict == "UNCHANGED"
+        assert by[("", s)].result.base_mean == pytest.approx(300, rel=0.03)
+        assert by[("all_gather", s)].result.verdict == "REGRESSED"
+        assert by[("all_gather", s)].result.change == pytest.approx(-0.30, abs=0.03)
+    tests = regress.as_json(ev)["tests"]
+    # an all_reduce series keeps the key it had; another collective's names itself
+    assert all("collective" not in t for t in tests if t["series"].startswith("busbw single"))
+    assert {t["collective"] for t in tests if "collective" in t} == {"all_gather"}
+    assert any(t["series"].startswith("busbw all_gather single") for t in tests)
+
+
+def test_compare_shows_one_busbw_block_per_collective(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    _history(root, 2, gather_level=lambda i: 150.0)
+    c = compare.build(root, ["lab"], with_cost=False)
+    blocks = {t.title: t for t in c.tables if t.title.startswith("busbw (")}
+    assert list(blocks) == ["busbw (all_reduce, out-of-place)",
+                            "busbw (all_gather, out-of-place)"]
+    ar = blocks["busbw (all_reduce, out-of-place)"].rows
+    ag = blocks["busbw (all_gather, out-of-place)"].rows
+    assert [r[0] for r in ar] == ["single"] * len(regress_bench.SIZES)
+    assert all(r[2] == pytest.approx(300, rel=0.03) for r in ar)
+    assert all(r[2] == pytest.approx(150, rel=0.03) for r in ag)
