@@ -319,3 +319,16 @@ def test_compare_shows_one_busbw_block_per_collective(tmp_path: Path) -> None:
     assert [r[0] for r in ar] == ["single"] * len(regress_bench.SIZES)
     assert all(r[2] == pytest.approx(300, rel=0.03) for r in ar)
     assert all(r[2] == pytest.approx(150, rel=0.03) for r in ag)
+
+
+def test_show_summarises_each_collective_apart(tmp_path: Path) -> None:
+    from orchestrator.analysis import frames
+    from orchestrator.cli.runs import measurement_summary
+
+    root = tmp_path / "results"
+    ids = _history(root, 1, gather_level=lambda i: 150.0)
+    t = measurement_summary(frames.measurements(root, ids))
+    medians = {r[4]: r[7] for r in t.rows}
+    assert set(medians) == {"busbw", "busbw (all_gather)"}
+    assert medians["busbw"] == pytest.approx(300, rel=0.03)
+    assert medians["busbw (all_gather)"] == pytest.approx(150, rel=0.03)
