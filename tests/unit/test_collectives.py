@@ -332,3 +332,19 @@ def test_show_summarises_each_collective_apart(tmp_path: Path) -> None:
     assert set(medians) == {"busbw", "busbw (all_gather)"}
     assert medians["busbw"] == pytest.approx(300, rel=0.03)
     assert medians["busbw (all_gather)"] == pytest.approx(150, rel=0.03)
+
+
+def test_a_baseline_keeps_each_collective_apart(tmp_path: Path) -> None:
+    from orchestrator.analysis import baseline
+    from orchestrator.index import Index
+
+    root = tmp_path / "results"
+    _history(root, 2, gather_level=lambda i: 150.0)
+    recs = baseline.set_baseline(root, "lab", last=2, who="t")
+    means = {(r.collective, r.size): r.mean for r in recs if r.metric == "busbw"}
+    assert set(means) == {(c, s) for c in ("", "all_gather") for s in regress_bench.SIZES}
+    assert all(v == pytest.approx(150 if c else 300, rel=0.03) for (c, _), v in means.items())
+    stored = Index(root).baselines("lab")
+    assert {r.collective for r in stored} == {"", "all_gather"}
+    labels = {row[3] for row in baseline.records_table(root, stored, "b").rows}
+    assert "busbw all_gather single 64 MiB" in labels and "busbw single 64 MiB" in labels

@@ -227,6 +227,8 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                 [run.rel(run.node_dir(n.name, STEP) / "build.json")], gpus=1, scope="single"))
         elif single:
             for coll in suite.nccl.collectives:
+                if len(suite.nccl.collectives) > 1:
+                    stage.note(coll)
                 with stage("execute"):
                     try:
                         logs = _single(pool(n), run, suite, inv, b, coll)
@@ -251,6 +253,8 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         out_dir = run.provider_dir(prov, STEP)
         if mpi:
             for coll in suite.nccl.collectives:
+                if len(suite.nccl.collectives) > 1:
+                    stage.note(coll)
                 with stage("execute"):
                     try:
                         logs = _multi(pool, members, run, suite, inv, builds, coll)
