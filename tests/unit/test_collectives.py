@@ -348,3 +348,12 @@ def test_a_baseline_keeps_each_collective_apart(tmp_path: Path) -> None:
     assert {r.collective for r in stored} == {"", "all_gather"}
     labels = {row[3] for row in baseline.records_table(root, stored, "b").rows}
     assert "busbw all_gather single 64 MiB" in labels and "busbw single 64 MiB" in labels
+
+
+def test_change_points_are_found_in_the_collectives_own_history(tmp_path: Path) -> None:
+    root = tmp_path / "results"
+    ids = _history(root, 24, gather_level=lambda i: 150.0 if i < 16 else 120.0)
+    (p,) = regress.evaluate(root).providers
+    assert p.shifts and {s.run_id for s in p.shifts} == {ids[16]}
+    assert {s.key.collective for s in p.shifts} == {"all_gather"}
+    assert all(s.change == pytest.approx(-0.20, abs=0.03) for s in p.shifts)
