@@ -357,3 +357,20 @@ def test_change_points_are_found_in_the_collectives_own_history(tmp_path: Path) 
     assert p.shifts and {s.run_id for s in p.shifts} == {ids[16]}
     assert {s.key.collective for s in p.shifts} == {"all_gather"}
     assert all(s.change == pytest.approx(-0.20, abs=0.03) for s in p.shifts)
+
+
+def test_an_imported_alltoall_is_its_own_collective_in_compare(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]
+                                                               ) -> None:
+    """`gpuvet import nccl-tests` of an alltoall log: tagged alltoall, judged against no
+    all_reduce band, shown in its own compare block."""
+    from tests.unit.clirun import gpuvet
+
+    results = tmp_path / "results"
+    proc = gpuvet(capsys, "import", "nccl-tests", A2A, "-p", "lab", "--results", results)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    c = compare.build(results, ["lab"], with_cost=False)
+    blocks = {t.title: t for t in c.tables if t.title.startswith("busbw (")}
+    assert not blocks["busbw (all_reduce, out-of-place)"].rows
+    rows = blocks["busbw (alltoall, out-of-place)"].rows
+    assert [(r[0], r[1], r[2]) for r in rows][-1] == ("single", "256 MiB", 155.13)
