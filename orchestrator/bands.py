@@ -2,7 +2,9 @@
 
 One model for the shipped bands (`data/references.yaml`) and the ones an
 inventory sets (`expect.nccl_busbw`). A band belongs to one message size: a
-4 GiB result is never judged against a 128 MiB figure. A judged number
+4 GiB result is never judged against a 128 MiB figure, and to one collective
+(`collective`, all_reduce unless it says): an all_gather is never judged against an
+all_reduce figure. A judged number
 travels with its band as (value, reference, lower, upper, unit, result), as
 ReFrame stores a performance variable.
 """
@@ -12,13 +14,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from ruamel.yaml import YAML
 
 from orchestrator.gpunames import model_matches
-from payload.allreduce import parse_size
+from payload.allreduce import BUSBW_FACTORS, parse_size
 
 Result = Literal["below", "within", "above"]
 
@@ -33,11 +43,19 @@ class Band(BaseModel):
     unit: str = "GB/s"
     size: str = "128M"  # the message size this band is for
     note: str | None = None
+    collective: str = "all_reduce"  # the nccl-tests collective (its log name) it is for
 
     @field_validator("size")
     @classmethod
     def _size(cls, v: str) -> str:
         parse_size(v)
+        return v
+
+    @field_validator("collective")
+    @classmethod
+    def _collective(cls, v: str) -> str:
+        if v not in BUSBW_FACTORS:
+            raise ValueError(f"unknown collective {v!r} (one of {', '.join(BUSBW_FACTORS)})")
         return v
 
     @model_validator(mode="after")
@@ -55,7 +73,9 @@ class Band(BaseModel):
         result: Result = ("below" if measured < self.lower else
                           "above" if measured > self.upper else "within")
         return Judged(value=measured, reference=self.value, lower=self.lower, upper=self.upper,
-                      unit=self.unit, size=self.size_bytes, result=result, note=self.note)
+                      unit=self.unit, size=self.size_bytes, result=result, note=self.note,
+                      **({} if self.collective == "all_reduce" else
+                         {"collective": self.collective}))
 
 
 class Judged(BaseModel):
@@ -70,6 +90,16 @@ class Judged(BaseModel):
     size: int
     result: Result
     note: str | None = None
+    # set for a collective other than all_reduce (a judged all_reduce reads as it always has)
+    collective: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_default_collective(self, handler: SerializerFunctionWrapHandler
+                                    ) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if out.get("collective") is None:
+            out.pop("collective", None)
+        return out
 
 
 class ShippedBands(BaseModel):
@@ -96,7 +126,13 @@ def find_shipped(gpu_name: str, gpus: int, nodes: int) -> ShippedBands | None:
     return None
 
 
-def applicable(bands: Iterable[Band], sizes: Sequence[int]) -> list[Band]:
-    """The bands whose message size the run measured, smallest first."""
+def applicable(bands: Iterable[Band], sizes: Sequence[int],
+               collective: str = "all_reduce") -> list[Band]:
+    """The bands of this collective whose message size the run measured, smallest first."""
     have = set(sizes)
-    return sorted((b for b in bands if b.size_bytes in have), key=lambda b: b.size_bytes)
+    return sorted((b for b in bands if b.size_bytes in have and b.collective == collective),
+                  key=lambda b: b.size_bytes)
+
+
+def of_collective(bands: Iterable[Band], collective: str) -> list[Band]:
+    return [b for b in bands if b.collective == collective]

@@ -124,6 +124,7 @@ class BaselineRecord(BaseModel):
     metric: str
     size: int  # bytes; -1 where the metric has no message size
     span: str  # single | multi
+    collective: str = ""  # the nccl collective; "" for all_reduce and non-collective metrics
     n: int
     mean: float
     std: float

@@ -138,6 +138,20 @@ def build(ex: Executor, params: NcclParams, archive: Path | None, staging: Path,
     return doc
 
 
+def collective_binary(all_reduce_binary: str, collective: str) -> str:
+    """The binary of `collective` beside the build's all_reduce_perf: one make builds every
+    `<collective>_perf` into the same folder."""
+    folder, _, name = all_reduce_binary.rpartition("/")
+    # the build's own suffix kept (`all_reduce_perf`, `all_reduce_perf_mpi` in later versions)
+    tail = name[len("all_reduce"):] if name.startswith("all_reduce") else "_perf"
+    return f"{folder}/{collective}{tail}" if folder else f"{collective}{tail}"
+
+
+def log_label(scope: str, collective: str) -> str:
+    """A series' log name: all_reduce keeps the names runs have on disk (`single`)."""
+    return scope if collective == "all_reduce" else f"{scope}_{collective}"
+
+
 @dataclass(frozen=True)
 class RunPlan:
     argv: list[str]
@@ -273,10 +287,17 @@ def scrub_json_env(path: Path) -> None:
     atomic_write(path, json.dumps(doc, indent=1) + "\n")
 
 
-def torch_bench_args(params: NcclParams) -> list[str]:
-    return ["allreduce-bench", "-b", params.min_bytes, "-e", params.max_bytes,
+# the collectives the torch engine has (payload/allreduce.py TORCH_OPS), by nccl-tests' name
+TORCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+
+
+def torch_bench_args(params: NcclParams, collective: str = "all_reduce") -> list[str]:
+    args = ["allreduce-bench", "-b", params.min_bytes, "-e", params.max_bytes,
             "-f", str(params.step_factor), "-n", str(params.iters),
             "-w", str(params.warmup_iters), "-c", str(params.check)]
+    if collective != "all_reduce":
+        args += ["--op", collective]  # an older payload knows no --op: all_reduce says none
+    return args
 
 
 def torchrun_launcher(nnodes: int, node_rank: int, nproc: int, master: str,

@@ -176,7 +176,8 @@ def regress_families(ev: Evaluation) -> list[Family]:
             labels: Mapping[str, object] = {
                 "provider": r.key.provider, "node": r.node, "metric": r.key.metric,
                 "scope": r.key.scope, "engine": r.key.engine, "span": r.key.span,
-                "size_bytes": r.key.size if r.key.size >= 0 else None}
+                "size_bytes": r.key.size if r.key.size >= 0 else None,
+                "collective": r.key.collective or None}
             suffix, factor = base_unit(r.key.metric)
             if suffix not in means:
                 means[suffix] = (

@@ -46,9 +46,19 @@ class NcclTestsSource(_M):
     local_path: str | None = None  # a checkout or archive on the controller
 
 
+# the nccl-tests collectives the nccl step can run, by the name their logs print
+# (`<name>_perf`); each one's busbw is nccl-tests' own (payload/allreduce.py BUSBW_FACTORS)
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv",
+                     "broadcast"]
+COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                                "sendrecv", "broadcast")
+
+
 class NcclParams(_M):
     source: NcclTestsSource = NcclTestsSource()
     binary: str = "all_reduce_perf"
+    # run in this order, each with the same rounds and parameters, single- and multi-node
+    collectives: tuple[Collective, ...] = ("all_reduce",)
     min_bytes: str = "8"
     max_bytes: str = "128M"
     step_factor: int = Field(default=2, ge=2)
@@ -67,6 +77,16 @@ class NcclParams(_M):
     @classmethod
     def _size(cls, v: str) -> str:
         parse_size(v)  # a typo is caught here, not by nccl-tests on every node
+        return v
+
+    @field_validator("collectives")
+    @classmethod
+    def _collectives(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("name at least one collective (" + ", ".join(COLLECTIVES) + ")")
+        twice = sorted({c for c in v if v.count(c) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once")
         return v
 
 
@@ -224,6 +244,9 @@ class HealthParams(_M):
 # sections added to the suite after runs were stored: at their defaults they stay out of
 # the suite hash (Suite.hash)
 LATER_SECTIONS = ("health", "fleet")
+# fields added to a section after runs were stored: at their defaults they stay out of the
+# suite hash too (a suite that runs all_reduce only keeps the hash it had)
+LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"),)
 
 
 class Suite(_M):
@@ -251,6 +274,11 @@ class Suite(_M):
             if name in dump and getattr(self, name) == type(self).model_fields[name].get_default(
                     call_default_factory=True):
                 del dump[name]
+        for section, fld in LATER_FIELDS:
+            params = getattr(self, section)
+            if getattr(params, fld) == type(params).model_fields[fld].get_default(
+                    call_default_factory=True):
+                dump[section].pop(fld, None)
         blob = json.dumps(dump, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 

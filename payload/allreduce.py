@@ -1,13 +1,19 @@
-"""A torch.distributed all_reduce benchmark that prints nccl-tests' columns.
+"""A torch.distributed collective benchmark that prints nccl-tests' columns.
 
 ``python3 -m torch.distributed.run ... -m payload allreduce-bench -b 8 -e 128M -f 2``
+
+``--op`` picks the collective: all_reduce (the default), all_gather, reduce_scatter or
+all_to_all (printed as nccl-tests names it, ``alltoall_perf``). Sizes are nccl-tests'
+own: the whole buffer (all_gather's output, reduce_scatter's input, all_to_all's buffer
+of every peer's chunk), and busbw is nccl-tests' factor for the collective
+(``BUSBW_FACTORS``). gloo has no reduce_scatter in some torch versions: the table then
+says so in one ``# gpuvet skipped:`` line and holds no rows.
 
 A second opinion on nccl-tests (the two should agree within a few percent at
 large sizes) and the fallback where nccl-tests cannot be built. Rank 0
 prints a table in nccl-tests' own layout, so the same parser reads both.
-busbw uses nccl-tests' all_reduce factor 2(n-1)/n. torch's all_reduce works
-in place, so both column groups time the in-place operation, on separate
-buffers.
+torch's all_reduce works in place, so both column groups time the in-place operation,
+on separate buffers; the other collectives time the out-of-place call in both.
 
 With ``--rank-times PATH`` it then times every rank at a barrier, so a
 straggler can be told in a run of many nodes: each of ``--straggler-iters``
@@ -40,6 +46,31 @@ def parse_size(text: Union[str, int]) -> int:
     return int(m.group(1)) * UNITS[m.group(2)]
 
 
+# nccl-tests' busbw: algbw times this factor of the rank count n (src/*.cu, *GetBw), so a
+# collective's busbw is comparable with the links' bandwidth whatever the collective
+BUSBW_FACTORS = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / float(n),
+    "reduce_scatter": lambda n: (n - 1) / float(n),
+    "alltoall": lambda n: (n - 1) / float(n),
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "sendrecv": lambda n: 1.0,
+}
+# the torch engine's names for them; all_to_all is nccl-tests' alltoall
+TORCH_OPS = {"all_reduce": "all_reduce", "all_gather": "all_gather",
+             "reduce_scatter": "reduce_scatter", "all_to_all": "alltoall",
+             "alltoall": "alltoall"}
+SKIPPED = "# gpuvet skipped: "
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests' factor from algbw to busbw for `op` (its log name) over `n` ranks."""
+    if n < 1:
+        raise ValueError("a collective needs at least one rank")
+    return BUSBW_FACTORS[op](n)
+
+
 def sizes(min_bytes: int, max_bytes: int, factor: int, elem: int) -> List[int]:
     out = []
     size = max(min_bytes, elem)
@@ -56,6 +87,8 @@ def add_arguments(p: Any) -> None:
     p.add_argument("-n", "--iters", type=int, default=20)
     p.add_argument("-w", "--warmup-iters", type=int, default=5)
     p.add_argument("-c", "--check", type=int, default=1)
+    p.add_argument("--op", default="all_reduce", choices=sorted(TORCH_OPS),
+                   help="the collective: all_reduce, all_gather, reduce_scatter or all_to_all")
     p.add_argument("--backend", default="auto", help="nccl, gloo or auto (nccl with CUDA)")
     p.add_argument("--dtype", default="float", choices=["float", "half", "bfloat16", "double"])
     p.add_argument("--pg-timeout", type=float, default=0.0, metavar="SECONDS",
@@ -107,13 +140,57 @@ def write_rank_times(path: str, doc: Dict[str, Any]) -> None:
 
 
 def _row(size: int, count: int, dtype: str, t_us: float, t2_us: float, n: int,
-         wrong: int) -> str:
+         wrong: int, op: str = "all_reduce") -> str:
     def grp(t: float) -> str:
         algbw = size / t / 1e3 if t > 0 else 0.0
-        busbw = algbw * 2.0 * (n - 1) / n
+        busbw = algbw * busbw_factor(op, n)
         return "%8.2f %7.2f %7.2f %7d" % (t, algbw, busbw, wrong)
 
-    return "%12d %13d %9s %7s %7d %s %s" % (size, count, dtype, "sum", -1, grp(t_us), grp(t2_us))
+    redop = "sum" if op in ("all_reduce", "reduce_scatter") else "none"
+    return "%12d %13d %9s %7s %7d %s %s" % (size, count, dtype, redop, -1, grp(t_us), grp(t2_us))
+
+
+def _collective(dist: Any, torch: Any, op: str, world: int, rank: int, count: int,
+                dtype: Any, device: Any) -> Tuple[Any, Any]:
+    """(run, check): `run()` does the collective once on buffers made here, `check()`
+    counts the output values that are not what it should give (nccl-tests' #wrong)."""
+    if op == "all_reduce":
+        buf = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
+        return (lambda: dist.all_reduce(buf)), (
+            lambda: int((buf != world * (world + 1) / 2.0).sum().item()))
+    chunk = count // world
+    # every rank's chunk holds its rank + 1: the output says which rank each came from
+    want = torch.cat([torch.full((chunk,), float(i + 1), dtype=dtype, device=device)
+                      for i in range(world)])
+    if op == "all_gather":
+        mine = torch.full((chunk,), float(rank + 1), dtype=dtype, device=device)
+        out = torch.empty((chunk * world,), dtype=dtype, device=device)
+        parts = list(out.split(chunk))
+
+        def gather() -> None:
+            dist.all_gather(parts, mine)
+        return gather, (lambda: int((out != want).sum().item()))
+    if op == "reduce_scatter":
+        inp = torch.full((chunk * world,), float(rank + 1), dtype=dtype, device=device)
+        res = torch.empty((chunk,), dtype=dtype, device=device)
+        parts = list(inp.split(chunk))
+
+        def scatter() -> None:
+            dist.reduce_scatter(res, parts)
+        return scatter, (lambda: int((res != world * (world + 1) / 2.0).sum().item()))
+    # alltoall: chunk i of every rank goes to rank i
+    inp = torch.full((chunk * world,), float(rank + 1), dtype=dtype, device=device)
+    got = torch.empty((chunk * world,), dtype=dtype, device=device)
+
+    def a2a() -> None:
+        dist.all_to_all_single(got, inp)
+    return a2a, (lambda: int((got != want).sum().item()))
+
+
+def unsupported(exc: BaseException) -> bool:
+    """gloo's answer to a collective it does not implement (reduce_scatter in torch 2.x)."""
+    text = str(exc).lower()
+    return "not support" in text or "unsupported" in text or "not implemented" in text
 
 
 def main(args: Any) -> int:
@@ -137,20 +214,21 @@ def main(args: Any) -> int:
     dtype = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16,
              "double": torch.float64}[args.dtype]
     elem = torch.tensor([], dtype=dtype).element_size()
+    op = TORCH_OPS[args.op]
     todo = sizes(parse_size(args.minbytes), parse_size(args.maxbytes), args.stepfactor, elem)
 
     def sync() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
-    def timed(buf: Any) -> float:
+    def timed(fn: Any) -> float:
         for _ in range(args.warmup_iters):
-            dist.all_reduce(buf)
+            fn()
         sync()
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(args.iters):
-            dist.all_reduce(buf)
+            fn()
         sync()
         return (time.perf_counter() - t0) / max(args.iters, 1) * 1e6
 
@@ -167,9 +245,9 @@ def main(args: Any) -> int:
     dist.gather_object(line, lines, dst=0)
     if rank == 0:
         out = sys.stdout
-        out.write("# gpuvet torch.distributed all_reduce benchmark, torch %s, backend %s\n"
-                  % (torch.__version__, backend))
-        out.write("# Collective test starting: all_reduce_perf\n")
+        out.write("# gpuvet torch.distributed %s benchmark, torch %s, backend %s\n"
+                  % (op, torch.__version__, backend))
+        out.write("# Collective test starting: %s_perf\n" % op)
         out.write("# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(factor) warmup iters: %d "
                   "iters: %d agg iters: 1 validation: %d graph: 0\n"
                   % (todo[0] if todo else 0, todo[-1] if todo else 0, args.stepfactor,
@@ -185,26 +263,44 @@ def main(args: Any) -> int:
         out.flush()
     busbws = []
     total_wrong = 0
+    skipped = None
     for size in todo:
         count = size // elem
+        if op != "all_reduce":
+            count -= count % world  # every rank's chunk alike, as nccl-tests rounds it
+            if not count:
+                continue
+            size = count * elem
         wrong = 0
-        a = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
+        run_a, check_a = _collective(dist, torch, op, world, rank, count, dtype, device)
+        try:
+            run_a()
+        except RuntimeError as exc:
+            if not unsupported(exc):
+                raise
+            skipped = "%s is not supported by the %s backend in torch %s (%s)" % (
+                args.op, backend, torch.__version__, str(exc).strip().splitlines()[0][:160])
+            break
         if args.check:
-            dist.all_reduce(a)
-            expect = world * (world + 1) / 2.0
-            wrong = int((a != expect).sum().item())
+            wrong = check_a()
             t = torch.tensor([wrong], dtype=torch.int64, device=device)
             dist.all_reduce(t)
             wrong = int(t.item())
             total_wrong += wrong
-        b = torch.full((count,), float(rank + 1), dtype=dtype, device=device)
-        t_out, t_in = timed(a), timed(b)
+        run_b, _ = _collective(dist, torch, op, world, rank, count, dtype, device)
+        t_out, t_in = timed(run_a), timed(run_b)
         for t_us in (t_out, t_in):
-            busbws.append(size / t_us / 1e3 * 2.0 * (world - 1) / world if t_us > 0 else 0.0)
+            busbws.append(size / t_us / 1e3 * busbw_factor(op, world) if t_us > 0 else 0.0)
         if rank == 0:
-            sys.stdout.write(_row(size, count, args.dtype, t_out, t_in, world, wrong) + "\n")
+            sys.stdout.write(_row(size, count, args.dtype, t_out, t_in, world, wrong, op) + "\n")
             sys.stdout.flush()
-        del a, b
+        del run_a, run_b, check_a
+    if skipped is not None:
+        if rank == 0:
+            sys.stdout.write(SKIPPED + skipped + "\n# Collective test concluded: %s_perf\n" % op)
+            sys.stdout.flush()
+        dist.destroy_process_group()
+        return 0
     if args.rank_times:
         dim = args.straggler_dim or (4096 if device.type == "cuda" else 256)
         work, wait = barrier_times(dist, torch, device, sync, args.straggler_iters, dim)
@@ -223,7 +319,7 @@ def main(args: Any) -> int:
         sys.stdout.write("# Out of bounds values : %d %s\n" % (total_wrong,
                                                                "OK" if not total_wrong else "FAILED"))
         sys.stdout.write("# Avg bus bandwidth    : %g \n#\n"
-                         "# Collective test concluded: all_reduce_perf\n" % avg)
+                         "# Collective test concluded: %s_perf\n" % (avg, op))
         sys.stdout.flush()
     dist.destroy_process_group()
     return 0

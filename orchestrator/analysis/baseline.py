@@ -30,7 +30,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -89,13 +89,25 @@ class SeriesKey:
     metric: str
     size: int  # bytes; -1 where the metric has no message size
     span: str  # "single" (one node's GPUs) or "multi" (across nodes)
+    # the nccl collective; "" for all_reduce (the keys series had before there were others)
+    # and for metrics of no collective
+    collective: str = ""
 
     @property
     def label(self) -> str:
         size = "" if self.size < 0 else f" {human_size(self.size)}"
         where = self.scope if self.scope != "train" else f"train {self.span}"
         eng = "" if self.engine in ("nccl-tests", "train") else f" ({self.engine})"
-        return f"{self.metric} {where}{eng}{size}"
+        coll = f" {self.collective}" if self.collective else ""
+        return f"{self.metric}{coll} {where}{eng}{size}"
+
+    def as_json(self) -> dict[str, object]:
+        """The key's fields; `collective` only where there is one other than all_reduce, so
+        the JSON of an all_reduce series reads as it did before there were others."""
+        out: dict[str, object] = asdict(self)
+        if not self.collective:
+            del out["collective"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -137,7 +149,7 @@ def sample_frame(root: Path, provider: str, *, min_size: int = MIN_SIZE,
     df = frames.measurements(root, run_ids, providers=[provider], metrics=list(METRICS))
     if df.empty:
         return df.assign(size_key=pd.Series(dtype=int), span=pd.Series(dtype=str),
-                         node=pd.Series(dtype=object))
+                         node=pd.Series(dtype=object), collective=pd.Series(dtype=str))
     busbw = df["metric"] == "busbw"
     keep = ~busbw | ((df["inplace"] == False) & (df["size"].fillna(-1) >= min_size))  # noqa: E712
     # the fleet step's pairs and groups are judged against each other, not as a series of
@@ -149,16 +161,20 @@ def sample_frame(root: Path, provider: str, *, min_size: int = MIN_SIZE,
     df["span"] = np.where((df["scope"] == "multi") | many, "multi", "single")
     single = (df["span"] == "single") & (df["nodes"].fillna("") != "")
     df["node"] = df["nodes"].where(single, None)
+    df["collective"] = df["collective"].fillna("").astype(str)
     return df
 
 
 def to_samples(df: pd.DataFrame) -> list[Sample]:
     cols = ["provider", "scope", "engine", "metric", "size_key", "span", "value", "node",
-            "run_id"]
-    return [Sample(SeriesKey(p, sc, e, m, int(sz), sp), float(v),
+            "run_id", "collective"]
+    if "collective" not in df.columns:
+        df = df.assign(collective="")
+    return [Sample(SeriesKey(p, sc, e, m, int(sz), sp, str(c or "")), float(v),
                    None if nd is None or (isinstance(nd, float) and np.isnan(nd)) else str(nd),
                    r)
-            for p, sc, e, m, sz, sp, v, nd, r in df[cols].itertuples(index=False, name=None)]
+            for p, sc, e, m, sz, sp, v, nd, r, c in df[cols].itertuples(index=False,
+                                                                         name=None)]
 
 
 # --- machine class ---------------------------------------------------------------------------
@@ -246,7 +262,7 @@ def automatic(root: Path, provider: str, judged: str, df: pd.DataFrame, runs: pd
     order = list(runs["run_id"])
     suite_hash = str(runs.loc[runs["run_id"] == judged, "suite_hash"].iloc[0])
     # runs that measured what the judged run measured (an nccl run says nothing of training)
-    kinds = ["scope", "engine", "metric", "size_key", "span"]
+    kinds = ["scope", "engine", "metric", "size_key", "span", "collective"]
     judged_kinds = df.loc[df["run_id"] == judged, kinds].drop_duplicates()
     with_samples = set(df.merge(judged_kinds, on=kinds)["run_id"])
     earlier = [r for r in order[:order.index(judged)] if r in with_samples]
@@ -308,7 +324,8 @@ def band_for(root: Path, run_id: str, provider: str, key: SeriesKey, machine: Ma
         cands, src = (list(ref.bands) if ref else []), "shipped"
     else:
         return None
-    band = next((b for b in cands if b.size_bytes == key.size), None)
+    band = next((b for b in cands if b.size_bytes == key.size
+                 and b.collective == (key.collective or "all_reduce")), None)
     return None if band is None else (band, src)
 
 
@@ -340,7 +357,8 @@ def summarize(samples: Sequence[Sample], units: dict[tuple[str, str], str], *, s
         out.append(BaselineRecord(
             set_id=set_id, provider=key.provider, gpu_model=machine.gpu_model,
             gpu_count=machine.gpu_count, suite_hash=suite_hash, scope=key.scope,
-            engine=key.engine, metric=key.metric, size=key.size, span=key.span, n=len(v),
+            engine=key.engine, metric=key.metric, size=key.size, span=key.span,
+            collective=key.collective, n=len(v),
             mean=float(v.mean()), std=float(v.std(ddof=1)) if len(v) > 1 else 0.0,
             median=float(np.median(v)), min=float(v.min()), max=float(v.max()),
             unit=units.get((key.provider, key.metric), ""), runs=list(runs), set_at=set_at,
@@ -429,7 +447,7 @@ def records_table(root: Path, records: Sequence[BaselineRecord], title: str) -> 
     rows = []
     for r in sorted(records, key=lambda r: (r.provider, r.suite_hash, r.scope, r.engine,
                                             r.metric, r.size)):
-        key = SeriesKey(r.provider, r.scope, r.engine, r.metric, r.size, r.span)
+        key = SeriesKey(r.provider, r.scope, r.engine, r.metric, r.size, r.span, r.collective)
         nodes = 1 if r.span == "single" else _multi_nodes(root, r)
         band = band_for(root, r.runs[-1], r.provider, key, MachineClass(r.gpu_model, r.gpu_count),
                         nodes) if r.runs else None

@@ -167,10 +167,13 @@ def suite_gate(sel: Selection, docs: dict[str, dict[str, Any]], max_rows: int = 
 
 # --- busbw side by side --------------------------------------------------------------------
 
-def busbw_values(ms: pd.DataFrame, provider: str, scope: str) -> dict[int, np.ndarray]:
-    """busbw (out-of-place, nccl-tests) per size: every round of every node."""
+def busbw_values(ms: pd.DataFrame, provider: str, scope: str, collective: str = "all_reduce"
+                 ) -> dict[int, np.ndarray]:
+    """busbw (out-of-place, nccl-tests) of one collective per size: every round of every
+    node. An all_gather is never a value of all_reduce's sizes."""
     sel = ms[(ms["provider"] == provider) & (ms["metric"] == "busbw") & (ms["scope"] == scope)
              & (ms["engine"] == "nccl-tests") & (ms["inplace"] == False)]  # noqa: E712
+    sel = sel[_collective_column(sel) == ("" if collective == "all_reduce" else collective)]
     # split by size on sorted arrays (a groupby of 10,000 sizes costs a second per call);
     # the stable sort keeps each size's values in the order they were stored
     sizes = pd.to_numeric(sel["size"], errors="coerce").to_numpy(dtype=float)
@@ -183,6 +186,21 @@ def busbw_values(ms: pd.DataFrame, provider: str, scope: str) -> dict[int, np.nd
     sizes, vals = sizes[order], vals[order]
     uniq, starts = np.unique(sizes, return_index=True)
     return {int(s): v for s, v in zip(uniq, np.split(vals, starts[1:]), strict=True)}
+
+
+def _collective_column(ms: pd.DataFrame) -> pd.Series:
+    """The frame's collective per row ("" for all_reduce); a frame without the column (made
+    by hand, or before there were collectives) is all_reduce throughout."""
+    if "collective" not in ms.columns:
+        return pd.Series("", index=ms.index, dtype=object)
+    return ms["collective"].fillna("").astype(str)
+
+
+def collectives_measured(ms: pd.DataFrame) -> list[str]:
+    """The collectives with busbw in the frame: all_reduce first, the others by name."""
+    busbw = ms[ms["metric"] == "busbw"]
+    others = sorted({c for c in _collective_column(busbw) if c})
+    return ["all_reduce", *others]
 
 
 def ratio_ci(a: np.ndarray, b: np.ndarray, *, n: int = BOOTSTRAP, seed: int = SEED
@@ -213,10 +231,18 @@ def _r(v: float, nd: int = 3) -> float | None:
     return None if v != v else round(v, nd)  # NaN -> None (JSON, tables)
 
 
-def busbw_table(ms: pd.DataFrame, providers: Sequence[str], *, min_size: int = 1 << 20
-                ) -> Table:
-    """Per scope and size: each provider's median [min-max] busbw, and each other
-    provider's ratio to the first with its interval."""
+def busbw_tables(ms: pd.DataFrame, providers: Sequence[str], *, min_size: int = 1 << 20
+                 ) -> list[Table]:
+    """One block per collective: all_reduce's always (it says when there is none), then
+    each other collective the runs measured."""
+    return [busbw_table(ms, providers, min_size=min_size, collective=c)
+            for c in collectives_measured(ms)]
+
+
+def busbw_table(ms: pd.DataFrame, providers: Sequence[str], *, min_size: int = 1 << 20,
+                collective: str = "all_reduce") -> Table:
+    """Per scope and size: each provider's median [min-max] busbw of one collective, and
+    each other provider's ratio to the first with its interval."""
     base = providers[0]
     cols: list[str] = ["scope", "size"]
     for p in providers:
@@ -225,7 +251,7 @@ def busbw_table(ms: pd.DataFrame, providers: Sequence[str], *, min_size: int = 1
         cols += [f"{p}/{base}", f"{p}/{base} 95% CI"]
     rows = []
     for scope in ("single", "multi"):
-        vals = {p: busbw_values(ms, p, scope) for p in providers}
+        vals = {p: busbw_values(ms, p, scope, collective) for p in providers}
         sizes = sorted({s for v in vals.values() for s in v if s >= min_size})
         for s in sizes:
             row: list[Any] = [scope, size_label(s)]
@@ -241,7 +267,7 @@ def busbw_table(ms: pd.DataFrame, providers: Sequence[str], *, min_size: int = 1
                 point, lo, hi = ratio_ci(a, b)
                 row += [_r(point), "-" if lo != lo else f"{lo:.3f}-{hi:.3f}"]
             rows.append(tuple(row))
-    return Table("busbw (all_reduce, out-of-place)", tuple(cols), rows)
+    return Table(f"busbw ({collective}, out-of-place)", tuple(cols), rows)
 
 
 def stability_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Sequence[str]
@@ -507,7 +533,7 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
     apart = cost.currencies_apart(pocs, rates or {})
     tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs), verdict.folded_table(vs),
               environment.diff_table(env, sel.providers, orders),
-              busbw_table(ms, sel.providers),
+              *busbw_tables(ms, sel.providers),
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
               agreement_table(fs, sel.providers), health_table(ms, fs, sel.providers),
               train_table(ms, fs, sel.providers)]

@@ -21,6 +21,7 @@ from orchestrator.errors import UsageError
 from orchestrator.index import damaged_index, parse_row
 from orchestrator.records import Finding
 from orchestrator.store import Index
+from payload.allreduce import BUSBW_FACTORS
 
 RUN_COLUMNS = ["run_id", "started", "finished", "command", "suite_hash", "status", "path",
                "providers", "nodes"]
@@ -28,6 +29,12 @@ FINDING_COLUMNS = ["run_id", "scope", "node", "provider", "step", "code", "sever
                    "message", "unit_key"]
 MEASUREMENT_COLUMNS = ["run_id", "provider", "nodes", "step", "scope", "engine", "metric",
                        "size", "inplace", "round", "value", "unit", "suite_hash", "unit_key"]
+# the nccl step's collective (its `op` tag) as a column: "" for all_reduce and for every
+# measurement that is not of another collective, so all_reduce series keep the keys they had
+_OTHER_COLLECTIVES = ", ".join(f"'{c}'" for c in sorted(BUSBW_FACTORS) if c != "all_reduce")
+COLLECTIVE_SQL = (f"CASE WHEN step = 'nccl' AND json_extract(json, '$.tags.op') IN "
+                  f"({_OTHER_COLLECTIVES}) THEN json_extract(json, '$.tags.op') ELSE '' END "
+                  "AS collective")
 
 
 @dataclass
@@ -87,8 +94,8 @@ def measurements(root: Path, run_ids: Sequence[str] | None = None, *,
                  providers: Sequence[str] | None = None,
                  metrics: Sequence[str] | None = None) -> pd.DataFrame:
     args: list[str] = []
-    q = (f"SELECT {', '.join(MEASUREMENT_COLUMNS)} FROM measurements WHERE 1=1"
-         + _where("run_id", run_ids, args) + _where("provider", providers, args)
+    q = (f"SELECT {', '.join(MEASUREMENT_COLUMNS)}, {COLLECTIVE_SQL} FROM measurements "
+         "WHERE 1=1" + _where("run_id", run_ids, args) + _where("provider", providers, args)
          + _where("metric", metrics, args))
     with _connect(root) as db:
         df = pd.read_sql_query(q, db, params=args)
@@ -102,7 +109,7 @@ def load(root: Path, run_ids: Sequence[str] | None = None, *,
     ids = list(r["run_id"])
     if not ids:
         empty = Frames(r, pd.DataFrame(columns=FINDING_COLUMNS),
-                       pd.DataFrame(columns=MEASUREMENT_COLUMNS))
+                       pd.DataFrame(columns=[*MEASUREMENT_COLUMNS, "collective"]))
         return empty
     return Frames(r, findings(root, ids), measurements(root, ids))
 

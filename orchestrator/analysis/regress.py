@@ -319,17 +319,19 @@ def evaluate(root: Path, run_id: str | None = None, providers: Sequence[str] = (
 def _shifts(df: pd.DataFrame, judged: str, history: list[str], suite_hash: str,
             started: dict[str, str], min_effect: float) -> list[ShiftRow]:
     """Change points of each of the judged run's series over the provider's history."""
+    if "collective" not in df.columns:
+        df = df.assign(collective="")
     h = df[df["run_id"].isin(history)]
     h = h[h["suite_hash"] == suite_hash]
     keys = {s.key for s in to_samples(df[df["run_id"] == judged])}
     pos = {r: i for i, r in enumerate(history)}
-    med = (h.groupby(["scope", "engine", "metric", "size_key", "span", "run_id"])["value"]
-           .median().reset_index())
+    med = (h.groupby(["scope", "engine", "metric", "size_key", "span", "collective",
+                      "run_id"])["value"].median().reset_index())
     out = []
-    for (scope, engine, metric, size, span), g in med.groupby(
-            ["scope", "engine", "metric", "size_key", "span"]):
+    for (scope, engine, metric, size, span, coll), g in med.groupby(
+            ["scope", "engine", "metric", "size_key", "span", "collective"]):
         key = SeriesKey(str(df["provider"].iloc[0]), str(scope), str(engine), str(metric),
-                        int(str(size)), str(span))
+                        int(str(size)), str(span), str(coll))
         if key not in keys:
             continue
         g = g.assign(pos=g["run_id"].map(pos)).sort_values("pos")
@@ -422,13 +424,13 @@ def as_json(ev: Evaluation) -> dict[str, Any]:
                 "gpu_count": p.source.machine.gpu_count, "set_at": p.source.set_at,
                 "set_by": p.source.set_by, "how": p.source.how,
                 "left_out": list(p.source.left_out)},
-            "change_points": [{**asdict(s.key), "run_id": s.run_id, "started": s.started,
+            "change_points": [{**s.key.as_json(), "run_id": s.run_id, "started": s.started,
                                "before": s.before, "after": s.after, "change": s.change,
                                "history_runs": s.runs} for s in p.shifts],
-            "bands": [{**asdict(k), "band": b.model_dump(), "source": src}
+            "bands": [{**k.as_json(), "band": b.model_dump(), "source": src}
                       for k, (b, src) in p.bands.items()],
         } for p in ev.providers],
-        "tests": [{"run_id": rep.run_id, **asdict(r.key), "subject": r.subject,
+        "tests": [{"run_id": rep.run_id, **r.key.as_json(), "subject": r.subject,
                    "series": r.key.label, **comp(r.result)}
                   for rep in ev.reports for r in rep.rows],
     }

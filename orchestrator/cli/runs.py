@@ -128,13 +128,17 @@ def lines(table: Table) -> str:
 
 
 def measurement_summary(ms: pd.DataFrame) -> Table:
-    """Per series (step, scope, engine, nodes, metric): the largest message size's median,
-    min and max over rounds; training metrics as they are."""
+    """Per series (step, scope, engine, nodes, metric; a collective other than all_reduce
+    beside its metric, `busbw (alltoall)`): the largest message size's median, min and max
+    over rounds; training metrics as they are."""
     import pandas as pd  # a second to import: `gpuvet --help` and the SSH commands never do
 
     rows: list[tuple[Any, ...]] = []
     if not ms.empty:
         df = ms[(ms["inplace"] != True)]  # noqa: E712 - out-of-place, or no such notion
+        if "collective" in df.columns:  # another collective than all_reduce is its own series
+            df = df.assign(metric=[m if not c or pd.isna(c) else f"{m} ({c})"
+                                   for m, c in zip(df["metric"], df["collective"], strict=True)])
         keys = ["step", "scope", "engine", "nodes", "metric"]
         for key, g in df.groupby(keys, dropna=False, sort=True):
             sized = g[g["size"].notna()]

@@ -69,7 +69,8 @@ def test_the_live_step_skips_the_rounds_of_a_one_gpu_node(
     ran: list[str] = []
     monkeypatch.setattr(nccl_step, "_build_node", lambda ex, run, suite, archive: built)
 
-    def single(ex: object, run: Run, suite: Suite, inv: object, b: BuildDoc) -> list[object]:
+    def single(ex: object, run: Run, suite: Suite, inv: object, b: BuildDoc,
+               collective: str = "all_reduce") -> list[object]:
         ran.append("single")
         return []
 

@@ -160,7 +160,9 @@ class _Runner:
         inv_bands = self.inv.providers[self.pf.provider].expect.nccl_busbw
         given = [] if inv_bands is None else (
             inv_bands if isinstance(inv_bands, list) else [inv_bands])
-        return L.localise(self.pf.samples, bands=given or self.pf.shipped,
+        # the fleet's pairs run all_reduce: another collective's band says nothing of them
+        return L.localise(self.pf.samples,
+                          bands=bands_mod.of_collective(given or self.pf.shipped, "all_reduce"),
                           tolerance=self.p.tolerance,
                           min_size=parse_size(self.p.min_judged_bytes))
 

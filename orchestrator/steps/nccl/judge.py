@@ -34,6 +34,7 @@ from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.store import Run
 from orchestrator.suite import Suite
+from payload.allreduce import BUSBW_FACTORS, busbw_factor
 
 STEP = "nccl"
 NCCL_MSG = re.compile(r"\bNCCL WARN (.*)$")
@@ -58,6 +59,8 @@ class Series:
     provider: str | None = None
     n_nodes: int | None = None
     imported: bool = False
+    # the collective the live step ran (an import reads it from each log's binary)
+    collective: str | None = None
 
     @property
     def node(self) -> str | None:
@@ -72,7 +75,8 @@ class Series:
 
     @property
     def label(self) -> str:
-        return self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
+        base = self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
+        return base if self.collective in (None, "all_reduce") else f"{base} {self.collective}"
 
     @property
     def node_count(self) -> int:
@@ -102,6 +106,10 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
             res = parse_nccl_tests(text, source=rel)
         except ParseError as exc:
             add("NCCL_OUTPUT_UNREADABLE", "FAIL", f"round {rnd}: {exc.what}", [rel])
+            continue
+        if s.collective is not None and res.op is not None and res.op != s.collective:
+            add("NCCL_WRONG_COLLECTIVE", "FAIL", f"round {rnd}: the log is of {res.op}, "
+                f"{s.collective} was run", [rel], op=res.op, collective=s.collective)
             continue
         parsed.append((rnd, res, rel))
         one_gpu = one_gpu or is_one_gpu(res)
@@ -207,7 +215,7 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int, res: NcclTests
                   one_gpu: bool = False) -> list[Measurement]:
     """The rows as printed; on one GPU only algbw and time, tagged as a local copy."""
     out = []
-    tags_base: dict[str, Any] = {"op": res.op, "nccl_version": res.nccl_version,
+    tags_base: dict[str, Any] = {"op": res.op or s.collective, "nccl_version": res.nccl_version,
                  "nccl_tests_commit": s.build.built_commit if s.build else None,
                  "nccl_tests_version": res.tests_version,
                  "gpus": gpu_count(res), "n_nodes": s.node_count}
@@ -278,16 +286,31 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
     if s.engine != "nccl-tests":
         return
-    source, candidates = _bands(s, parsed[0][1], inv)
+    source, every = _bands(s, parsed[0][1], inv)
+    coll = collective_of(s, parsed[0][1])
+    if coll is None:
+        add("NCCL_REFERENCE_NONE", "INFO",
+            "no reference band applies to this run: the log does not name its collective "
+            "(no `Collective test starting` line) and its busbw is not all_reduce's "
+            "2(n-1)/n of algbw, so it is judged against no collective's band", evidence)
+        return
+    candidates = bands.of_collective(every, coll)
     by_size = {st.size_bytes: st for st in table}
-    judged = bands.applicable(candidates, list(by_size))
+    judged = bands.applicable(candidates, list(by_size), coll)
     if not judged:
         sizes = ", ".join(b.size for b in candidates)
+        others = sorted({b.collective for b in every} - {coll})
+        mine = "" if coll == "all_reduce" else f" {coll}"
+        why = {} if coll == "all_reduce" else {"collective": coll}
         add("NCCL_REFERENCE_NONE", "INFO",
             "no reference band applies to this run: " + (
-                f"the {source} bands are for {sizes}, which this run did not measure"
-                if candidates else "none is shipped for this GPU, count and node count, and "
-                "the inventory sets no expect.nccl_busbw"), evidence)
+                f"the {source}{mine} bands are for {sizes}, which this run did not measure"
+                if candidates else
+                f"the {source} bands are for {', '.join(others)}, never for {coll}"
+                if others else
+                f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
+                f"count and node count, and the inventory sets no{mine} expect.nccl_busbw"),
+            evidence, **why)
         return
     for band in judged:
         st = by_size[band.size_bytes]
@@ -301,7 +324,37 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {_size(st.size_bytes)} is "
             f"{what} {band.lower:g}-{band.upper:g} GB/s (expected about {band.value:g}, "
             f"{source}{'; ' + band.note if band.note else ''})", evidence,
-            size=st.size_bytes, judged=j.model_dump(), source=source)
+            size=st.size_bytes, judged=j.model_dump(), source=source,
+            **({} if coll == "all_reduce" else {"collective": coll}))
+
+
+def collective_of(s: Series, res: NcclTestsRun) -> str | None:
+    """The collective a series measured: the log's binary says, else what the step ran.
+    A log that names neither (rows pasted without the banner) is read as all_reduce, as
+    before, unless its busbw is not all_reduce's: then it is unknown (None)."""
+    named = res.op or s.collective
+    if named is not None:
+        return named
+    return None if busbw_fits(res, "all_reduce") is False else "all_reduce"
+
+
+def busbw_fits(res: NcclTestsRun, op: str) -> bool | None:
+    """Whether every row's busbw is `op`'s factor of its algbw, as nccl-tests computes it
+    for the run's rank count; None where the factor needs a rank count the log does not
+    say, or no row is above
+    1 GB/s (below that the printed digits cannot tell the factors apart)."""
+    if op not in BUSBW_FACTORS:
+        return None
+    n = gpu_count(res)
+    if n is None and busbw_factor(op, 1) != busbw_factor(op, 2):
+        return None  # a factor of the rank count, which the log does not say
+    factor = busbw_factor(op, n or 1)
+    seen = [r for row in res.rows for r in (row.out_of_place, row.in_place)
+            if r.algbw_gbs >= 1.0]
+    if not seen:
+        return None
+    return all(abs(r.busbw_gbs - r.algbw_gbs * factor) <= 0.011 + 0.001 * r.busbw_gbs
+               for r in seen)
 
 
 def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, list[bands.Band]]:

@@ -1,4 +1,8 @@
-"""The nccl step: build nccl-tests at the suite's commit, run all_reduce, judge it.
+"""The nccl step: build nccl-tests at the suite's commit, run its collectives, judge them.
+
+The suite's `nccl.collectives` (all_reduce unless it says more) run one after the other,
+each with the same rounds and parameters, from the one build (every `<collective>_perf`
+is made beside all_reduce_perf).
 
 Per node: build (cached), then the suite's rounds on its own GPUs; a node with
 one GPU has nothing to all-reduce with, so its single-node rounds are skipped
@@ -49,6 +53,7 @@ from orchestrator.steps.driver import (
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
+from payload.allreduce import SKIPPED
 from payload.scrub import scrub_text
 
 STEP = "nccl"
@@ -116,23 +121,26 @@ def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
 
 
 def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
-            build: BuildDoc) -> list[tuple[int, Path, bool]]:
+            build: BuildDoc, collective: str = "all_reduce") -> list[tuple[int, Path, bool]]:
     out_dir = run.node_dir(ex.node.name, STEP)
     gpus = _gpus(ex.node, inv, build)
     flags = set(build.flags)
+    label = nccltests.log_label("single", collective)
+    binary = nccltests.collective_binary(str(build.binary), collective)
 
     def cmd(r: int) -> tuple[str, str | None]:
-        remote_json = f"{nccltests.cache_dir(ex.node)}/runs/{run.run_id}/single_r{r}.json"
-        plan = nccltests.perf_argv(str(build.binary), suite.nccl, gpus, flags, remote_json)
+        remote_json = f"{nccltests.cache_dir(ex.node)}/runs/{run.run_id}/{label}_r{r}.json"
+        plan = nccltests.perf_argv(binary, suite.nccl, gpus, flags, remote_json)
         prefix = f"mkdir -p {shlex.quote(str(Path(remote_json).parent))} && " if plan.json_path \
             else ""
         return prefix + shlex.join(plan.argv), plan.json_path
 
-    return _rounds(ex, run, suite, out_dir, "single", cmd)
+    return _rounds(ex, run, suite, out_dir, label, cmd)
 
 
 def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: Mapping[str, BuildDoc]) -> list[tuple[int, Path, bool]]:
+           builds: Mapping[str, BuildDoc], collective: str = "all_reduce"
+           ) -> list[tuple[int, Path, bool]]:
     head = pool(nodes[0])
     local = nodes[0].executor == "local"
     out_dir = run.provider_dir(nodes[0].provider, STEP)
@@ -142,17 +150,18 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
         for n in nodes:
             b = builds[n.name]
             g = _gpus(n, inv, b)
-            plan = nccltests.perf_argv(str(b.binary), suite.nccl, 1, set(b.flags),
-                                       None)
+            plan = nccltests.perf_argv(nccltests.collective_binary(str(b.binary), collective),
+                                       suite.nccl, 1, set(b.flags), None)
             contexts.append((n, plan.argv, g))
         return nccltests.mpirun_command(contexts, nccltests.run_env(suite.nccl),
                                         local=local), None
 
-    return _rounds(head, run, suite, out_dir, "multi", cmd)
+    return _rounds(head, run, suite, out_dir, nccltests.log_label("multi", collective), cmd)
 
 
 def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: Mapping[str, BuildDoc], label: str, out_dir: Path) -> Path:
+           builds: Mapping[str, BuildDoc], label: str, out_dir: Path,
+           collective: str = "all_reduce") -> Path:
     """torch.distributed benchmark across `nodes` (one node: single-node run)."""
     master = "127.0.0.1" if nodes[0].executor == "local" or len(nodes) == 1 else (
         nodes[0].host or nodes[0].name)
@@ -163,7 +172,7 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
         i = nodes.index(n)
         launcher = nccltests.torchrun_launcher(len(nodes), i, _gpus(n, inv, builds.get(n.name) or BuildDoc()),
                                                master, port)
-        return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl),
+        return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl, collective),
                                staging=run.dir / ".staging", timeout=suite.nccl.timeout_s + 120,
                                launcher=launcher, env=nccltests.run_env(suite.nccl),
                                stdout_path=log if i == 0 else None)
@@ -175,7 +184,7 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
     scrub_in_place(log)
     if not first.ok:
         (out_dir / f"{label}.stderr.log").write_text(scrub_text(first.stderr))
-        first.raise_for_status("torch.distributed all_reduce benchmark")
+        first.raise_for_status(f"torch.distributed {collective} benchmark")
     return log
 
 
@@ -217,18 +226,23 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                 "still takes part in the multi-node rounds",
                 [run.rel(run.node_dir(n.name, STEP) / "build.json")], gpus=1, scope="single"))
         elif single:
-            with stage("execute"):
-                try:
-                    logs = _single(pool(n), run, suite, inv, b)
-                except GpuvetError as exc:
-                    raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [], node=n.name,
-                                     hint=exc.hint) from exc
-            with stage("judge"):
-                _judge(outcome, run, inv, suite, Series("single", [n], logs, b))
+            for coll in suite.nccl.collectives:
+                if len(suite.nccl.collectives) > 1:
+                    stage.note(coll)
+                with stage("execute"):
+                    try:
+                        logs = _single(pool(n), run, suite, inv, b, coll)
+                    except GpuvetError as exc:
+                        raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [], node=n.name,
+                                         hint=exc.hint) from exc
+                with stage("judge"):
+                    _judge(outcome, run, inv, suite,
+                           Series("single", [n], logs, b, collective=coll))
             if torch:
-                _torch_series(outcome, pool, [n], run, suite, inv, builds,
-                              run.node_dir(n.name, STEP), "single")
-                _compare_engines(outcome, run, [n], "single")
+                for tc in _torch_collectives(outcome, run, suite, n.provider, n.name):
+                    _torch_series(outcome, pool, [n], run, suite, inv, builds,
+                                  run.node_dir(n.name, STEP), "single", tc)
+                    _compare_engines(outcome, run, [n], "single", tc)
         return UnitResult(outcome.findings, outcome.measurements,
                           {"build": b.model_dump(mode="json")})
 
@@ -238,23 +252,30 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         mpi = all(builds[n.name].mpi for n in members)
         out_dir = run.provider_dir(prov, STEP)
         if mpi:
-            with stage("execute"):
-                try:
-                    logs = _multi(pool, members, run, suite, inv, builds)
-                except GpuvetError as exc:
-                    raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [], hint=exc.hint) from exc
-            with stage("judge"):
-                _judge(outcome, run, inv, suite,
-                       Series("multi", members, logs, builds[members[0].name]))
+            for coll in suite.nccl.collectives:
+                if len(suite.nccl.collectives) > 1:
+                    stage.note(coll)
+                with stage("execute"):
+                    try:
+                        logs = _multi(pool, members, run, suite, inv, builds, coll)
+                    except GpuvetError as exc:
+                        raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [],
+                                         hint=exc.hint) from exc
+                with stage("judge"):
+                    _judge(outcome, run, inv, suite,
+                           Series("multi", members, logs, builds[members[0].name],
+                                  collective=coll))
         else:
             outcome.findings.append(_f(
                 run, None, prov, "NCCL_MULTI_NO_MPI", "WARN",
                 "nccl-tests was built without MPI: multi-node measured with the "
                 "torch.distributed benchmark instead"))
         if torch or not mpi:
-            _torch_series(outcome, pool, members, run, suite, inv, builds, out_dir, "multi")
-            if mpi:
-                _compare_engines(outcome, run, members, "multi")
+            for tc in _torch_collectives(outcome, run, suite, prov, None):
+                _torch_series(outcome, pool, members, run, suite, inv, builds, out_dir,
+                              "multi", tc)
+                if mpi:
+                    _compare_engines(outcome, run, members, "multi", tc)
         return UnitResult(outcome.findings, outcome.measurements)
 
     with step_pool(inv, pool, accept_new_host_keys) as p:
@@ -280,19 +301,54 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     return driven
 
 
+def _torch_collectives(outcome: NcclOutcome, run: Run, suite: Suite, provider: str,
+                       node: str | None) -> list[str]:
+    """The suite's collectives the torch engine has; the others said once (INFO)."""
+    have: list[str] = [c for c in suite.nccl.collectives if c in nccltests.TORCH_COLLECTIVES]
+    missing = [c for c in suite.nccl.collectives if c not in nccltests.TORCH_COLLECTIVES]
+    if missing:
+        outcome.findings.append(_f(
+            run, node, provider, "TORCH_OP_SKIPPED", "INFO",
+            f"[torch] {', '.join(missing)}: the torch benchmark has no such collective "
+            f"(it runs {', '.join(nccltests.TORCH_COLLECTIVES)}); measured by nccl-tests only",
+            collectives=missing))
+    return have
+
+
 def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], run: Run,
                   suite: Suite, inv: Inventory, builds: Mapping[str, BuildDoc],
-                  out_dir: Path, scope: MeasureScope) -> None:
+                  out_dir: Path, scope: MeasureScope, collective: str = "all_reduce") -> None:
     where = nodes[0].name if scope == "single" else None
+    label = nccltests.log_label(f"torch_{scope}", collective)
     try:
-        log = _torch(pool, nodes, run, suite, inv, builds, f"torch_{scope}", out_dir)
+        log = _torch(pool, nodes, run, suite, inv, builds, label, out_dir, collective)
     except GpuvetError as exc:
         outcome.findings.append(_f(run, where, nodes[0].provider, "TORCH_BENCH_FAILED", "FAIL",
-                                   exc.what))
+                                   exc.what, collective=collective))
+        return
+    skipped = torch_skipped(log)
+    if skipped is not None:
+        outcome.findings.append(_f(
+            run, where, nodes[0].provider, "TORCH_OP_SKIPPED", "INFO",
+            f"[torch {scope} {collective}] skipped: {skipped}", [run.rel(log)],
+            collectives=[collective]))
         return
     series = Series(scope, nodes, [(1, log, False)], builds.get(nodes[0].name) or BuildDoc(),
-                    engine="torch")
+                    engine="torch", collective=collective)
     _judge(outcome, run, inv, suite, series)
+
+
+def torch_skipped(log: Path) -> str | None:
+    """The reason the torch benchmark gave for not running its collective (a backend
+    without it: gloo's reduce_scatter in some torch versions), else None."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith(SKIPPED):
+            return line[len(SKIPPED):].strip()
+    return None
 
 
 AGREE_MIN_SIZE = 256 << 20
@@ -300,15 +356,17 @@ AGREE_TOLERANCE = 0.05
 
 
 def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node],
-                     scope: MeasureScope) -> None:
-    """torch.distributed should land within 5% of nccl-tests at 256 MiB and above."""
+                     scope: MeasureScope, collective: str = "all_reduce") -> None:
+    """torch.distributed should land within 5% of nccl-tests at 256 MiB and above, for
+    the same collective."""
     names = [n.name for n in nodes]
 
     def medians(engine: str) -> dict[int, float]:
         by_size: dict[int, list[float]] = {}
         for m in outcome.measurements:
             if (m.metric == "busbw" and m.nodes == names and m.scope == scope
-                    and m.engine == engine and not m.inplace and m.size is not None):
+                    and m.engine == engine and not m.inplace and m.size is not None
+                    and (m.tags.get("op") or "all_reduce") == collective):
                 by_size.setdefault(m.size, []).append(m.value)
         return {k: statistics.median(v) for k, v in by_size.items()}
 
@@ -324,9 +382,10 @@ def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node],
     ok = abs(worst) <= AGREE_TOLERANCE
     outcome.findings.append(_f(
         run, where, nodes[0].provider, "TORCH_VS_NCCL_TESTS", "PASS" if ok else "WARN",
-        f"[torch {scope}] torch.distributed vs nccl-tests busbw: {shown}"
+        f"[torch {scope}{'' if collective == 'all_reduce' else ' ' + collective}] "
+        f"torch.distributed vs nccl-tests busbw: {shown}"
         + ("" if ok else f"; differs by more than {AGREE_TOLERANCE:.0%}"),
-        deviations={str(k): v for k, v in devs.items()}))
+        deviations={str(k): v for k, v in devs.items()}, collective=collective))
 
 
 def _judge(outcome: NcclOutcome, run: Run, inv: Inventory, suite: Suite, s: Series) -> None:
