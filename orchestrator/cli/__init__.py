@@ -36,6 +36,7 @@ GROUPS = (
     "orchestrator.cli.parse",
     "orchestrator.cli.index",
     "orchestrator.cli.runs",
+    "orchestrator.cli.history",
     "orchestrator.cli.compare",
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",
