@@ -114,7 +114,7 @@ def _unknown(name: str, why: str, inputs: str = "-", source: str = "-") -> Figur
     return Figure(name, None, f"not known: {why}", inputs, source)
 
 
-def _billed(pocs: Sequence[Any], provider: str) -> Any | None:
+def billed_window(pocs: Sequence[Any], provider: str) -> Any | None:
     """The provider's widest window (as the headline's PoC cost)."""
     mine = [c for c in pocs if c.provider == provider and c.window.hours is not None]
     if not mine:
@@ -146,7 +146,7 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
     out = GoodHours(provider, good_nodes=good, failed_nodes=sorted(bad), unjudged_nodes=unjudged)
 
     # --- the hours and their price
-    c = _billed(pocs, provider)
+    c = billed_window(pocs, provider)
     price = c.pricing if c is not None else None
     if c is None:
         why = next((p.window.source for p in pocs if p.provider == provider), "no window found")

@@ -37,6 +37,7 @@ GROUPS = (
     "orchestrator.cli.index",
     "orchestrator.cli.runs",
     "orchestrator.cli.history",
+    "orchestrator.cli.claim",
     "orchestrator.cli.compare",
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",

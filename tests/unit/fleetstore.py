@@ -155,9 +155,10 @@ def train_oom(root: Path, inventory: Path, times: tuple[str, str]) -> Run:
     return run
 
 
-def fleet_store(root: Path, tmp: Path, log_secret: str = "") -> dict[str, str]:
+def fleet_store(root: Path, tmp: Path, log_secret: str = "",
+                inventory_secret: str = "SECRET_IN_INVENTORY") -> dict[str, str]:
     """Four nodes, n3 failing its health run; returns run ids by step."""
-    inv = write_inventory(tmp)
+    inv = write_inventory(tmp, inventory_secret)
     cards = {n: [gpu(n, 0), gpu(n, 1)] for n in NODES}
     ids = {"preflight": preflight(root, inv, TIMES["preflight"], cards).run_id,
            "health": health(root, inv, TIMES["health"], NODES, {"n3": 1}, log_secret).run_id,
