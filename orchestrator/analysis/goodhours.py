@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -102,6 +103,12 @@ def node_boot_times(run_paths: Mapping[str, Path], run_ids: Sequence[str], provi
     return out
 
 
+def _some(items: Sequence[str], most: int = 3) -> str:
+    """A list in a table cell: the first `most` named, the rest counted."""
+    return ", ".join(items[:most]) + (f" (+{len(items) - most} more)" if len(items) > most
+                                      else "")
+
+
 def _hours(h: float) -> str:
     return f"{h:.2f} h" if h >= 1 else f"{h * 60:.0f} min"
 
@@ -161,18 +168,17 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
         hours_words = f"{hours:.4g} h ({c.window.name}: {c.window.source}; not rounded: " \
                       f"{c.why or 'not priced'})"
     no_count = [n for n in nodes if n not in gpus]
-    count_src = "nvidia-smi --query-gpu of each node's preflight (" + ", ".join(
-        sorted(set(gpu_src.values()))[:3]) + (", ..." if len(set(gpu_src.values())) > 3
-                                              else "") + ")" if gpu_src else "-"
+    count_src = "nvidia-smi --query-gpu of each node's preflight (" + _some(
+        sorted(set(gpu_src.values()))) + ")" if gpu_src else "-"
     total_gpus = sum(gpus.values())
     good_gpus = sum(gpus.get(n, 0) for n in good)
     lost_gpus = sum(gpus.get(n, 0) for n in bad)
     node_words = (f"{len(nodes)} node(s): {len(good)} passed ({', '.join(good) or 'none'}), "
                   f"{len(bad)} with a provider-side FAIL ({', '.join(sorted(bad)) or 'none'})"
                   + (f", {len(unjudged)} not judged ({', '.join(unjudged)})" if unjudged else ""))
-    fails_src = "the provider-side FAIL findings of the runs compared (" + ", ".join(
+    fails_src = "the provider-side FAIL findings of the runs compared (" + _some(
         sorted({f"{f.node}: {f.code}" for f in fs if f.node in bad
-                and verdict.provider_side_fail(f, mounts)})) + ")" if bad else \
+                and verdict.provider_side_fail(f, mounts)}), 10) + ")" if bad else \
         "the findings of the runs compared (no provider-side FAIL)"
     if hours is None:
         for name in ("billed GPU-hours", "good GPU-hours", "cost of a good GPU-hour",
@@ -188,9 +194,9 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
         billed_gh = hours * total_gpus
         good_gh = hours * good_gpus
         lost_gh = hours * lost_gpus
-        out.figures.append(Figure("billed GPU-hours", billed_gh, f"{billed_gh:g} GPU-h",
+        out.figures.append(Figure("billed GPU-hours", billed_gh, f"{billed_gh:.4g} GPU-h",
                                   f"{hours_words} x {total_gpus} GPU(s)", count_src))
-        out.figures.append(Figure("good GPU-hours", good_gh, f"{good_gh:g} GPU-h",
+        out.figures.append(Figure("good GPU-hours", good_gh, f"{good_gh:.4g} GPU-h",
                                   f"{hours:g} h x {good_gpus} GPU(s) of the nodes that passed; "
                                   + node_words, fails_src))
         if price is None or c is None or c.compute is None:
@@ -198,7 +204,9 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
             out.figures.append(_unknown("cost of a good GPU-hour", why,
                                         f"{good_gh:g} good GPU-h"))
             out.figures.append(Figure("GPU-hours lost to failed nodes", None,
-                                      f"{lost_gh:g} GPU-h, not priced: {why}",
+                                      f"{lost_gh:.4g} GPU-h, " + (
+                                          why if why.startswith("not priced")
+                                          else f"not priced: {why}"),
                                       f"{hours:g} h x {lost_gpus} GPU(s) of "
                                       f"{', '.join(sorted(bad)) or 'no node'}", fails_src))
         else:
@@ -218,7 +226,7 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
                                             node_words, fails_src))
             lost = lost_gh * price.gpu_hour
             out.figures.append(Figure("GPU-hours lost to failed nodes", lost,
-                                      f"{lost_gh:g} GPU-h, {_money(lost, cur)}",
+                                      f"{lost_gh:.4g} GPU-h, {_money(lost, cur)}",
                                       f"{hours:g} h x {lost_gpus} GPU(s) of "
                                       f"{', '.join(sorted(bad)) or 'no node'} x "
                                       f"{price.gpu_hour:g} {cur}", fails_src))
@@ -246,9 +254,9 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
             "dead on arrival", share, f"{len(doa)} of {len(first)} node(s) ({share:.0%})",
             "a provider-side FAIL in the node's first preflight or first health run: "
             + (", ".join(f"{n} ({', '.join(doa_codes[n])})" for n in doa) or "none"),
-            "first runs: " + "; ".join(
-                f"{n}: " + ", ".join(f"{s} {rid}" for s, rid in sorted(steps.items()))
-                for n, steps in sorted(first.items()))))
+            "the nodes' first runs: " + "; ".join(
+                f"{s} {rid} ({n} node(s))" for (s, rid), n in sorted(Counter(
+                    (s, rid) for steps in first.values() for s, rid in steps.items()).items()))))
 
     # --- time from boot to the first run with a PASS and no provider-side FAIL
     boots = node_boot_times(run_paths, list(run_ids), provider)
@@ -279,8 +287,8 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
             "boot to the end of the first run with a PASS and no provider-side FAIL: "
             + ", ".join(f"{n} {_hours(h)}" for n, h in sorted(times.items())) + never_words
             + (f"; boot time not reported by {', '.join(no_boot)}" if no_boot else ""),
-            "boot: /proc/stat btime in preflight (" + ", ".join(
-                boots[n][1] for n in sorted(times))[:300] + "); PASS: run.json finished"))
+            "boot: /proc/stat btime in preflight (" + _some([boots[n][1] for n in sorted(times)])
+            + "); the run's end: run.json finished"))
     else:
         why = ("no node passed on the provider's side" if not nodes or len(never) == len(nodes)
                else "no boot time (preflight's /proc/stat btime) for " + ", ".join(no_boot))

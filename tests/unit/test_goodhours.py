@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from orchestrator.analysis import compare
-from tests.unit.fleetstore import PRICE, fleet_store
+from payload.scrub import scrub_text
+from tests.unit.fleetstore import INVENTORY, PRICE, fleet_store
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +52,34 @@ def test_figures_the_runs_cannot_give_say_so(fleet: compare.Comparison) -> None:
         ("acme", "cost of a good GPU-hour", "3.33 USD per good GPU-hour")
     doc = fleet.as_json()
     assert doc["good_gpu_hours"][0]["figures"][0]["value"] == 24
+    # every cell reads the same after the scrubber every output goes through ("PASS: x"
+    # would read as a password)
+    for row in table.rows:
+        for cell in row:
+            assert scrub_text(str(cell)) == str(cell)
+    assert "the nodes' first runs: health" in g.figure("dead on arrival").source
 
 
-def test_without_a_price_or_boot_time_the_cost_is_not_known(tmp_path: Path) -> None:
+def test_without_a_price_or_boot_time_the_figures_say_not_known(tmp_path: Path) -> None:
     root = tmp_path / "results"
     fleet_store(root, tmp_path)
+    for facts in root.glob("*/nodes/*/preflight/facts.json"):
+        doc = json.loads(facts.read_text())
+        doc["boot_time"] = None
+        facts.write_text(json.dumps(doc))
+    unpriced = tmp_path / "unpriced.yaml"
+    unpriced.write_text(INVENTORY.replace(
+        "    pricing: {gpu_hour: 2.5, currency: USD, billing_granularity: hour}\n", ""))
+    (g,) = compare.build(root, ["acme"], inventory=unpriced).good_hours
+    # the window is the runs' own (no boot time): 6 + 50 + 15 min, not rounded
+    assert g.figure("good GPU-hours").value == pytest.approx(71 / 60 * 6)
+    for name in ("cost of a good GPU-hour", "time to a healthy node",
+                 "per 1M training tokens"):
+        f = g.figure(name)
+        assert f.value is None and f.text.startswith("not known: "), f
+    assert "no boot time" in g.figure("time to a healthy node").text
+    lost = g.figure("GPU-hours lost to failed nodes")
+    assert lost.value is None and lost.text.startswith("2.367 GPU-h, not priced (add pricing")
     c = compare.build(root, ["acme"], with_cost=False)
     assert c.good_hours == []
     assert not any(t.title == "cost of a good GPU-hour" for t in c.tables)
