@@ -73,7 +73,8 @@ ACTION_WORDS = {
 }
 # what the expected-against-measured line reads from a finding's details
 FIGURES = ("value", "expected", "ratio", "datasheet", "achievable", "variant", "reference",
-           "lower", "upper", "unit", "limit", "count", "grew")
+           "lower", "upper", "unit", "limit", "limit_w", "count", "grew", "ordered", "found",
+           "matched", "measured", "wrong")
 
 
 def xid_action(xid: int) -> dict[str, str]:
@@ -123,6 +124,7 @@ class Claim:
     items: list[Item]
     billed: str  # the window and price the hours come from
     left_out: int  # setup-side FAILs of these runs, never claimed
+    per_node: dict[str, str] = field(default_factory=dict)  # node -> its billed hours, once
 
 
 def _runs(root: Path, provider: str, run_ids: Sequence[str]) -> list[str]:
@@ -176,7 +178,8 @@ def build(root: Path, provider: str, run_ids: Sequence[str] = ()) -> Claim:
                           figures, _source(f.details), xid,
                           per_node(f.node) if f.node else "the provider as a whole: see "
                           "the billed window"))
-    return Claim(provider, ids, items, billed, left_out)
+    nodes = sorted({it.node for it in items if it.node})
+    return Claim(provider, ids, items, billed, left_out, {n: per_node(n) for n in nodes})
 
 
 def _billed(root: Path, provider: str, ids: Sequence[str]) -> tuple[str, Any]:
@@ -237,7 +240,7 @@ def _copy(run_dir: Path, run_id: str, rel: str, dest: Path) -> Evidence:
 
 def _context(c: Claim) -> dict[str, Any]:
     return {"provider": c.provider, "runs": c.runs, "items": c.items, "billed": c.billed,
-            "left_out": c.left_out, "catalog": XID_CATALOG_URL}
+            "left_out": c.left_out, "catalog": XID_CATALOG_URL, "per_node": c.per_node}
 
 
 def write(c: Claim, root: Path, dest: Path) -> list[Path]:
@@ -262,6 +265,7 @@ def write(c: Claim, root: Path, dest: Path) -> list[Path]:
                      .render(**ctx))
         atomic_write(tmp / "claim.html", _env().get_template("claim.html.j2").render(**ctx))
         doc = {"provider": c.provider, "runs": c.runs, "billed": c.billed,
+               "billed_per_node": c.per_node,
                "setup_side_fails_left_out": c.left_out, "xid_catalog": XID_CATALOG_URL,
                "items": [it.as_json() for it in c.items]}
         atomic_write(tmp / "claim.json", scrub_text(json.dumps(doc, indent=2, default=str))

@@ -56,6 +56,9 @@ def test_a_claim_holds_exactly_the_provider_side_fails(store, bundle) -> None:
                                              "datasheet": 3350.0, "variant": "H100 SXM5 80GB"}
     assert "gpu_peaks.yaml" in membw["source"]
     assert membw["billed"] == "6 GPU-hours (2 GPU(s) x 3 h), 15.00 USD"
+    # each node's hours once, however many FAILs it has
+    assert doc["billed_per_node"] == {"n3": membw["billed"]}
+    assert "| n3 | 6 GPU-hours (2 GPU(s) x 3 h), 15.00 USD |" in md
     assert membw["started"] == F.TIMES["health"][0]
     xid = next(i for i in doc["items"] if i["code"] == "GPU_XID")
     assert xid["xid"]["action"] == "RESTART_BM" and xid["xid"]["source"].startswith(
@@ -136,3 +139,14 @@ def test_the_xid_table_has_the_common_xids() -> None:
                                       119, 120}
     assert claim.xid_action(95)["action"] == "RESET_GPU"
     assert claim.xid_action(7)["action"] == ""
+
+
+def test_values_are_escaped_for_each_page(store, tmp_path) -> None:
+    c = claim.build(Path(str(store["root"])), "acme")
+    it = c.items[0]
+    it.finding = it.finding.model_copy(update={"message": "<script>x</script> | *bold*"})
+    claim.write(c, Path(str(store["root"])), tmp_path / "c")
+    page = (tmp_path / "c" / "claim.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
+    md = (tmp_path / "c" / "claim.md").read_text()
+    assert r"\<script\>x\</script\> \| \*bold\*" in md
