@@ -106,12 +106,14 @@ class Item:
     xid: dict[str, str] | None
     hours: str  # the billed hours affected with their price, or "not known: ..."
     evidence: list[Evidence] = field(default_factory=list)
+    cards: list[history.Card] = field(default_factory=list)  # the node's, as preflight saw
 
     def as_json(self) -> dict[str, Any]:
         f = self.finding
         return {"run_id": f.run_id, "step": f.step, "code": f.code, "severity": f.severity,
                 "message": f.message, "node": self.node, "host": self.host,
                 "gpu": self.gpu.__dict__ if self.gpu else None,
+                "node_gpus": [c.__dict__ for c in self.cards],
                 "started": self.started, "finished": self.finished,
                 "expected_vs_measured": self.figures, "source": self.source, "xid": self.xid,
                 "billed": self.hours, "evidence": [e.__dict__ for e in self.evidence]}
@@ -177,7 +179,7 @@ def build(root: Path, provider: str, run_ids: Sequence[str] = ()) -> Claim:
         items.append(Item(f, f.node, src.host if src else None, card, *times[f.run_id],
                           figures, _source(f.details), xid,
                           per_node(f.node) if f.node else "the provider as a whole: see "
-                          "the billed window"))
+                          "the billed window", cards=list(src.cards) if src else []))
     nodes = sorted({it.node for it in items if it.node})
     return Claim(provider, ids, items, billed, left_out, {n: per_node(n) for n in nodes})
 

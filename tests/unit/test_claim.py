@@ -13,6 +13,7 @@ from orchestrator.report import claim
 from tests.unit import fleetstore as F
 from tests.unit.clirun import gpuvet
 from tests.unit.testkeys import aws_key_pair, frame_and_body, private_key
+from tests.unit.twoorders import two_orders_store
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +151,20 @@ def test_values_are_escaped_for_each_page(store, tmp_path) -> None:
     assert "<script>" not in page and "&lt;script&gt;x&lt;/script&gt;" in page
     md = (tmp_path / "c" / "claim.md").read_text()
     assert r"\<script\>x\</script\> \| \*bold\*" in md
+
+
+def test_the_two_orders_fixture_claims_the_wrong_card(tmp_path) -> None:
+    """The real runs: provider h200 was given an H100. Its claim names the card by the
+    serial nvidia-smi -q -x recorded; h100's runs have nothing to claim."""
+    root = two_orders_store(tmp_path / "results")
+    c = claim.build(root, "h200")
+    assert sorted(it.finding.code for it in c.items) == ["GPU_MODEL", "TORCH_ORDER"]
+    files = claim.write(c, root, tmp_path / "h200")
+    md = (tmp_path / "h200" / "claim.md").read_text()
+    assert "serial 1651424018701" in md and "GPU-635aa559-342d-fd8a-25a8-4c949a188422" in md
+    doc = json.loads((tmp_path / "h200" / "claim.json").read_text())
+    for e in (e for i in doc["items"] for e in i["evidence"]):
+        assert hashlib.sha256((tmp_path / "h200" / e["path"]).read_bytes()).hexdigest() == \
+            e["sha256"]
+    assert len(files) == 6
+    assert claim.build(root, "h100").items == []

@@ -12,6 +12,7 @@ from orchestrator.analysis import history
 from orchestrator.store import rebuild_index
 from tests.unit import fleetstore as F
 from tests.unit.clirun import gpuvet
+from tests.unit.twoorders import two_orders_store
 
 
 def _day(d: int) -> dict[str, tuple[str, str]]:
@@ -85,3 +86,13 @@ def test_the_command_lists_and_refuses_an_unknown_provider(store, capsys) -> Non
 def test_bus_ids_in_their_forms_are_one() -> None:
     assert history.bus_key("00000000:19:00.0") == history.bus_key("0000:19:00") == "19:00"
     assert history.bus_key("nothing") is None
+
+
+def test_serials_of_the_real_runs_come_from_the_xml_query(tmp_path) -> None:
+    """The fixture's --query-gpu predates the serial field: nvidia-smi -q -x gives it."""
+    root = two_orders_store(tmp_path / "results")
+    h = history.history(root, "h200")
+    (card,) = h.cards.values()
+    assert (card.index, card.serial, card.uuid, card.pci_bus_id) == (
+        0, "1651424018701", "GPU-635aa559-342d-fd8a-25a8-4c949a188422", "00000000:00:06.0")
+    assert h.repeats == [] and h.replacements == []
