@@ -39,7 +39,8 @@ MAX_EVIDENCE_BYTES = 32 << 20  # a larger file is named, not copied
 # Xids seen most on rented nodes. Source: https://docs.nvidia.com/deploy/xid-errors/
 # analyzing-xid-catalog.html, as NVIDIA's NVSentinel ships it (NVIDIA/NVSentinel,
 # distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv, commit
-# 6f8b0fcfa8e502bdda78fabf96facef729a9285b).
+# 6f8b0fcfa8e502bdda78fabf96facef729a9285b; its UNEXPECTED_ERR_REPORT_ISSUE is the catalog's
+# CONTACT_SUPPORT, as for the catalog's unused Xids 1-7).
 XID_CATALOG_URL = "https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html"
 XID_ACTIONS: dict[int, tuple[str, str]] = {
     13: ("ROBUST_CHANNEL_GR_EXCEPTION", "RESTART_APP"),
