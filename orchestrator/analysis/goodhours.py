@@ -144,11 +144,15 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
                               strict=True):
             gpus[str(n)] = int(v)
             gpu_src[str(n)] = f"{r}/{e}"
-    nodes = sorted(set(gpus) | {f.node for f in fs if f.node is not None})
-    bad = {n for n in nodes if any(f.node == n and verdict.provider_side_fail(f, mounts)
-                                   for f in fs)}
-    good = [n for n in nodes if n not in bad and any(f.node == n and f.severity == "PASS"
-                                                     for f in fs)]
+    by_node: dict[str, list[Finding]] = {}
+    for f in fs:
+        if f.node is not None:
+            by_node.setdefault(f.node, []).append(f)
+    nodes = sorted(set(gpus) | set(by_node))
+    bad = {n for n in nodes if any(verdict.provider_side_fail(f, mounts)
+                                   for f in by_node.get(n, []))}
+    good = [n for n in nodes if n not in bad and any(f.severity == "PASS"
+                                                     for f in by_node.get(n, []))]
     unjudged = [n for n in nodes if n not in bad and n not in good]
     out = GoodHours(provider, good_nodes=good, failed_nodes=sorted(bad), unjudged_nodes=unjudged)
 
@@ -177,8 +181,8 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
                   f"{len(bad)} with a provider-side FAIL ({', '.join(sorted(bad)) or 'none'})"
                   + (f", {len(unjudged)} not judged ({', '.join(unjudged)})" if unjudged else ""))
     fails_src = "the provider-side FAIL findings of the runs compared (" + _some(
-        sorted({f"{f.node}: {f.code}" for f in fs if f.node in bad
-                and verdict.provider_side_fail(f, mounts)}), 10) + ")" if bad else \
+        sorted({f"{n}: {f.code}" for n in bad for f in by_node[n]
+                if verdict.provider_side_fail(f, mounts)}), 10) + ")" if bad else \
         "the findings of the runs compared (no provider-side FAIL)"
     if hours is None:
         for name in ("billed GPU-hours", "good GPU-hours", "cost of a good GPU-hour",
@@ -234,6 +238,9 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
     # --- dead on arrival: a provider-side FAIL at the node's first preflight or health run
     order = {str(r): i for i, r in enumerate(runs.sort_values(["started", "run_id"])["run_id"])}
     judged = [f for f in fs if f.step in JUDGED_STEPS and f.node is not None]
+    judged_by_node: dict[str, list[Finding]] = {}
+    for f in judged:
+        judged_by_node.setdefault(str(f.node), []).append(f)
     first: dict[str, dict[str, str]] = {}  # node -> step -> its first run of that step
     for f in sorted(judged, key=lambda f: order.get(f.run_id, 0)):
         first.setdefault(str(f.node), {}).setdefault(f.step, f.run_id)
@@ -243,7 +250,7 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
     else:
         doa_codes: dict[str, list[str]] = {}
         for n, steps in first.items():
-            codes = sorted({f.code for f in judged if f.node == n and f.run_id in steps.values()
+            codes = sorted({f.code for f in judged_by_node[n] if f.run_id in steps.values()
                             and verdict.provider_side_fail(f, mounts)})
             if codes:
                 doa_codes[n] = codes
@@ -265,7 +272,7 @@ def good_hours(provider: str, run_ids: Sequence[str], runs: pd.DataFrame,
     times: dict[str, float] = {}
     never: list[str] = []
     for n in nodes:
-        mine = [f for f in judged if f.node == n]
+        mine = judged_by_node.get(n, [])
         ok_runs = [rid for rid in dict.fromkeys(f.run_id for f in mine)
                    if any(f.run_id == rid and f.severity == "PASS" for f in mine)
                    and not any(f.run_id == rid and verdict.provider_side_fail(f, mounts)

@@ -176,21 +176,28 @@ def history(root: Path, provider: str) -> History:
     for rid, path in zip(ids, runs["path"], strict=True):
         facts[rid] = read_facts(Path(str(path)), rid, provider)
     order = {rid: i for i, rid in enumerate(ids)}
+    seen_in: dict[str, list[str]] = {}  # node -> the runs whose preflight saw it, in order
+    for rid in ids:
+        for node in facts[rid]:
+            seen_in.setdefault(node, []).append(rid)
 
     def cards_for(node: str, rid: str) -> NodeFacts | None:
-        before = [r for r in ids if node in facts[r] and order[r] <= order[rid]]
-        after = [r for r in ids if node in facts[r] and order[r] > order[rid]]
-        pick = before[-1] if before else after[0] if after else None
+        runs_of = seen_in.get(node, [])
+        before = [r for r in runs_of if order[r] <= order[rid]]
+        pick = before[-1] if before else runs_of[0] if runs_of else None
         return facts[pick][node] if pick else None
 
     rows: list[RunOfNode] = []
     started = dict(zip(ids, map(str, runs["started"]), strict=True))
     command = dict(zip(ids, map(str, runs["command"]), strict=True))
+    grouped: dict[str, dict[str, list[Finding]]] = {}  # run -> node -> findings
+    for f in fs:
+        if f.node is not None:
+            grouped.setdefault(f.run_id, {}).setdefault(f.node, []).append(f)
     for rid in ids:
-        mine = [f for f in fs if f.run_id == rid and f.node is not None]
-        nodes = sorted({str(f.node) for f in mine} | set(facts[rid]))
-        for n in nodes:
-            nf = [f for f in mine if f.node == n]
+        mine = grouped.get(rid, {})
+        for n in sorted(set(mine) | set(facts[rid])):
+            nf = mine.get(n, [])
             src = cards_for(n, rid)
             row = RunOfNode(rid, started[rid], command[rid], n, _node_verdict(nf), src)
             for f in nf:
@@ -211,12 +218,14 @@ def history(root: Path, provider: str) -> History:
             if r.verdict != "NOT MEASURED":
                 card_nodes.setdefault(c.key, []).append((r.run_id, r.node))
     repeats: list[str] = []
+    fails: dict[str, dict[str, list[str]]] = {}  # card key -> code -> runs
+    for r in rows:
+        for key, codes in r.card_fails.items():
+            for code in dict.fromkeys(codes):
+                fails.setdefault(key, {}).setdefault(code, []).append(r.run_id)
     for key, seen in card_nodes.items():
         runs_seen = list(dict.fromkeys(rid for rid, _ in seen))
-        by_code: dict[str, list[str]] = {}
-        for r in rows:
-            for code in dict.fromkeys(r.card_fails.get(key, [])):
-                by_code.setdefault(code, []).append(r.run_id)
+        by_code = fails.get(key, {})
         for code, failed in sorted(by_code.items()):
             failed = list(dict.fromkeys(failed))
             if len(failed) < 2:
@@ -226,8 +235,11 @@ def history(root: Path, provider: str) -> History:
             repeats.append(f"GPU {key} (UUID {c.uuid or '?'}, {where}) FAILed {code} in "
                            f"{len(failed)} of its {len(runs_seen)} runs since "
                            f"{_day(started[runs_seen[0]])}: {', '.join(failed)}")
-    for n in sorted({r.node for r in rows}):
-        judged = [x for x in rows if x.node == n and x.verdict != "NOT MEASURED"]
+    rows_of: dict[str, list[RunOfNode]] = {}
+    for r in rows:
+        rows_of.setdefault(r.node, []).append(r)
+    for n in sorted(rows_of):
+        judged = [x for x in rows_of[n] if x.verdict != "NOT MEASURED"]
         by_code = {}
         for x in judged:
             for code in dict.fromkeys(x.node_fails):
@@ -243,7 +255,7 @@ def history(root: Path, provider: str) -> History:
                                f"{_day(started[runs_seen[0]])}: {', '.join(failed)}")
     replacements: list[str] = []
     for n in sorted({r.node for r in rows}):
-        pre = [facts[rid][n] for rid in ids if n in facts[rid]]
+        pre = [facts[rid][n] for rid in seen_in.get(n, [])]
         for a, b in zip(pre, pre[1:], strict=False):
             old = {c.key for c in a.cards}
             new = {c.key for c in b.cards}
@@ -273,11 +285,12 @@ def nodes_table(h: History) -> Table:
 
 def cards_table(h: History) -> Table:
     rows = []
+    at = {(x.run_id, x.node): x for x in h.runs}
     for key, c in sorted(h.cards.items(), key=lambda kc: kc[0]):
         seen = h.card_nodes.get(key, [])
         verdicts = []
         for rid, node in seen:
-            r = next(x for x in h.runs if x.run_id == rid and x.node == node)
+            r = at[(rid, node)]
             codes = r.card_fails.get(key)
             shown = ("FAIL " + ", ".join(codes) if codes else
                      "node FAIL " + ", ".join(r.node_fails) if r.node_fails else
