@@ -19,7 +19,9 @@ class Command(NamedTuple):
 
 # nvidia-smi --query-gpu fields. Drivers before ~535 call the throttle field
 # clocks_throttle_reasons.active; an unknown field fails the whole query, so the
-# payload retries with QUERY_GPU_FIELDS_OLD when the first form is refused.
+# payload retries with QUERY_GPU_FIELDS_OLD when the first form is refused. `serial`
+# (the board's serial number, which `gpuvet history` and `gpuvet claim` name a card by)
+# is left out of the retry: `nvidia-smi -q -x` carries it too.
 QUERY_GPU_FIELDS = [
     "index", "name", "uuid", "pci.bus_id", "pci.device_id", "memory.total", "memory.used",
     "power.limit", "power.max_limit", "enforced.power.limit", "driver_version",
@@ -28,11 +30,11 @@ QUERY_GPU_FIELDS = [
     "clocks.sm", "clocks.max.sm", "clocks.mem", "clocks_event_reasons.active",
     "ecc.mode.current", "ecc.errors.uncorrected.volatile.total",
     "ecc.errors.uncorrected.aggregate.total", "retired_pages.pending",
-    "mig.mode.current", "compute_mode",
+    "mig.mode.current", "compute_mode", "serial",
 ]
 QUERY_GPU_FIELDS_OLD = [
     "clocks_throttle_reasons.active" if f == "clocks_event_reasons.active" else f
-    for f in QUERY_GPU_FIELDS
+    for f in QUERY_GPU_FIELDS if f != "serial"
 ]
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import billing, cost, environment, frames, verdict
+from orchestrator.analysis import billing, cost, environment, frames, goodhours, verdict
 from orchestrator.analysis.billing import train_value
 from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import Finding
@@ -476,6 +476,7 @@ class Comparison:
     tables: list[Table]
     orders: dict[str, dict[str, Any]] = field(default_factory=dict)  # provider -> expect
     headlines: list[Headline] = field(default_factory=list)  # one per provider, first shown
+    good_hours: list[Any] = field(default_factory=list)  # goodhours.GoodHours (with cost)
 
     @property
     def providers(self) -> list[str]:
@@ -494,6 +495,7 @@ class Comparison:
                               "decisive": v.decisive,
                               "reasons": [r.__dict__ for r in v.reasons]} for v in self.verdicts],
                 "currencies_apart": self.currencies_apart,
+                "good_gpu_hours": [g.as_json() for g in self.good_hours],
                 "empty_sections": self.empty_sections,
                 "tables": [t.as_json() for t in self.tables]}
 
@@ -537,8 +539,11 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
               agreement_table(fs, sel.providers), health_table(ms, fs, sel.providers),
               train_table(ms, fs, sel.providers)]
+    good: list[Any] = []
     if with_cost:
+        good = goodhours.all_good_hours(sel, fs, env, pocs, units)
         tables += [cost.cost_table(pocs, rates or {}), cost.sources_table(pocs),
-                   cost.unit_table(units)]
+                   cost.unit_table(units), goodhours.table(good)]
     heads = headlines(vs, pocs)
-    return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables, orders, heads)
+    return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables, orders, heads,
+                      good)

@@ -563,3 +563,15 @@ def run_verdicts(findings: pd.DataFrame) -> dict[str, str]:
         else:
             out[str(run_id)] = "PASS" if "PASS" in sev else "NOT MEASURED"
     return out
+
+
+def provider_side_fail(f: Finding, mounts: Mapping[str, list[Persistent]] | None = None
+                       ) -> bool:
+    """Whether a finding is a FAIL on the provider's side (the outcome rule): not one of the
+    setup's codes (`SETUP_CODES`), and a checkpoint directory that would not survive only
+    where the node mounts nothing persistent (else ckpt_dir is the setup's choice). What a
+    cost of good GPU-hours, a node's history and a claim to the provider count."""
+    if f.severity != "FAIL" or f.code in SETUP_CODES:
+        return False
+    return not (f.code in NOT_PERSISTENT and f.node is not None
+                and _where_to(f.node, mounts or {}) is not None)

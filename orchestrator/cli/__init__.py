@@ -36,6 +36,8 @@ GROUPS = (
     "orchestrator.cli.parse",
     "orchestrator.cli.index",
     "orchestrator.cli.runs",
+    "orchestrator.cli.history",
+    "orchestrator.cli.claim",
     "orchestrator.cli.compare",
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",

@@ -381,6 +381,11 @@ def test_select_of_a_store_without_runs_or_providers(monkeypatch: pytest.MonkeyP
 
 # --- build, with the store's readers and the other modules' parts replaced ------------------
 
+class GoodStub:
+    def as_json(self) -> dict[str, Any]:
+        return {"good": 1}
+
+
 @pytest.fixture
 def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     root, _ = store
@@ -422,6 +427,8 @@ def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(C.cost, "cost_table", rec("cost", C.Table("cost", ())))
     monkeypatch.setattr(C.cost, "sources_table", rec("sources", C.Table("sources", ())))
     monkeypatch.setattr(C.cost, "unit_table", rec("units", C.Table("units", ())))
+    monkeypatch.setattr(C.goodhours, "all_good_hours", rec("good", [GoodStub()]))
+    monkeypatch.setattr(C.goodhours, "table", rec("goodtable", C.Table("good", ())))
     return {"root": root, "calls": calls, "docs": docs, "found": found, "env": env}
 
 
@@ -464,7 +471,9 @@ def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> Non
     assert calls["apart"] == [(["poc"], {"EUR": 1.1})] and calls["cost"] == [(["poc"],
                                                                               {"EUR": 1.1})]
     assert calls["sources"] == [(["poc"],)] and calls["units"] == [(["unit"],)]
-    assert [t.title for t in c.tables] == [*TABLES, "cost", "sources", "units"]
+    assert calls["good"] == [(sel, c.findings, parts["env"], ["poc"], ["unit"])]
+    assert calls["goodtable"] == [(c.good_hours,)] and len(c.good_hours) == 1
+    assert [t.title for t in c.tables] == [*TABLES, "cost", "sources", "units", "good"]
     busbw = c.tables[4]
     assert busbw.rows[0][:6] == ("single", "64 MiB", 80.0, "80.00-80.00", 100.0, "100.00-100.00")
     assert c.tables[6].rows == [("b", "n1", "P2P", "said"), ("a", "n1", "NVLS", "said")]
@@ -475,21 +484,23 @@ def test_build_reads_each_providers_own_chosen_runs(parts, tmp_path: Any) -> Non
     assert train["restore"] == ("PASS TRAIN_RESTORE_OK", "not measured")
     assert c.tables[0].rows == [("b", "GO", "fine", 0, 0, 0, 1), ("a", "GO", "fine", 0, 0, 0, 1)]
     assert c.empty_sections == ["environment", "torch.distributed vs nccl-tests", "cost",
-                                "sources", "units"]
+                                "sources", "units", "good"]
     c.headlines = []
     assert c.as_json() == {
         "providers": ["b", "a"], "runs": sel.chosen, "headlines": [], "orders": c.orders,
         "verdicts": [{"provider": p, "verdict": "GO", "decisive": ["fine"],
                       "reasons": [{"check": "c", "outcome": "ok", "text": "fine",
                                    "evidence": ["e"]}]} for p in "ba"],
-        "currencies_apart": ["JPY"], "empty_sections": c.empty_sections,
+        "currencies_apart": ["JPY"], "good_gpu_hours": [{"good": 1}],
+        "empty_sections": c.empty_sections,
         "tables": [t.as_json() for t in c.tables]}
 
 
 def test_build_without_cost_and_with_an_unreadable_inventory(parts, tmp_path: Any) -> None:
     root, calls = parts["root"], parts["calls"]
     c = C.build(root, [], ["x1"], with_cost=False)
-    assert "costs" not in calls and "cost" not in calls
+    assert "costs" not in calls and "cost" not in calls and "good" not in calls
+    assert c.good_hours == []
     assert (c.costs, c.units) == ([], [])
     assert calls["apart"] == [([], {})]
     assert [t.title for t in c.tables] == TABLES

@@ -131,3 +131,16 @@ def test_too_few_rounds_names_each_series_scope_and_nodes() -> None:
     ms = pd.concat([_ms(2), _ms(1).assign(scope="multi", nodes="n1,n2")])
     text = _reasons(V.provider_verdict("p", GOOD, ms, ENV))["NCCL stable over three rounds"].text
     assert text == "fewer than 3 rounds: multi on n1,n2: 1 round(s), single on n1: 2 round(s)"
+
+
+def test_provider_side_fail_is_the_outcome_rule() -> None:
+    """What the good-GPU-hour cost, the history and the claim count: a FAIL not of the
+    setup's codes, and a checkpoint directory that dies with the instance only where the
+    node mounts nothing persistent."""
+    assert V.provider_side_fail(_f("GPU_MODEL", "FAIL"))
+    assert not V.provider_side_fail(_f("GPU_MODEL", "WARN"))
+    assert not V.provider_side_fail(_f("TRAIN_OOM", "FAIL", step="train"))
+    ckpt = _f("CKPT_NOT_PERSISTENT", "FAIL", step="train")
+    assert V.provider_side_fail(ckpt)  # nothing known of the node's mounts
+    mounts = {str(ckpt.node): [V.Persistent(str(ckpt.node), "/data", "ext4", "/dev/nvme1n1")]}
+    assert not V.provider_side_fail(ckpt, mounts)  # ckpt_dir could have gone to /data
