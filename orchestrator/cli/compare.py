@@ -148,6 +148,6 @@ def register(root: click.Group) -> None:
         html, md = output_written(lambda: write_report(c, output.with_suffix(".html"),
                                                        output.with_suffix(".md")), output)
         out.print(f"{html}\n{md}")
-        for v in c.verdicts:
-            err.print(f"{v.provider}: {v.verdict}")
+        for h in c.headlines:  # the report's first lines, so the terminal says it too
+            err.print(h.text)
         return 0
