@@ -98,7 +98,13 @@ def measurements(root: Path, run_ids: Sequence[str] | None = None, *,
          "WHERE 1=1" + _where("run_id", run_ids, args) + _where("provider", providers, args)
          + _where("metric", metrics, args))
     with _connect(root) as db:
-        df = pd.read_sql_query(q, db, params=args)
+        try:
+            df = pd.read_sql_query(q, db, params=args)
+        except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
+            # a row whose JSON is damaged fails the collective's json_extract: named (exit
+            # 2, with the rebuild hint), never a traceback
+            raise damaged_index(root / "index.sqlite", "measurements", None,
+                                str(exc).rsplit(": ", 1)[-1]) from None
     df["inplace"] = df["inplace"].map(lambda v: None if pd.isna(v) else bool(v))
     return df
 

@@ -11,6 +11,7 @@ it is timed by hand (docs/benchmarks.md), not run here.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shlex
 import shutil
@@ -30,8 +31,11 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is no
 
 @functools.lru_cache(maxsize=1)
 def demo_lines() -> list[str]:
-    res = subprocess.run(["make", "-n", "-W", "pyproject.toml", "demo"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=30)
+    # under `make test` the environment carries make's own variables (MAKELEVEL, MAKEFLAGS):
+    # a nested make would then print its "Entering/Leaving directory" lines
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    res = subprocess.run(["make", "--no-print-directory", "-n", "-W", "pyproject.toml", "demo"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=30, env=env)
     assert res.returncode == 0, res.stderr
     return res.stdout.replace("\\\n", " ").splitlines()
 
