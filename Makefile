@@ -12,7 +12,7 @@ RUNSTAMP := $(VENV)/.installed-run
 # short unit files fill in), so module fixtures (a Ray head, stores) are built once.
 # Measured on a 2-core machine in docs/benchmarks.md (Test suite); TEST_WORKERS=0
 # runs the suite in one process, as before.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 PYTEST  := $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
            --no-loadscope-reorder
 

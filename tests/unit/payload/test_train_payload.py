@@ -273,7 +273,14 @@ job = ("import subprocess, sys, time\\n"
 reaper = supervise._set_subreaper()
 proc = subprocess.Popen([sys.executable, "-c", job], start_new_session=True)
 deadline = time.monotonic() + 20
-while len(supervise.descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+def settled():
+    # a worker is seen right after its fork, before its setsid: wait for its own session
+    kids = supervise.descendants(proc.pid)
+    try:
+        return len(kids) >= 2 and all(os.getsid(k) == k for k in kids)
+    except OSError:
+        return False
+while not settled() and time.monotonic() < deadline:
     time.sleep(0.05)
 kids = supervise.descendants(proc.pid)
 groups = supervise.kill_tree(proc)
