@@ -20,7 +20,6 @@ compared: its cost says why it has no figure.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.analysis import cost
-from orchestrator.analysis.environment import gpu_total, node_providers, provider_values
+from orchestrator.analysis.environment import gpu_total, preflight_docs, provider_values
 from orchestrator.errors import UsageError
 
 COMPLETE = ("passed", "failed")
@@ -86,17 +85,10 @@ def boot_times(sel: Any, provider: str) -> list[str]:
     out = []
     for rid in sel.run_ids(provider):
         run_dir = sel.paths.get(rid)
-        if run_dir is None or not (run_dir / "nodes").is_dir():
+        if run_dir is None:
             continue
-        owners = node_providers(run_dir, [provider])
-        for f in sorted(run_dir.glob("nodes/*/preflight/facts.json")):
-            if owners.get(f.parent.parent.name, provider) != provider:
-                continue
-            try:
-                doc = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            bt = doc.get("boot_time") if isinstance(doc, dict) else None
+        for _node, _f, doc in preflight_docs(run_dir, provider):
+            bt = doc.get("boot_time")
             if isinstance(bt, str):
                 out.append(bt)
     return out

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis import billing, cost, environment, frames, goodhours, verdict
+from orchestrator.analysis import answer, billing, cost, environment, frames, goodhours, verdict
 from orchestrator.analysis.billing import train_value
 from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import Finding
@@ -399,67 +399,6 @@ def health_table(ms: pd.DataFrame, findings: Sequence[Finding], providers: Seque
     return Table("GPU health", ("what", *providers), rows)
 
 
-# --- the order and the headline ------------------------------------------------------------
-
-def orders_of(sel: Selection, provider: str) -> dict[str, Any]:
-    """The provider's `expect` (what was ordered) from the inventory copy of its newest
-    selected run; {} where the copy has none."""
-    ids = sel.run_ids(provider)
-    mine = sel.runs[sel.runs["run_id"].isin(ids)]
-    for path in reversed(list(mine["path"])):
-        doc = cost.run_inventory(Path(str(path)))
-        prov = ((doc or {}).get("providers") or {}).get(provider)
-        if isinstance(prov, dict):
-            expect = prov.get("expect")
-            return dict(expect) if isinstance(expect, dict) else {}
-    return {}
-
-
-@dataclass(frozen=True)
-class Headline:
-    """What a reader of the comparison needs first: the verdict, the one to three decisive
-    reasons in words, and what the PoC cost."""
-
-    provider: str
-    verdict: str
-    reasons: tuple[str, ...]
-    cost: str  # "" with --no-cost
-
-    @property
-    def text(self) -> str:
-        return f"{self.provider}: {self.verdict}" + (
-            f": {'; '.join(self.reasons)}" if self.reasons else "")
-
-    def as_json(self) -> dict[str, Any]:
-        return {"provider": self.provider, "verdict": self.verdict,
-                "reasons": list(self.reasons), "cost": self.cost, "text": self.text}
-
-
-def cost_words(pocs: Sequence[Any], provider: str) -> str:
-    """The PoC cost in one line: the widest billed window's total and the price it came
-    from ("0.27 USD over 0.11 h (instance up since boot), 2.49 USD per GPU-hour, billed per
-    second")."""
-    mine = [c for c in pocs if c.provider == provider]
-    if not mine:
-        return ""
-    priced = [c for c in mine if c.total is not None]
-    if not priced:
-        why = mine[0].why or "no pricing in the inventory"
-        return f"cost not priced ({why})"
-    c = max(priced, key=lambda c: c.billed_hours or 0.0)
-    p = c.pricing
-    rest = f" + {', '.join(c.unpriced)} not priced" if c.unpriced else ""
-    return (f"PoC cost {c.total:.2f} {c.currency}{rest} over {c.billed_hours or 0:.2f} h "
-            f"({c.window.name}), {cost.price_words(p)}")
-
-
-def headlines(vs: Sequence[Any], pocs: Sequence[Any]) -> list[Headline]:
-    """One headline per provider, NO-GO first, then NOT ENOUGH EVIDENCE, then GO."""
-    rank = {"NO-GO": 0, "NOT ENOUGH EVIDENCE": 1, "GO": 2}
-    return [Headline(v.provider, v.verdict, tuple(v.decisive), cost_words(pocs, v.provider))
-            for v in sorted(vs, key=lambda v: rank.get(v.verdict, 3))]
-
-
 # --- the whole comparison ------------------------------------------------------------------
 
 @dataclass
@@ -475,7 +414,7 @@ class Comparison:
     currencies_apart: list[str]
     tables: list[Table]
     orders: dict[str, dict[str, Any]] = field(default_factory=dict)  # provider -> expect
-    headlines: list[Headline] = field(default_factory=list)  # one per provider, first shown
+    headlines: list[answer.Headline] = field(default_factory=list)  # one per provider, first shown
     good_hours: list[Any] = field(default_factory=list)  # goodhours.GoodHours (with cost)
 
     @property
@@ -528,12 +467,12 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
     units: list[Any] = []
     if with_cost:
         pocs, units = billing.costs_of(sel, ms, env, docs, inv_text, str(inventory), override)
-    orders = {p: orders_of(sel, p) for p in sel.providers}
+    orders = {p: answer.orders_of(sel, p) for p in sel.providers}
     health = any(f.step == "health" for f in fs)
     vs = [verdict.provider_verdict(p, fs, ms, env, sel.paths, orders[p], health)
           for p in sel.providers]
     apart = cost.currencies_apart(pocs, rates or {})
-    tables = [verdict.verdicts_table(vs), verdict.reasons_table(vs), verdict.folded_table(vs),
+    tables = [answer.verdicts_table(vs), answer.reasons_table(vs), answer.folded_table(vs),
               environment.diff_table(env, sel.providers, orders),
               *busbw_tables(ms, sel.providers),
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
@@ -544,6 +483,6 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
         good = goodhours.all_good_hours(sel, fs, env, pocs, units)
         tables += [cost.cost_table(pocs, rates or {}), cost.sources_table(pocs),
                    cost.unit_table(units), goodhours.table(good)]
-    heads = headlines(vs, pocs)
+    heads = answer.headlines(vs, pocs)
     return Comparison(root, sel, fs, ms, env, vs, pocs, units, apart, tables, orders, heads,
                       good)

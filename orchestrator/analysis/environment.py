@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,22 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def preflight_docs(run_dir: Path, provider: str) -> Iterator[tuple[str, Path, dict[str, Any]]]:
+    """(node, path, facts.json) of each of the provider's nodes whose preflight in this run
+    left a readable document: the one reader the boot times, the good GPU-hour and the card
+    history share."""
+    if not (run_dir / "nodes").is_dir():
+        return
+    owners = node_providers(run_dir, [provider])
+    for f in sorted(run_dir.glob("nodes/*/preflight/facts.json")):
+        node = f.parent.parent.name
+        if owners.get(node, provider) != provider:
+            continue
+        doc = _read_json(f)
+        if doc is not None:
+            yield node, f, doc
 
 
 def node_providers(run_dir: Path, providers: Iterable[str]) -> dict[str, str]:

@@ -23,7 +23,6 @@ give says "not known: ..." and why, never 0.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -34,7 +33,7 @@ from typing import Any
 import pandas as pd
 
 from orchestrator.analysis import cost, verdict
-from orchestrator.analysis.environment import node_providers
+from orchestrator.analysis.environment import preflight_docs
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table
 
@@ -80,18 +79,10 @@ def node_boot_times(run_paths: Mapping[str, Path], run_ids: Sequence[str], provi
     out: dict[str, tuple[str, str]] = {}
     for rid in run_ids:
         run_dir = run_paths.get(rid)
-        if run_dir is None or not (run_dir / "nodes").is_dir():
+        if run_dir is None:
             continue
-        owners = node_providers(run_dir, [provider])
-        for f in sorted(run_dir.glob("nodes/*/preflight/facts.json")):
-            node = f.parent.parent.name
-            if owners.get(node, provider) != provider:
-                continue
-            try:
-                doc = json.loads(f.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            bt = doc.get("boot_time") if isinstance(doc, dict) else None
+        for node, f, doc in preflight_docs(run_dir, provider):
+            bt = doc.get("boot_time")
             if not isinstance(bt, str):
                 continue
             try:

@@ -14,7 +14,6 @@ cards differ from its previous preflight's came back with other cards (a replace
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.analysis import frames, verdict
-from orchestrator.analysis.environment import node_providers
+from orchestrator.analysis.environment import preflight_docs
 from orchestrator.records import SEVERITY_ORDER, Finding
 from orchestrator.verdicts import Table
 
@@ -78,19 +77,7 @@ def cards_of(doc: dict[str, Any]) -> list[Card]:
 def read_facts(run_dir: Path, run_id: str, provider: str) -> dict[str, NodeFacts]:
     """node -> what its preflight in this run recorded (the provider's nodes only)."""
     out: dict[str, NodeFacts] = {}
-    if not (run_dir / "nodes").is_dir():
-        return out
-    owners = node_providers(run_dir, [provider])
-    for f in sorted(run_dir.glob("nodes/*/preflight/facts.json")):
-        node = f.parent.parent.name
-        if owners.get(node, provider) != provider:
-            continue
-        try:
-            doc = json.loads(f.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if not isinstance(doc, dict):
-            continue
+    for node, f, doc in preflight_docs(run_dir, provider):
         host = _text(((doc.get("facts") or {}).get("uname") or {}).get("hostname"))
         out[node] = NodeFacts(run_id, node, host, cards_of(doc),
                               f"{run_id}/{f.relative_to(run_dir)}")

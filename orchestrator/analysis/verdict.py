@@ -35,11 +35,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from orchestrator.errors import ParseError
-from orchestrator.judging.storage import EPHEMERAL_FSTYPES, EPHEMERAL_PATH
-from orchestrator.parsers.recipe import parse_mounts
+from orchestrator.analysis.persistence import Persistent, persistent_mounts, train_probes, where_to
 from orchestrator.records import SEVERITY_ORDER, Finding, subject_label
-from orchestrator.verdicts import Table
 
 Outcome = Literal["ok", "no-go", "not proven", "missing", "not applicable"]
 Side = Literal["provider", "setup", "not measured", ""]
@@ -288,60 +285,6 @@ def _health(fs: Sequence[Finding]) -> Reason:
     return Reason(check, "ok", text, _ev(measured), codes=_codes(warns))
 
 
-# --- storage: whose side a checkpoint that would not survive is on ----------------------
-
-@dataclass(frozen=True)
-class Persistent:
-    """A filesystem of a node that outlives the instance: where a ckpt_dir can go."""
-
-    node: str
-    mount_point: str
-    fstype: str
-    device: str
-
-    def __str__(self) -> str:
-        return f"{self.mount_point} ({self.fstype}, {self.device})"
-
-
-_PSEUDO = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "debugfs", "tracefs",
-           "securityfs", "pstore", "bpf", "configfs", "fusectl", "hugetlbfs", "autofs",
-           "binfmt_misc", "nsfs", "efivarfs", "rpc_pipefs", "selinuxfs"}
-
-
-def persistent_mounts(run_paths: Mapping[str, Path], fs: Sequence[Finding]
-                      ) -> dict[str, list[Persistent]]:
-    """Per node: the filesystems its preflight saw mounted that outlive the instance
-    (a block device or a network filesystem, not under a scratch path). A node whose
-    mounts were not read is absent: nothing is known about it."""
-    out: dict[str, list[Persistent]] = {}
-    for run_id in dict.fromkeys(f.run_id for f in fs if f.step == "preflight"):
-        path = run_paths.get(run_id)
-        if path is None:
-            continue
-        for raw in sorted((path / "nodes").glob("*/preflight/raw/mounts.txt")):
-            node = raw.parts[-4]
-            try:
-                facts = parse_mounts(raw.read_text(encoding="utf-8", errors="replace"))
-            except (OSError, ParseError):
-                continue
-            out[node] = [Persistent(node, m.mount_point, m.fstype, m.device)
-                         for m in facts.mounts
-                         if m.fstype not in EPHEMERAL_FSTYPES and m.fstype not in _PSEUDO
-                         and not EPHEMERAL_PATH.search(m.mount_point)
-                         and (m.device.startswith("/dev/") or ":" in m.device
-                              or m.fstype in ("nfs", "nfs4", "lustre", "gpfs", "beegfs",
-                                              "cephfs", "wekafs", "fuse.juicefs"))]
-    return out
-
-
-def _where_to(node: str, mounts: Mapping[str, list[Persistent]]) -> Persistent | None:
-    """The persistent filesystem to point ckpt_dir at: a shared or dedicated one before
-    the root disk."""
-    cands = mounts.get(node) or []
-    others = [m for m in cands if m.mount_point != "/"]
-    return (others or cands)[0] if cands else None
-
-
 def _storage(fs: Sequence[Finding], probes: Sequence[str],
              mounts: Mapping[str, list[Persistent]] | None = None) -> Reason:
     """Persistent when a node-side look at the checkpoint filesystem found nothing
@@ -355,7 +298,7 @@ def _storage(fs: Sequence[Finding], probes: Sequence[str],
     bad = _bad(fs, NOT_PERSISTENT, ("WARN", "FAIL"))
     setup, fixes, provider = [], [], []
     for f in bad:
-        to = _where_to(f.node, mounts) if f.node else None
+        to = where_to(f.node, mounts) if f.node else None
         if to is not None:
             setup.append(f)
             fixes.append(f"point ckpt_dir of {f.node} at a directory on {to} and rerun "
@@ -383,19 +326,6 @@ def _storage(fs: Sequence[Finding], probes: Sequence[str],
                   "the inventory, or no training run)",
                   fix="set ckpt_dir on the nodes (a persistent filesystem) and run "
                       "`gpuvet train`")
-
-
-def train_probes(fs: Sequence[Finding], run_paths: Mapping[str, Path]) -> list[str]:
-    """The training step's probe documents (nodes/<n>/train/probe.json) of the provider's
-    training runs: the node-side record of where checkpoints went."""
-    out = []
-    for run_id in dict.fromkeys(f.run_id for f in fs if f.step == "train"):
-        path = run_paths.get(run_id)
-        if path is None:
-            continue
-        for p in sorted((path / "nodes").glob("*/train/probe.json")):
-            out.append(f"{run_id}/{p.relative_to(path)}")
-    return out
 
 
 # --- the decisive reasons in words ---------------------------------------------------------
@@ -501,49 +431,6 @@ def provider_verdict(provider: str, findings: Sequence[Finding], measurements: p
     return v
 
 
-RANK = {"no-go": 0, "not proven": 1, "missing": 2, "ok": 3, "not applicable": 4}
-
-
-def verdicts_table(vs: Sequence[ProviderVerdict]) -> Table:
-    return Table("verdict per provider", ("provider", "verdict", "why", "no-go", "not proven",
-                                          "missing", "ok"),
-                 [(v.provider, v.verdict, "; ".join(v.decisive),
-                   *(sum(r.outcome == o for r in v.reasons)
-                     for o in ("no-go", "not proven", "missing", "ok"))) for v in vs])
-
-
-def short_evidence(evidence: Iterable[str], most: int = 3) -> str:
-    """Evidence as people read it in a table: each file relative to its run (the run id is
-    in the runs table), at most `most` named and the rest counted."""
-    paths = [e.split("/", 1)[1] if "/" in e else e for e in evidence]
-    shown = list(dict.fromkeys(paths))
-    return ", ".join(shown[:most]) + (f" (+{len(shown) - most} more)" if len(shown) > most
-                                      else "")
-
-
-def reasons_table(vs: Sequence[ProviderVerdict]) -> Table:
-    """The lines that are not ok, worst first (no-go, not proven, missing), with whose side
-    each is on and the fix; the ok and not-applicable lines are folded into
-    `folded_table`."""
-    rows = sorted(((v.provider, r) for v in vs for r in v.reasons if r.outcome in NOT_OK),
-                  key=lambda pr: RANK[pr[1].outcome])
-    return Table("verdict reasons", ("provider", "check", "outcome", "side", "reason", "fix",
-                                     "evidence"),
-                 [(p, r.check, r.outcome, r.side, r.text, r.fix, short_evidence(r.evidence))
-                  for p, r in rows])
-
-
-def folded_table(vs: Sequence[ProviderVerdict]) -> Table:
-    """The lines that passed or do not apply, one row per provider."""
-    rows = []
-    for v in vs:
-        ok = [r.check for r in v.reasons if r.outcome == "ok"]
-        na = [r.check for r in v.reasons if r.outcome == "not applicable"]
-        if ok or na:
-            rows.append((v.provider, ", ".join(ok) or "-", ", ".join(na) or "-"))
-    return Table("checks that passed", ("provider", "ok", "not applicable"), rows)
-
-
 def run_verdicts(findings: pd.DataFrame) -> dict[str, str]:
     """Per run: its worst finding (FAIL over WARN over PASS), as `gpuvet runs` lists it;
     "(setup)" after it when every finding of that severity is on the setup's side, so the
@@ -574,4 +461,4 @@ def provider_side_fail(f: Finding, mounts: Mapping[str, list[Persistent]] | None
     if f.severity != "FAIL" or f.code in SETUP_CODES:
         return False
     return not (f.code in NOT_PERSISTENT and f.node is not None
-                and _where_to(f.node, mounts or {}) is not None)
+                and where_to(f.node, mounts or {}) is not None)

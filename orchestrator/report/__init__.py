@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from orchestrator.analysis.verdict import NOT_OK, RANK
+from orchestrator.analysis.answer import RANK
+from orchestrator.analysis.verdict import NOT_OK
 from orchestrator.errors import UsageError
 from orchestrator.render import terminal_text
 from orchestrator.report import plots

@@ -422,7 +422,7 @@ def parts(store, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(C.environment, "diff_table", rec("diff", C.Table("environment", ())))
     monkeypatch.setattr(C.billing, "costs_of", rec("costs", (["poc"], ["unit"])))
     monkeypatch.setattr(C.verdict, "provider_verdict", rec("verdict", pv))
-    monkeypatch.setattr(C, "headlines", rec("headlines", ["the headlines"]))
+    monkeypatch.setattr(C.answer, "headlines", rec("headlines", ["the headlines"]))
     monkeypatch.setattr(C.cost, "currencies_apart", rec("apart", ["JPY"]))
     monkeypatch.setattr(C.cost, "cost_table", rec("cost", C.Table("cost", ())))
     monkeypatch.setattr(C.cost, "sources_table", rec("sources", C.Table("sources", ())))

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from orchestrator.analysis import answer as A
 from orchestrator.analysis import verdict as V
 from orchestrator.records import Finding, finding
 
@@ -414,13 +415,13 @@ def test_probes_are_read_for_the_training_runs_known_by_path_only(tmp_path: Path
 def test_the_tables_compare_prints() -> None:
     vs = [V.provider_verdict("p", GOOD, _ms(*_three()), ENV),
           V.provider_verdict("q", [_f("GPU_COUNT", "FAIL", provider="q")], EMPTY, EMPTY)]
-    t = V.verdicts_table(vs)
+    t = A.verdicts_table(vs)
     assert t.title == "verdict per provider"
     assert t.columns == ("provider", "verdict", "why", "no-go", "not proven", "missing", "ok")
     assert t.rows[0][:2] == ("p", "GO") and t.rows[0][3:] == (0, 0, 0, 8)
     assert t.rows[1][:2] == ("q", "NO-GO") and t.rows[1][3:] == (1, 2, 5, 0)
     assert t.rows[1][2] == "GPU count as ordered: n1: GPU_COUNT said so (GPU_COUNT)"
-    r = V.reasons_table(vs)
+    r = A.reasons_table(vs)
     assert r.title == "verdict reasons"
     assert r.columns == ("provider", "check", "outcome", "side", "reason", "fix", "evidence")
     # only the lines that are not ok, no-go first, evidence relative to its run
@@ -428,9 +429,9 @@ def test_the_tables_compare_prints() -> None:
                          "n1: GPU_COUNT said so", "", "nodes/n1/x.txt")
     assert [row[2] for row in r.rows] == ["no-go"] + ["not proven"] * 2 + ["missing"] * 5
     assert all(row[0] == "q" for row in r.rows)
-    folded = V.folded_table(vs)
+    folded = A.folded_table(vs)
     assert folded.rows == [("p", ", ".join(V.CHECKS), "-")]
-    many = V.reasons_table([V.ProviderVerdict("p", "NO-GO", [
+    many = A.reasons_table([V.ProviderVerdict("p", "NO-GO", [
         V.Reason("c", "no-go", "t", ("r/a", "r/b", "r/c", "r/d")), V.Reason("d", "ok", "t")])])
     assert many.rows == [("p", "c", "no-go", "provider", "t", "", "a, b, c (+1 more)")]
 
