@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from orchestrator.inventory import Node
+from orchestrator.steps.train import launch
 from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import TrainParams
@@ -52,14 +53,14 @@ def test_the_supervisors_arguments_whole() -> None:
             "--phase", "kill", "--ckpt-dir", "/ck/r/n1", "--nnodes", "2", "--node-rank", "1",
             "--master-addr", "10.0.0.1", "--master-port", "29777", "--cpu-procs", "3",
             "--timeout", "61.5", "--telemetry-interval", "2"]
-    assert train._supervise_args(job, RUN, params) == [
+    assert launch._supervise_args(job, RUN, params) == [
         *head, "--params", json.dumps(params.payload_params(), sort_keys=True), "--save-at", "8"]
     own = params.model_copy(update={"command": "-x run.sh", "resume_flag": "--resume",
                                     "command_kill_after_step": 3})
-    assert train._supervise_args(job, RUN, own) == [
+    assert launch._supervise_args(job, RUN, own) == [
         *head, "--command=-x run.sh", "--resume-flag=--resume", "--save-at", "8"]
     plain = params.model_copy(update={"command": "run.sh"})
-    assert train._supervise_args(job, RUN, plain) == [*head, "--command=run.sh", "--save-at",
+    assert launch._supervise_args(job, RUN, plain) == [*head, "--command=run.sh", "--save-at",
                                                       "8"]
     default = train.Job("u", _node(), "reference", Path("/l"), "/ck")
     assert (default.node_rank, default.nnodes, default.master, default.port, default.extra) == (

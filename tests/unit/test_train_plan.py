@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from orchestrator import inventory
 from orchestrator.inventory import Node
+from orchestrator.steps.train import launch
 from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import Suite, TrainParams, load_suite
@@ -78,13 +79,13 @@ def test_supervisor_arguments_carry_the_suite(tmp_path: Path) -> None:
                      inventory_path=None)
     node = _nodes(tmp_path, "n1")["n1"]
     job = train.Job("n1", node, "kill", tmp_path, "/ck/x", extra=["--save-at", "8"])
-    args = train._supervise_args(job, run, TrainParams(model="350m", seed=7))
+    args = launch._supervise_args(job, run, TrainParams(model="350m", seed=7))
     assert args[args.index("--out") + 1] == f"/w/n1 x/train-runs/{run.run_id}/n1/kill"
     params = json.loads(args[args.index("--params") + 1])
     assert params["model"] == "350m" and params["seed"] == 7
     assert args[-2:] == ["--save-at", "8"]
     assert train.ckpt_root(node, run, "n1") == f"/w/n1 x/ckpt/gpuvet-train/{run.run_id}/n1"
-    own = train._supervise_args(job, run, TrainParams(command="-x run.sh", resume_flag="-r",
+    own = launch._supervise_args(job, run, TrainParams(command="-x run.sh", resume_flag="-r",
                                                       command_kill_after_step=3))
     assert "--command=-x run.sh" in own and "--resume-flag=-r" in own
 

@@ -27,15 +27,12 @@ import functools
 import json
 import re
 import shlex
-import shutil
 import socket
-import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator import nccltests
 from orchestrator import payload as payload_mod
 from orchestrator.errors import ConnectionFailed, GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
@@ -55,14 +52,13 @@ from orchestrator.steps.driver import (
     step_pool,
 )
 from orchestrator.steps.train.judge import Judge, Subject
+from orchestrator.steps.train.launch import Ahead, Job, phase_extra, run_phase
 from orchestrator.steps.train.reading import PhaseOutput, read_phase
-from orchestrator.store import Run, atomic_write
+from orchestrator.store import Run
 from orchestrator.suite import Suite, TrainParams
-from payload.scrub import scrub_doc, scrub_text
 from payload.train.config import param_count, resolve
 
 STEP = "train"
-_TEXT_FILES = ("torchrun.stdout", "torchrun.stderr", "command.stdout", "command.stderr")
 
 
 @dataclass
@@ -142,148 +138,8 @@ def share_groups(probes: list[Probe]) -> list[list[Probe]]:
 # --------------------------------------------------------------------------- launching
 
 
-@dataclass
-class Job:
-    unit: str  # slug of the protocol run: a node name, or multi-<provider>
-    node: Node  # where it runs
-    phase: str
-    local_dir: Path
-    ckpt_root: str  # on this node
-    node_rank: int = 0
-    nnodes: int = 1
-    master: str = "127.0.0.1"
-    port: int = 29500
-    extra: list[str] = field(default_factory=list)
-    gate: str | None = None  # started ahead of its turn: held until this file says go
-
-    def remote_out(self, run: Run) -> str:
-        return f"{self.node.work_dir.rstrip('/')}/train-runs/{run.run_id}/{self.unit}/{self.phase}"
-
-    def gate_path(self, run: Run) -> str:
-        return f"{self.remote_out(run)}.gate"
-
-
 def ckpt_root(node: Node, run: Run, unit: str) -> str:
     return f"{ckpt_base(node).rstrip('/')}/gpuvet-train/{run.run_id}/{unit}"
-
-
-def _supervise_args(job: Job, run: Run, params: TrainParams) -> list[str]:
-    args = ["train-supervise", "--out", job.remote_out(run), "--phase", job.phase,
-            "--ckpt-dir", job.ckpt_root, "--nnodes", str(job.nnodes),
-            "--node-rank", str(job.node_rank), "--master-addr", job.master,
-            "--master-port", str(job.port), "--cpu-procs", str(params.cpu_procs_per_node),
-            "--timeout", str(params.timeout_s),
-            "--telemetry-interval", str(params.telemetry_interval_s)]
-    if params.command:
-        # `=`: values that start with a dash must not read as options
-        return [*args, f"--command={params.command}",
-                *([f"--resume-flag={params.resume_flag}"] if params.resume_flag else []),
-                *job.extra]
-    gate = ["--gate", job.gate] if job.gate else []
-    return [*args, "--params", json.dumps(params.payload_params(), sort_keys=True), *gate,
-            *job.extra]
-
-
-def phase_extra(params: TrainParams, phase: str) -> list[str]:
-    """The kill phase saves at K (and at the kill step when the kill is inside a save)."""
-    if phase != "kill":
-        return []
-    if params.command:
-        return ["--kill-after-step", str(params.command_kill_after_step)]
-    out = ["--save-at", str(params.ckpt_step)]
-    k = params.kill_step
-    if params.kill == "after-step":
-        return [*out, "--kill-after-step", str(k)]
-    flag = "--kill-at-save" if params.kill == "mid-save" else "--kill-at-commit"
-    return [*out, "--save-at", str(k), flag, str(k)]
-
-
-def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> None:
-    """One supervisor on one node; its files come back into job.local_dir."""
-    params = suite.train
-    ex = pool(job.node)
-    # an earlier attempt's files (a run resumed after an interrupt or a full disk) must not
-    # be judged with this one's: the supervisor clears the node's folder, this clears ours
-    shutil.rmtree(job.local_dir, ignore_errors=True)
-    job.local_dir.mkdir(parents=True, exist_ok=True)
-    doc_path = job.local_dir / "supervise.json"
-    res = payload_mod.run(ex, _supervise_args(job, run, params), staging=run.dir / ".staging",
-                          timeout=params.timeout_s + 180, env=dict(nccltests.RUN_ENV),
-                          stdout_path=doc_path)
-    if res.stderr:
-        atomic_write(job.local_dir / "supervise.stderr", scrub_text(res.stderr), durable=False)
-    res.raise_for_status(f"train-supervise ({job.phase})")
-    try:
-        doc = json.loads(res.stdout)
-    except json.JSONDecodeError as exc:
-        atomic_write(doc_path, scrub_text(res.stdout), durable=False)
-        raise StepError(f"train-supervise printed invalid JSON ({exc})", node=job.node.name,
-                        hint=f"see {run.rel(doc_path)}") from None
-    # the argv holds the user's command and its env (a supervisor of an older payload
-    # did not scrub it)
-    atomic_write(doc_path, json.dumps(scrub_doc(doc), indent=1, sort_keys=True) + "\n",
-                 durable=False)
-    for name in doc.get("files") or []:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == doc_path.name:
-            continue
-        local = job.local_dir / name
-        ex.get(f"{job.remote_out(run)}/{name}", local)
-        if name in _TEXT_FILES:
-            atomic_write(local, scrub_text(local.read_text(errors="replace")), durable=False)
-
-
-def run_phase(pool: ExecutorPool, run: Run, suite: Suite,
-              jobs: list[Job]) -> tuple[list[Job], dict[str, GpuvetError]]:
-    """All jobs of one phase at once (a multi-node job needs every node running)."""
-    by_node = {j.node.name: j for j in jobs}
-    group = fanout([j.node for j in jobs], lambda n: run_job(pool, run, suite, by_node[n.name]),
-                   concurrency=max(1, len(jobs)))
-    return [j for j in jobs if j.node.name in group.results], group.failures
-
-
-class Ahead:
-    """The jobs of the next phase started while the current one still runs: torchrun, the
-    interpreter, torch, the CUDA context and the process group are ready when the GPU
-    frees, and each job's ranks hold at their gate until `open` says go (or stop, for a
-    unit whose phase before failed). About 12 s of every relaunch on an H100 (torchrun
-    3 s, import torch 3 s, the CUDA context 4 s, compile set-up 2 s) leave the critical
-    path (docs/training.md, "Launches started ahead")."""
-
-    def __init__(self, pool: ExecutorPool, run: Run, suite: Suite, jobs: list[Job]) -> None:
-        self.pool, self.run, self.jobs = pool, run, jobs
-        for j in jobs:
-            j.gate = j.gate_path(run)
-        self.result: tuple[list[Job], dict[str, GpuvetError]] | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._work, args=(suite,), daemon=True,
-                                        name="gpuvet-train-ahead")
-        self._thread.start()
-
-    def _work(self, suite: Suite) -> None:
-        try:
-            self.result = run_phase(self.pool, self.run, suite, self.jobs)
-        except BaseException as exc:  # handed to the caller in wait()
-            self.error = exc
-
-    def open(self, go: set[str]) -> None:
-        """Say go to the jobs of the units in `go`, stop to the others."""
-        def one(n: Node) -> None:
-            for j in self.jobs:
-                if j.node.name != n.name or not j.gate:
-                    continue
-                word = "go" if j.unit in go else "stop"
-                gate, tmp = shlex.quote(j.gate), shlex.quote(j.gate + ".tmp")
-                self.pool(n).run(f"mkdir -p {shlex.quote(str(Path(j.gate).parent))} && "
-                                 f"printf {word} > {tmp} && mv -f {tmp} {gate}", timeout=60)
-        nodes = list({j.node.name: j.node for j in self.jobs}.values())
-        fanout(nodes, one, concurrency=max(1, len(nodes)))
-
-    def wait(self) -> tuple[list[Job], dict[str, GpuvetError]]:
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
-        assert self.result is not None
-        return self.result
 
 
 def _free_port() -> int:
