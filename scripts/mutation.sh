@@ -73,6 +73,7 @@ declare -A TESTS=(
     [orchestrator/collectdoc.py]="tests/unit/test_mutation_pins_collectdoc.py tests/unit/test_preflight.py"
     [orchestrator/verdicts.py]="tests/unit/test_mutation_pins_verdicts.py tests/unit/test_resume.py tests/unit/test_import_cli.py"
     [payload/scrub.py]="tests/unit/test_mutation_pins_scrub.py tests/unit/payload/test_scrub.py tests/unit/test_store.py"
+    [payload/scrub_names.py]="tests/unit/test_mutation_pins_scrub.py tests/unit/payload/test_scrub.py tests/unit/test_secret_forms.py"
     [payload/ncclbuild.py]="tests/unit/test_mutation_pins_ncclbuild.py tests/unit/test_ncclbuild.py"
     [orchestrator/gpunames.py]="tests/unit/test_gpunames.py tests/unit/test_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_bands.py"
     [orchestrator/steps/preflight/checks.py]="tests/unit/test_mutation_pins_checks.py tests/unit/test_mutation_pins_checks2.py tests/unit/test_checks.py tests/unit/test_preflight.py"
