@@ -549,12 +549,12 @@ def test_a_folder_past_the_stated_limits_is_refused_unread(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         limit: str) -> None:
     from orchestrator.steps.poc import files as poc_files
-    from orchestrator.steps.poc import importer
+    from orchestrator.steps.poc import folder as poc_folder
 
     folder = POC / "h200x2"
     total = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
     count = sum(1 for p in folder.rglob("*") if p.is_file())
-    monkeypatch.setattr(importer, limit, total - 1 if limit == "MAX_FOLDER_BYTES" else count - 1)
+    monkeypatch.setattr(poc_folder, limit, total - 1 if limit == "MAX_FOLDER_BYTES" else count - 1)
     reads: list[str] = []
     monkeypatch.setattr(poc_files, "read", lambda *a, **k: reads.append(a[1]))
     proc = poc(capsys, folder, "-p", "lab", "--results", tmp_path / "r")
