@@ -4,7 +4,7 @@ It holds runs (their `run.json`, `RunMeta`), findings, measurements and
 baselines as typed columns beside each record's JSON. Baselines are the one
 thing no run's files hold: `baselines.jsonl` under the results root is their
 record (append-only), replayed into the index when it is rebuilt
-(`store.rebuild_index`).
+(`rebuild.rebuild_index`).
 """
 
 from __future__ import annotations

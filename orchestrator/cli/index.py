@@ -34,7 +34,7 @@ def register(root: click.Group) -> None:
         a run in progress is indexed as it stands, listed, and its command goes on
         writing into the new index.
         """
-        from orchestrator.store import rebuild_index
+        from orchestrator.rebuild import rebuild_index
 
         def waiting() -> None:
             err.print(f"waiting for a command that is writing records under {results}")

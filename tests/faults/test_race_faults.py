@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator import store
+from orchestrator import rebuild, store
 from orchestrator.files import IMPORT_LOCK, STORE_LOCK
+from orchestrator.rebuild import rebuild_index
 from orchestrator.records import finding
 from orchestrator.steps.nccl import importer
-from orchestrator.store import Index, Run, rebuild_index
+from orchestrator.store import Index, Run
 from tests.faults.consistency import assert_consistent, only_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,7 +97,7 @@ def test_rebuild_while_a_resume_writes_leaves_the_index_equal_to_the_jsonl(
     assert resumer.stdin is not None and resumer.stdout is not None
     try:
         assert resumer.stdout.readline().strip() == "retracted"
-        original = store.read_jsonl_salvage
+        original = rebuild.read_jsonl_salvage
 
         def read_then_let_the_resume_go(path: Path, model: Any) -> Any:
             got = original(path, model)
@@ -109,7 +110,7 @@ def test_rebuild_while_a_resume_writes_leaves_the_index_equal_to_the_jsonl(
                             or _blocked_on(root / STORE_LOCK))
             return got
 
-        monkeypatch.setattr(store, "read_jsonl_salvage", read_then_let_the_resume_go)
+        monkeypatch.setattr(rebuild, "read_jsonl_salvage", read_then_let_the_resume_go)
         _, problems = rebuild_index(root)
         assert resumer.wait(timeout=60) == 0
     finally:

@@ -15,8 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from orchestrator.rebuild import rebuild_index
 from orchestrator.records import Finding, finding
-from orchestrator.store import Run, rebuild_index
+from orchestrator.store import Run
 from orchestrator.suite import Suite
 from orchestrator.verdicts import run_status
 

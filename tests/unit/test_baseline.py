@@ -11,7 +11,7 @@ import pytest
 from orchestrator.analysis import baseline, regress
 from orchestrator.errors import UsageError
 from orchestrator.index import BASELINES_FILE, Index
-from orchestrator.store import rebuild_index
+from orchestrator.rebuild import rebuild_index
 from tests.bench.regress_bench import SIZES, busbw_values, make_history, write_run
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.analysis import compare as C
 from orchestrator.analysis import verdict as V
-from orchestrator.store import rebuild_index
+from orchestrator.rebuild import rebuild_index
 from tests.unit.clirun import gpuvet
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h100x1-two-orders"

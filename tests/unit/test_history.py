@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.analysis import history
-from orchestrator.store import rebuild_index
+from orchestrator.rebuild import rebuild_index
 from tests.unit import fleetstore as F
 from tests.unit.clirun import gpuvet
 from tests.unit.twoorders import two_orders_store

@@ -37,7 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("parsers", ("orchestrator.parsers.*",)),
     ("model", ("orchestrator.suite", "orchestrator.bands", "orchestrator.stats",
                "orchestrator.collectdoc", "orchestrator.inventory.*", "orchestrator.files",
-               "orchestrator.index", "orchestrator.store.*",
+               "orchestrator.index", "orchestrator.store.*", "orchestrator.rebuild",
                "orchestrator.verdicts")),
     ("executors", ("orchestrator.executors.*", "orchestrator.payload", "orchestrator.nccltests",
                    "orchestrator.testing")),

@@ -20,8 +20,9 @@ import pytest
 
 from orchestrator import files, index, store
 from orchestrator.errors import UsageError
+from orchestrator.rebuild import rebuild_index
 from orchestrator.records import Finding, Measurement, finding
-from orchestrator.store import Index, Run, RunMeta, StoreError, read_jsonl, rebuild_index
+from orchestrator.store import Index, Run, RunMeta, StoreError, read_jsonl
 
 
 def new_run(root: Path, **kw: object) -> Run:

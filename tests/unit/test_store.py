@@ -13,8 +13,9 @@ import pytest
 
 from orchestrator import store
 from orchestrator.errors import UsageError
+from orchestrator.rebuild import rebuild_index
 from orchestrator.records import Finding, Measurement, finding
-from orchestrator.store import Index, Run, StoreError, read_jsonl, rebuild_index
+from orchestrator.store import Index, Run, StoreError, read_jsonl
 
 
 def new_run(root: Path, **kw: object) -> Run:

@@ -11,7 +11,8 @@ import pytest
 
 from orchestrator.errors import UsageError
 from orchestrator.index import BASELINES_FILE, BaselineRecord, add_baselines
-from orchestrator.store import Index, Run, rebuild_index
+from orchestrator.rebuild import rebuild_index
+from orchestrator.store import Index, Run
 from tests.unit.clirun import gpuvet
 from tests.unit.test_store import f, m, new_run
 

@@ -8,7 +8,7 @@ import shutil
 import stat
 from pathlib import Path
 
-from orchestrator.store import rebuild_index
+from orchestrator.rebuild import rebuild_index
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h100x1-two-orders"
 RUNS = ("20261206-034503-cf89", "20261206-034827-e3ef")
