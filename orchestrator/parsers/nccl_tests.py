@@ -18,14 +18,13 @@ import re
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
+from orchestrator.parsers._nccl_command import command_facts
 from orchestrator.parsers._nccl_common import (
     NCCL_LINE,
     NCCL_VERSION,
     Failure,
     NcclOutOfBounds,
-    NcclPerIter,
     NcclRank,
-    NcclResult,
     NcclRow,
     NcclTestsRun,
     check_avg,
@@ -35,12 +34,12 @@ from orchestrator.parsers._nccl_common import (
     harmless_warning,
     recompute_avg,
 )
+from orchestrator.parsers._nccl_table import KIND, _inferred_columns, _Layout, _row
 from orchestrator.parsers._nccl_tests_json import parse_json_run
 from orchestrator.parsers._noise import NoiseReader, stream_without_prefix
 
 __all__ = ["NcclRow", "NcclTestsRun", "check_avg", "parse_nccl_tests", "parse_nccl_tests_json"]
 
-KIND = "nccl-tests"
 # A log holds one table row per message size and round of sizes: a sweep from 8 B to
 # 16 GiB is 32 rows, a fine `-i` sweep a few thousand. Past MAX_ROWS a file is no
 # nccl-tests run this reads (each row becomes six measurements per round): refused,
@@ -70,120 +69,6 @@ _NCCL_NRANKS = re.compile(r"\bn[Rr]anks (\d+)\b")
 _NCCL_NNODES = re.compile(r"\bnNodes (\d+)\b")
 # command lines pasted with the log: the launcher's process count and node count, the
 # binary's GPUs and threads per process and its sizes
-_LAUNCHER = re.compile(r"^(?:mpirun|mpiexec|srun|prterun)$")
-_BINARY = re.compile(r"^\S*\w+_perf(?:_mpi)?$")
-_LAUNCHER_OPTS = {"-np": "np", "-n": "np", "--np": "np", "--n": "np", "--ntasks": "np",
-                  "-N": "nodes", "--nodes": "nodes", "--ntasks-per-node": "per_node",
-                  "-npernode": "per_node", "--npernode": "per_node"}
-_BINARY_OPTS = {"-g": "g", "--ngpus": "g", "-t": "t", "--nthreads": "t", "-b": "b",
-                "--minbytes": "b", "-e": "e", "--maxbytes": "e"}
-_SIZE = re.compile(r"^(\d+)([KMGT]?)$", re.I)
-_LEAD = ("size", "count", "type", "redop", "root")
-_PER_ITER = ("i_min", "i_max", "i_p99", "i_cv%")
-_HALF_NEW = ["time", "algbw", "busbw", "#wrong"]
-_HALF_OLD = ["time", "algbw", "busbw", "error"]
-
-
-def _is_num(tok: str) -> bool:
-    try:
-        float(tok)
-    except ValueError:
-        return tok == "N/A"
-    return True
-
-
-class _Layout:
-    """Column layout read from the `#  size  count  type ...` header line."""
-
-    def __init__(self, names: list[str], line_no: int, line: str, source: str | None) -> None:
-        if names[:2] != ["size", "count"]:
-            raise ParseError(KIND, "nccl-tests 1.x table layout (bytes/N/op/res) is not "
-                             "supported", line_no=line_no, line=line, source=source)
-        split = next((i for i, n in enumerate(names) if n in ("time", "cputime")), None)
-        if split is None or any(n not in _LEAD for n in names[:split]):
-            raise ParseError(KIND, "unknown column header", line_no=line_no, line=line,
-                             source=source)
-        self.lead = names[:split]
-        self.time_kind = names[split]
-        self.timestamp = names[-1] == "timestamp"
-        body = names[split:-1] if self.timestamp else names[split:]
-        half = len(body) // 2
-        first = body[:half]
-        ok = len(body) % 2 == 0 and body[half:] == first and first[1:3] == ["algbw", "busbw"]
-        ok = ok and first[3] in ("#wrong", "error") and tuple(first[4:]) in ((), _PER_ITER)
-        if not ok:
-            raise ParseError(KIND, "unknown column header", line_no=line_no, line=line,
-                             source=source)
-        self.half = half
-        self.error_col = first[3] == "error"
-        self.width = len(self.lead) + 2 * half + (2 if self.timestamp else 0)
-        # alltoall and all_gather before 2.13, and hypercube since, print nothing in the
-        # redop cell the header names: such a row is one field short
-        self.redop_at = self.lead.index("redop") if "redop" in self.lead else None
-
-    def fit(self, toks: list[str]) -> list[str]:
-        """The row's tokens, with the empty redop cell put back where the tool left it."""
-        if (len(toks) == self.width - 1 and self.redop_at is not None
-                and _is_num(toks[self.redop_at])):
-            return toks[:self.redop_at] + ["none"] + toks[self.redop_at:]
-        return toks
-
-
-def _inferred_columns(toks: list[str]) -> list[str] | None:
-    """The column names of a row pasted without its header, from the row's own shape.
-
-    Only the layouts nccl-tests has printed are considered: 2.13+ (`redop root ...
-    #wrong`), and the older ones with an `error` column with a `redop`, a `root`, or
-    neither. A shape that fits none of them stays unread.
-    """
-    if len(toks) < 11 or not (toks[0].isdigit() and toks[1].isdigit()) or _is_num(toks[2]):
-        return None
-    third = toks[3]
-    if len(toks) == 13 and not _is_num(third) and re.fullmatch(r"-?\d+", toks[4]):
-        return ["size", "count", "type", "redop", "root", *_HALF_NEW, *_HALF_NEW]
-    if len(toks) == 12 and not _is_num(third):
-        return ["size", "count", "type", "redop", *_HALF_OLD, *_HALF_OLD]
-    if len(toks) == 12 and re.fullmatch(r"-?\d+", third):
-        return ["size", "count", "type", "root", *_HALF_OLD, *_HALF_OLD]
-    if len(toks) == 11:
-        return ["size", "count", "type", *_HALF_OLD, *_HALF_OLD]
-    return None
-
-
-def _num(tok: str) -> float:
-    return float(tok)
-
-
-def _result(toks: list[str], layout: _Layout) -> NcclResult:
-    wrong: int | None = None
-    max_error: float | None = None
-    if toks[3] != "N/A":
-        if layout.error_col:
-            max_error = _num(toks[3])
-        else:
-            wrong = int(_num(toks[3]))  # `%6g`: a large count prints as 1.67772e+07
-    per_iter = None
-    if layout.half == 8:
-        per_iter = NcclPerIter(min_us=_num(toks[4]), max_us=_num(toks[5]),
-                               p99_us=_num(toks[6]), cv_pct=_num(toks[7]))
-    return NcclResult(time_us=_num(toks[0]), algbw_gbs=_num(toks[1]), busbw_gbs=_num(toks[2]),
-                      wrong=wrong, max_error=max_error, per_iter=per_iter, busbw_text=toks[2])
-
-
-def _row(toks: list[str], layout: _Layout, line_no: int) -> NcclRow:
-    lead = dict(zip(layout.lead, toks, strict=False))
-    rest = toks[len(layout.lead):]
-    redop = lead.get("redop")
-    root = int(lead["root"]) if "root" in lead else None
-    return NcclRow(
-        line_no=line_no, size_bytes=int(lead["size"]), count=int(lead["count"]),
-        type=lead.get("type", "?"), redop=None if redop in (None, "none") else redop,
-        root=None if root == -1 else root,
-        out_of_place=_result(rest[:layout.half], layout),
-        in_place=_result(rest[layout.half:2 * layout.half], layout),
-        timestamp=" ".join(rest[2 * layout.half:]) if layout.timestamp else None)
-
-
 def _params(line: str, line_no: int, source: str | None) -> dict[str, int | str]:
     text = line.lstrip("# ").rstrip()
     out: dict[str, int | str] = {}
@@ -275,7 +160,10 @@ def _other(st: _State, line: str, line_no: int) -> bool:
         last = st.noise.ignored[-1] if st.noise.ignored else None
         if last is not None and last.line_no == line_no:
             if last.kind in ("command-line", "shell-prompt", "shell-trace") and not st.footer:
-                _command(st, stripped)
+                named, said = command_facts(stripped)
+                st.command_binary = st.command_binary or named
+                for opt_name, opt_value in said.items():
+                    st.command.setdefault(opt_name, opt_value)
             elif last.kind == "elision" and st.layout is not None and not st.footer:
                 st.rows_elided = True
         return True
@@ -285,47 +173,6 @@ def _other(st: _State, line: str, line_no: int) -> bool:
         st.noise.ignore(line_no, "comment", line)
         return True
     return False
-
-
-def _command(st: _State, line: str) -> None:
-    """What a pasted launcher or binary command line says about ranks and sizes.
-
-    Only options before the binary are the launcher's (`-n` after it is nccl-tests' own
-    iteration count); each key is taken from the first command line that gives it.
-    """
-    toks = line.split()
-    role = None
-    got: dict[str, int] = {}
-    i = 0
-    while i < len(toks):
-        tok = toks[i]
-        if _LAUNCHER.match(tok.rsplit("/", 1)[-1]):
-            role = "launcher"
-        elif _BINARY.match(tok):
-            role = "binary"
-            st.command_binary = st.command_binary or tok.rsplit("/", 1)[-1]
-        opts = _LAUNCHER_OPTS if role == "launcher" else _BINARY_OPTS if role else {}
-        key, _, val = tok.partition("=")
-        if key in opts:
-            if not val and i + 1 < len(toks):
-                val = toks[i + 1]
-                i += 1
-            n = _size(val) if opts[key] in ("b", "e") else (int(val) if val.isdigit() else None)
-            if n is not None:
-                got.setdefault(opts[key], n)
-        i += 1
-    if "np" not in got and "nodes" in got and "per_node" in got:
-        got["np"] = got["nodes"] * got["per_node"]
-    got.pop("per_node", None)
-    for k, v in got.items():
-        st.command.setdefault(k, v)
-
-
-def _size(text: str) -> int | None:
-    m = _SIZE.match(text)
-    if not m:
-        return None
-    return int(m[1]) * 1024 ** " KMGT".index((m[2] or " ").upper())
 
 
 def _cuda(suffix: str | None) -> str | None:

@@ -24,14 +24,13 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._noise import Edit, IgnoredLine, NoiseReader
+from orchestrator.parsers._smi_warnings import SmiWarning, smi_warning
 from orchestrator.parsers.nvidia_smi import (
     CELSIUS,
     INT,
     PERCENT,
     WATTS,
-    SmiWarning,
     is_na,
-    smi_warning,
     text_or_none,
 )
 

@@ -16,7 +16,8 @@ from typing import Any
 from orchestrator import parsers
 from orchestrator.errors import ParseError
 from orchestrator.parsers._noise import strip_launcher_prefix
-from orchestrator.parsers.nvidia_smi import noheader_fits, smi_warning
+from orchestrator.parsers._smi_warnings import smi_warning
+from orchestrator.parsers.nvidia_smi import noheader_fits
 from orchestrator.parsers.nvidia_smi_q import Q_KEYS
 from orchestrator.parsers.recipe import (
     FREEZE_ROW,
