@@ -26,6 +26,8 @@ def add_arguments(p: Any) -> None:
                    help="comma-separated names of the GPUs, in CUDA device order")
     p.add_argument("--level", choices=protocol.LEVELS, default="standard")
     p.add_argument("--host-avail-bytes", type=int, default=0)
+    p.add_argument("--gate", default=None,
+                   help="a file: after `import torch`, wait until it says go (or stop)")
 
 
 def host_available_bytes() -> int:
@@ -173,6 +175,27 @@ class Links:
                            "latency_reps": lreps, "both": "sum of the two directions"}}
 
 
+GATE_TIMEOUT_S = 3600.0
+GATE_POLL_S = 0.02
+
+
+def wait_gate(path: str, timeout_s: float) -> bool:
+    """Started with the GPU processes, the links process holds here (torch imported, no
+    CUDA call made: it takes no GPU memory while the GPUs are measured) until the node
+    writes "go" (True) or "stop" (False) into the gate file."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        try:
+            with open(path) as f:
+                said = f.read().strip()
+        except OSError:
+            said = ""
+        if said in ("go", "stop"):
+            return said == "go"
+        time.sleep(GATE_POLL_S)
+    return False
+
+
 def main(args: Any) -> int:
     die_with_parent()
     os.makedirs(args.out, exist_ok=True)
@@ -186,6 +209,9 @@ def main(args: Any) -> int:
                                                                           exc))
         w.emit(protocol.BYE, rc=3)
         return 3
+    if args.gate and not wait_gate(args.gate, GATE_TIMEOUT_S):
+        w.emit(protocol.BYE, rc=0, stopped="told to stop at its gate")
+        return 0
     if not torch.cuda.is_available() or torch.cuda.device_count() != len(labels):
         w.emit(protocol.ERROR, error="torch sees %d CUDA devices, expected %d (%s)" % (
             torch.cuda.device_count() if torch.cuda.is_available() else 0, len(labels),

@@ -2,11 +2,12 @@
 this node at once and write what was measured.
 
 Order: the counters (ECC, remapped rows, clock reasons, PCIe and NVLink error
-counters, the kernel log, the processes already on the GPUs) are read; telemetry
-starts; one ``health-gpu`` process per GPU runs the GPU's own phases, all GPUs
-at once; then one ``health-links`` process measures the host links and the peer
-matrix; ``dcgmi diag`` where it exists; telemetry stops; the counters are read
-again. Progress is printed as the events arrive (one JSON object per line, see
+counters, the kernel log, the processes already on the GPUs) are read; one
+``health-gpu`` process per GPU is started (all GPUs at once, each running the
+GPU's own phases) with one ``health-links`` process held at its gate; telemetry
+starts; when the GPU processes are done the links process measures the host
+links and the peer matrix; ``dcgmi diag`` where it exists; telemetry stops; the
+counters are read again. Progress is printed as the events arrive (one JSON object per line, see
 ``payload.health.protocol``), and ``health.json`` in the output folder is the
 node document: what ran, where each file is, each phase's last event.
 
@@ -131,6 +132,7 @@ class Node:
             proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                     env=env, cwd=_PKG_ROOT, start_new_session=True)
         self.procs[name] = proc
+        self.doc["workers"].setdefault(name, {})["started"] = time.time()
         return proc
 
     def _child_env(self, visible: Optional[str]) -> Dict[str, str]:
@@ -197,8 +199,9 @@ class Node:
                              units={"processes": "count"}, file=apps.get("file"))
         self.doc["node_phases"]["busy"] = ev
 
-    def gpus(self, entries: List[str]) -> None:
-        files, names = {}, []
+    def spawn_gpus(self, entries: List[str]) -> Dict[str, str]:
+        """One health-gpu process per GPU, started at once; their event files by name."""
+        files: Dict[str, str] = {}
         for entry in entries:
             label = protocol.label_of(entry)
             name = "gpu" + label
@@ -211,30 +214,60 @@ class Node:
             files[name] = os.path.join(self.out, protocol.gpu_events(label))
             open(files[name], "a").close()
             self.spawn(name, argv, self._child_env(entry))
-            names.append(name)
+        return files
+
+    def gpus(self, files: Dict[str, str]) -> None:
+        names = list(files)
         self.follow(names, files, protocol.worker_timeout_s(self.plan))
         for name in names:
             label = name[3:]
             self.doc["results"][label] = protocol.last_by_phase(protocol.read_events(files[name]))
 
-    def links(self, entries: List[str]) -> None:
-        why = None
+    def links_skipped(self) -> Optional[str]:
         if self.args.device == "cpu":
-            why = "device cpu: no host links or peers to measure"
-        elif self.args.level == "quick":
-            why = "not part of level quick"
-        if why:
-            for phase in protocol.LINK_PHASES:
-                self.doc["links"][phase] = self.w.emit(protocol.SKIP, phase, reason=why)
-            return
+            return "device cpu: no host links or peers to measure"
+        if self.args.level == "quick":
+            return "not part of level quick"
+        return None
+
+    def spawn_links(self, entries: List[str]) -> Optional[str]:
+        """The health-links process, started with the GPU processes and held at its gate
+        (after `import torch`, before any CUDA call) until they are done: its interpreter
+        and torch load while the GPUs are measured, off the step's path. Its event file,
+        or None when the level or device has no link phases."""
+        if self.links_skipped():
+            return None
         path = os.path.join(self.out, protocol.LINKS_EVENTS)
         open(path, "a").close()
         labels = [protocol.label_of(e) for e in entries]
         argv = [sys.executable, "-m", "payload", "health-links", "--out", self.out,
-                "--labels", ",".join(labels), "--level", self.args.level]
+                "--labels", ",".join(labels), "--level", self.args.level,
+                "--gate", self._links_gate()]
         self.spawn("links", argv, self._child_env(",".join(entries)))
+        return path
+
+    def _links_gate(self) -> str:
+        return os.path.join(self.out, ".links.gate")
+
+    def open_links(self, word: str) -> None:
+        tmp = self._links_gate() + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(word)
+        os.replace(tmp, self._links_gate())
+
+    def links(self, path: Optional[str]) -> None:
+        why = self.links_skipped()
+        if why or path is None:
+            for phase in protocol.LINK_PHASES:
+                self.doc["links"][phase] = self.w.emit(protocol.SKIP, phase, reason=why)
+            return
+        self.open_links("go")
         self.follow(["links"], {"links": path}, 900.0)
         self.doc["links"] = protocol.last_by_phase(protocol.read_events(path))
+        try:
+            os.unlink(self._links_gate())
+        except OSError:
+            pass
 
     def dcgmi(self) -> None:
         level = self.plan.get("dcgmi_level")
@@ -278,6 +311,8 @@ class Node:
             self.doc["telemetry"] = {"dmon": self.samplers[0].start(),
                                      "reasons": self.samplers[1].start()}
         else:
+            for sampler in self.samplers:  # both told at once, then each waited for
+                sampler.signal_stop()
             self.doc["telemetry"] = {"dmon": self.samplers[0].stop(),
                                      "reasons": self.samplers[1].stop()}
 
@@ -299,14 +334,25 @@ class Node:
         self.doc["gpus"] = entries
         self.w.emit(protocol.HELLO, pid=os.getpid(), gpus=entries, level=self.args.level,
                     device=self.args.device, plan=self.plan)
-        steps = [lambda: self.counters("before"), self.busy, lambda: self.telemetry(True),
-                 lambda: self.gpus(entries), lambda: self.links(entries), self.dcgmi,
+        started: Dict[str, Any] = {}
+
+        def spawn() -> None:
+            # the workers first: their interpreters and torch load (3-4 s) while the
+            # samplers check that they started (1.5 s each)
+            started["gpus"] = self.spawn_gpus(entries)
+            started["links"] = self.spawn_links(entries)
+
+        steps = [lambda: self.counters("before"), self.busy, spawn,
+                 lambda: self.telemetry(True), lambda: self.gpus(started["gpus"]),
+                 lambda: self.links(started.get("links")), self.dcgmi,
                  lambda: self.telemetry(False), lambda: self.counters("after")]
         for step in steps:
             if self.stop is not None:
                 break
             step()
         if self.stop is not None:
+            if started.get("links"):
+                self.open_links("stop")
             self.kill_all()
             for proc in self.procs.values():
                 proc.wait()

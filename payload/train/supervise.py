@@ -186,6 +186,7 @@ def _job_env(args: Any) -> Dict[str, str]:
     env.setdefault("PYTHONUNBUFFERED", "1")
     # cuBLAS needs this before its first handle for bit-exact matmuls
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    env["GPUVET_TRAIN_FAST_EXIT"] = "1"  # payload/train/loop.py: FAST_EXIT_ENV
     if args.ckpt_dir:
         # where your own command keeps its checkpoints, to be found again on a relaunch
         env["GPUVET_CKPT_DIR"] = args.ckpt_dir

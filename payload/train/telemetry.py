@@ -131,6 +131,14 @@ class Telemetry:
         self.limits = read_limits(self.env)
         return self.describe()
 
+    def signal_stop(self) -> None:
+        """SIGTERM the sampler without waiting (several samplers stop at once)."""
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+
     def stop(self) -> Dict[str, Any]:
         if self.proc is not None and self.proc.poll() is None:
             try:

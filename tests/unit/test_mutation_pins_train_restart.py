@@ -60,16 +60,18 @@ def test_a_restore_started_ahead_relaunches_from_its_gate() -> None:
     from the gate opening (torchrun, torch and the CUDA context were ready), and its wait
     is not start-up time."""
     start = {"event": protocol.START, "gate_open_t": 101.0,
-             "init_s": {"import_torch": 2.0, "gate_wait": 30.0, "model": 0.5}}
+             "init_s": {"import_torch": 2.0, "compile_import": 1.25, "gate_wait": 30.0,
+                        "model": 0.5}}
     out = _phase("restore", {"start_time": 70.0}, [start])
     sink = _sink()
     restart(sink, _killed([6, 7]), out, {K + 1: {"t": 104.0}}, K)
     got = {m.metric: (m.value, m.tags) for m in sink.measurements}
     assert got["restart_s"][0] == 1.5 + 3.0
     assert got["restart_s"][1]["relaunch_to_first_step_s"] == 3.0
-    # torch's import ran ahead, before the gate; only the model after it is on the path
+    # torch's and torch.compile's imports ran ahead, before the gate; only the model after
+    # it is on the path
     assert got["restart_s"][1]["init_s"] == 0.5 and got["restart_s"][1]["gate_wait_s"] == 30.0
-    assert got["restart_s"][1]["ahead_s"] == 2.0 and "launch_s" not in got["restart_s"][1]
+    assert got["restart_s"][1]["ahead_s"] == 3.25 and "launch_s" not in got["restart_s"][1]
     # a gate that opened before the supervisor's start (a clock step) is not used
     early = _phase("restore", {"start_time": 100.0}, [{**start, "gate_open_t": 90.0}])
     sink = _sink()

@@ -24,7 +24,7 @@ from payload.train import protocol
 
 # the start-up stages a rank runs before its gate (payload/train/loop.py: Job); the record
 # keeps them by name, not in order
-BEFORE_GATE = ("import_torch", "cuda_context", "process_group")
+BEFORE_GATE = ("import_torch", "cuda_context", "process_group", "compile_import")
 
 
 def restart_parts(out: PhaseOutput) -> dict[str, float]:

@@ -237,6 +237,12 @@ def test_gpus_torch_cannot_use_fail_their_processes_not_the_node(tmp_path: Path)
         assert evs[-1] == dict(evs[-1], event=protocol.BYE, rc=3)
     links = _events(out / protocol.LINKS_EVENTS)
     assert "expected 2" in links[0]["error"]
+    # the links process was started with the GPU processes (its interpreter and torch
+    # load meanwhile) and held at its gate until they were done: it made its first CUDA
+    # call after their last event
+    gpu_done = max(_events(out / protocol.gpu_events(x))[-1]["t"] for x in ("0", "1"))
+    assert doc["workers"]["links"]["started"] < gpu_done <= links[0]["t"]
+    assert not (out / ".links.gate").exists()
     before = doc["counters"]["before"]
     assert before["query-gpu"]["dropped"] == ["retired_pages.double_bit.count"]
     assert "retired_pages.double_bit.count" not in before["query-gpu"]["fields"]
