@@ -312,8 +312,6 @@ def main(args: Any) -> int:
                            "killed": False, "kill_time": None, "kill_event": None,
                            "timed_out": False, "last_step": None,
                            "removed_stale": len(stale)}
-    doc["telemetry"] = telemetry.start()
-    spare = telemetry.proc.pid if telemetry.proc is not None else None
     # torchrun, its workers and the sampler run in sessions of their own: a signal to our
     # process group does not reach them, so a TERM or HUP (the controller's interrupt, a
     # dropped SSH session) is turned into killing them here
@@ -326,7 +324,11 @@ def main(args: Any) -> int:
             open(os.path.join(args.out, stdout_name.replace("stdout", "stderr")), "wb") as err:
         proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True)
+        spare: Optional[int] = None
         try:
+            # the sampler's start check (1.5 s) runs while torchrun and torch load
+            doc["telemetry"] = telemetry.start()
+            spare = telemetry.proc.pid if telemetry.proc is not None else None
             while proc.poll() is None:
                 for ev in follower.poll():
                     if ev.get("event") == protocol.STEP:
