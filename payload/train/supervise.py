@@ -66,6 +66,20 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--resume-flag", help="appended to --command in the restore phase")
     p.add_argument("--gate", help="started ahead of its turn: the ranks hold, before they "
                    "allocate, until this file says go (or stop)")
+    p.add_argument("--stop-file", help="one node of a multi-node job: once this file exists "
+                   "(the controller writes it when another node's part failed), the job is "
+                   "killed and the file's text kept as the reason")
+
+
+def stop_reason(path: Optional[str]) -> Optional[str]:
+    """The controller's reason to stop this node's part of a multi-node job, or None."""
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return f.read(500).strip() or "stopped by the controller"
+    except OSError:
+        return None
 
 
 class Stopped(Exception):
@@ -337,6 +351,12 @@ def main(args: Any) -> int:
                         doc["kill_time"] = time.time()
                         doc["kill_groups"] = kill_tree(proc, spare)
                         doc["killed"], doc["kill_event"] = True, ev
+                why = None if doc["killed"] else stop_reason(getattr(args, "stop_file", None))
+                if why is not None:
+                    doc["stopped"] = why
+                    doc["kill_time"] = time.time()
+                    doc["kill_groups"] = kill_tree(proc, spare)
+                    doc["killed"] = True
                 if not doc["killed"] and time.time() - start > args.timeout:
                     doc["timed_out"] = True
                     doc["kill_time"] = time.time()

@@ -929,13 +929,33 @@ def test_a_job_that_ended_without_finishing(tmp_path: Path) -> None:
     [f] = sink.findings
     assert (f.code, f.severity, f.message, f.details) == (
         "TRAIN_FAILED", "FAIL", "reference: the job ended without finishing (exit status "
-        "{'a': 1, 'b': None}): Traceback | File x | ValueError: bad", {"phase": "reference"})
+        "{'a': 1, 'b': None}); on a: Traceback | File x | ValueError: bad",
+        {"phase": "reference"})
     assert f.evidence == ["torchrun.stderr", "torchrun.stderr"]
     sink = _fsink()
     out = _fphase("reference", _fnode(tmp_path / "2", "a", {"rc": 1}, {0: []}))
     assert failed(sink, TrainParams(), out)
     assert [f.message for f in sink.findings] == [
         "reference: the job ended without finishing (exit status {'a': 1})"]
+    # a multi-node part stopped after its peer failed: said, and the cause is the peer's
+    sink = _fsink()
+    why = "the part on b failed; this part could not finish without it and was stopped 20 s later"
+    out = _fphase("reference", _fnode(tmp_path / "5", "a", {"rc": -9, "killed": True,
+                                                             "stopped": why}, {0: []},
+                                      stderr="waiting for rendezvous\n"),
+                  _fnode(tmp_path / "6", "b", {"rc": 1}, {1: []},
+                         stderr="RuntimeError: connect() timed out\n"))
+    assert failed(sink, TrainParams(), out) is True
+    got = {f.code: f for f in sink.findings}
+    assert got["TRAIN_PART_STOPPED"].severity == "INFO"
+    assert got["TRAIN_PART_STOPPED"].message == f"reference: a stopped: {why}"
+    assert got["TRAIN_FAILED"].message.endswith(
+        "; on b: RuntimeError: connect() timed out")
+    # in the kill phase too, a stopped part is no kill: the phase failed
+    out = _fphase("kill", _fnode(tmp_path / "7", "a", {"rc": -9, "killed": True,
+                                                        "stopped": why}, {0: []}),
+                  _fnode(tmp_path / "8", "b", {"rc": 1}, {1: []}))
+    assert failed(_fsink(), TrainParams(), out, killed_ok=True) is True
     # the kill phase that was killed need not end; one that was not must
     killed = _fphase("kill", _fnode(tmp_path / "3", "a", {"killed": True}, {0: []}))
     assert failed(_fsink(), TrainParams(), killed, killed_ok=True) is False

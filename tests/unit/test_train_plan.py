@@ -8,6 +8,7 @@ import json
 import shlex
 import stat
 import sys
+import types
 import typing
 from pathlib import Path
 
@@ -193,3 +194,82 @@ def test_too_little_room_for_the_checkpoints_is_said(tmp_path: Path) -> None:
     j2 = step.judge("p", "a", ["a"], "single")
     step.storage(j2, a, [])
     assert not [f for f in j2.findings if f.code == "CKPT_SPACE_LOW"]  # 24 GB fit in 30
+
+
+class _Recorder:
+    """A pool whose executors record the commands they are asked to run."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+        self.commands: list[tuple[str, str]] = []
+
+    def __call__(self, node: Node) -> _Recorder._Ex:
+        return _Recorder._Ex(self, node)
+
+    class _Ex:
+        def __init__(self, rec: _Recorder, node: Node) -> None:
+            self.rec, self.node = rec, node
+
+        def run(self, command: str, **_: object) -> None:
+            with self.rec.lock:
+                self.rec.commands.append((self.node.name, command))
+
+
+def test_a_failed_part_of_a_multi_node_job_stops_the_others(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A multi-node job cannot finish without one of its nodes: once a part fails, the
+    others get the grace period and are then stopped through their stop files, so the
+    attempt ends within that bound of the failure, not at the job's own timeout."""
+    import time
+
+    nodes = _nodes(tmp_path, "a", "b", "c")
+    run = typing.cast(Run, types.SimpleNamespace(run_id="20261206-000000-abcd"))
+    pool = _Recorder()
+
+    def fake_job(_pool: object, _run: Run, _suite: Suite, job: launch.Job) -> dict:
+        if job.node.name == "a":
+            return {"rc": 1}  # torchrun failed on a
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # the others wait for a peer that is gone
+            with pool.lock:
+                told = [c for n, c in pool.commands if n == job.node.name and "printf" in c]
+            if told:
+                assert job.stop is not None and shlex.quote(job.stop) in told[0]
+                return {"rc": -9, "killed": True, "stopped": told[0]}
+            time.sleep(0.01)
+        return {"rc": -9, "killed": True, "timed_out": True}
+
+    monkeypatch.setattr(launch, "run_job", fake_job)
+    jobs = [launch.Job("multi-p", n, "reference", tmp_path / n.name, "/ckpt", node_rank=i,
+                       nnodes=3) for i, n in enumerate(nodes.values())]
+    done, failures = launch.run_phase(pool, run, Suite(), jobs, grace_s=0.05)  # type: ignore[arg-type]
+    assert not failures and [j.node.name for j in done] == ["a", "b", "c"]
+    stops = [(n, c) for n, c in pool.commands if "printf" in c]
+    assert sorted(n for n, _ in stops) == ["b", "c"]  # never the node that failed
+    assert all("the part on a failed" in c for _, c in stops)
+    # every part's stop file is removed afterwards, written or not
+    removed = {n for n, c in pool.commands if c.startswith("rm -f ")}
+    assert removed == {"a", "b", "c"}
+    # the stop files are the attempt's own: another attempt gets other names
+    first = {j.stop for j in jobs}
+    launch.run_phase(pool, run, Suite(), jobs, grace_s=0.05)  # type: ignore[arg-type]
+    assert not first & {j.stop for j in jobs}
+
+
+def test_parts_that_end_well_stop_nobody(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = _nodes(tmp_path, "a", "b")
+    run = typing.cast(Run, types.SimpleNamespace(run_id="20261206-000000-abcd"))
+    pool = _Recorder()
+    # the kill phase: both parts SIGKILLed by their own supervisors at the kill point
+    monkeypatch.setattr(launch, "run_job", lambda *_a: {"rc": -9, "killed": True,
+                                                       "kill_event": {"step": 7}})
+    jobs = [launch.Job("multi-p", n, "kill", tmp_path / n.name, "/ckpt", node_rank=i,
+                       nnodes=2) for i, n in enumerate(nodes.values())]
+    launch.run_phase(pool, run, Suite(), jobs, grace_s=0.0)  # type: ignore[arg-type]
+    import time
+
+    time.sleep(0.2)
+    assert not [c for _, c in pool.commands if "printf" in c]

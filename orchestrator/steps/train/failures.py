@@ -69,12 +69,20 @@ def failed(sink: Sink, params: TrainParams, out: PhaseOutput, *, killed_ok: bool
                      f"after {params.timeout_s:.0f} s; killed", [n.file(STDERR)],
                      phase=out.phase)
             bad = True
+        if sup.get("stopped"):
+            # a multi-node job's part whose peer failed (launch.PEER_GRACE_S): the cause
+            # is the peer's, named by its own findings
+            sink.add("TRAIN_PART_STOPPED", "INFO", f"{out.phase}: {n.node} stopped: "
+                     f"{sup['stopped']}", [n.file("supervise.json")], phase=out.phase)
     ended = out.first(protocol.END) is not None
-    if not bad and not ended and not (killed_ok and killed):
+    if not bad and not ended and not (killed_ok and killed and not any(
+            n.supervise.get("stopped") for n in out.nodes)):
         rcs = {n.node: n.supervise.get("rc") for n in out.nodes}
-        last = tail(out.nodes[0].file(STDERR))
+        # the cause is on a node that failed by itself, not on one stopped after it
+        first = next((n for n in out.nodes if not n.supervise.get("stopped")), out.nodes[0])
+        last = tail(first.file(STDERR))
         sink.add("TRAIN_FAILED", "FAIL", f"{out.phase}: the job ended without finishing "
-                 f"(exit status {rcs}){': ' + last if last else ''}",
+                 f"(exit status {rcs}){f'; on {first.node}: ' + last if last else ''}",
                  [n.file(STDERR) for n in out.nodes], phase=out.phase)
         bad = True
     return bad

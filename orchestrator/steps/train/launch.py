@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 import shlex
 import shutil
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from orchestrator import nccltests
 from orchestrator import payload as payload_mod
@@ -39,6 +41,7 @@ class Job:
     port: int = 29500
     extra: list[str] = field(default_factory=list)
     gate: str | None = None  # started ahead of its turn: held until this file says go
+    stop: str | None = None  # a multi-node job's part: killed once this file exists
 
     def remote_out(self, run: Run) -> str:
         return f"{self.node.work_dir.rstrip('/')}/train-runs/{run.run_id}/{self.unit}/{self.phase}"
@@ -60,8 +63,9 @@ def _supervise_args(job: Job, run: Run, params: TrainParams) -> list[str]:
                 *([f"--resume-flag={params.resume_flag}"] if params.resume_flag else []),
                 *job.extra]
     gate = ["--gate", job.gate] if job.gate else []
+    stop = ["--stop-file", job.stop] if job.stop else []
     return [*args, "--params", json.dumps(params.payload_params(), sort_keys=True), *gate,
-            *job.extra]
+            *stop, *job.extra]
 
 
 def phase_extra(params: TrainParams, phase: str) -> list[str]:
@@ -78,8 +82,9 @@ def phase_extra(params: TrainParams, phase: str) -> list[str]:
     return [*out, "--save-at", str(k), flag, str(k)]
 
 
-def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> None:
-    """One supervisor on one node; its files come back into job.local_dir."""
+def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> dict[str, Any]:
+    """One supervisor on one node; its files come back into job.local_dir. Returns the
+    supervisor's document."""
     params = suite.train
     ex = pool(job.node)
     # an earlier attempt's files (a run resumed after an interrupt or a full disk) must not
@@ -110,14 +115,93 @@ def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> None:
         ex.get(f"{job.remote_out(run)}/{name}", local)
         if name in _TEXT_FILES:
             atomic_write(local, scrub_text(local.read_text(errors="replace")), durable=False)
+    return dict(doc)
 
 
-def run_phase(pool: ExecutorPool, run: Run, suite: Suite,
-              jobs: list[Job]) -> tuple[list[Job], dict[str, GpuvetError]]:
-    """All jobs of one phase at once (a multi-node job needs every node running)."""
+# After one node's part of a multi-node job failed, the others cannot finish (their
+# collectives wait for a rank that is gone): each gets this long to end by itself (its
+# transport's error names the cause better than a kill), then it is stopped. The failed
+# attempt ends within this bound of its first failure, not at the job's own timeout.
+PEER_GRACE_S = 20.0
+
+
+def _part_failed(doc: dict[str, Any]) -> bool:
+    """A node's part ended badly: torchrun's non-zero status, not the kill phase's own
+    SIGKILL (the supervisor's trigger) and not our stop."""
+    rc = doc.get("rc")
+    return rc not in (0, None) and not doc.get("kill_event") and not doc.get("stopped")
+
+
+class _Peers:
+    """The parts of one multi-node job: when one fails, stop the rest after the grace."""
+
+    def __init__(self, pool: ExecutorPool, run: Run, jobs: list[Job], grace_s: float) -> None:
+        self.pool, self.jobs, self.grace_s = pool, jobs, grace_s
+        self.running = {j.node.name for j in jobs}
+        self.lock = threading.Lock()
+        self.first: str | None = None
+        self.timer: threading.Timer | None = None
+        nonce = secrets.token_hex(4)  # an earlier attempt's stop file never stops this one
+        for j in jobs:
+            j.stop = f"{j.remote_out(run)}.stop-{nonce}"
+
+    def ended(self, node: str, failed: bool) -> None:
+        with self.lock:
+            self.running.discard(node)
+            if not failed or self.first is not None or not self.running:
+                return
+            self.first = node
+            self.timer = threading.Timer(self.grace_s, self._stop)
+            self.timer.daemon = True
+            self.timer.start()
+
+    def _stop(self) -> None:
+        with self.lock:
+            left = [j for j in self.jobs if j.node.name in self.running]
+        why = (f"the part on {self.first} failed; this part could not finish without it "
+               f"and was stopped {self.grace_s:.0f} s later")
+
+        def one(n: Node) -> None:
+            job = next(j for j in left if j.node.name == n.name)
+            assert job.stop is not None
+            tmp = shlex.quote(job.stop + ".tmp")
+            self.pool(n).run(f"mkdir -p {shlex.quote(str(Path(job.stop).parent))} && "
+                             f"printf %s {shlex.quote(why)} > {tmp} && "
+                             f"mv -f {tmp} {shlex.quote(job.stop)}", timeout=60)
+        fanout([j.node for j in left], one, concurrency=max(1, len(left)))
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        for j in self.jobs:  # the stop files (written or not) do not stay on the nodes
+            try:
+                self.pool(j.node).run(f"rm -f {shlex.quote(str(j.stop))}", timeout=60)
+            except GpuvetError:
+                pass
+
+
+def run_phase(pool: ExecutorPool, run: Run, suite: Suite, jobs: list[Job], *,
+              grace_s: float = PEER_GRACE_S) -> tuple[list[Job], dict[str, GpuvetError]]:
+    """All jobs of one phase at once (a multi-node job needs every node running). The
+    parts of a multi-node job are linked: one that fails stops the others after
+    `grace_s` (their documents say `stopped`, with the reason)."""
     by_node = {j.node.name: j for j in jobs}
-    group = fanout([j.node for j in jobs], lambda n: run_job(pool, run, suite, by_node[n.name]),
-                   concurrency=max(1, len(jobs)))
+    peers = _Peers(pool, run, jobs, grace_s) if len(jobs) > 1 and all(
+        j.nnodes > 1 for j in jobs) else None
+
+    def one(n: Node) -> None:
+        failed = True
+        try:
+            failed = _part_failed(run_job(pool, run, suite, by_node[n.name]))
+        finally:
+            if peers is not None:
+                peers.ended(n.name, failed)
+
+    try:
+        group = fanout([j.node for j in jobs], one, concurrency=max(1, len(jobs)))
+    finally:
+        if peers is not None:
+            peers.close()
     return [j for j in jobs if j.node.name in group.results], group.failures
 
 

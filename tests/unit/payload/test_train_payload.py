@@ -353,6 +353,30 @@ def test_a_supervisor_told_to_stop_takes_its_whole_job_with_it(tmp_path: Path,
     assert not any(_alive(k) for k in kids)
 
 
+def test_a_stop_file_ends_the_job_with_its_reason(tmp_path: Path) -> None:
+    """One node's part of a multi-node job whose peer failed: the controller writes the
+    stop file; the supervisor kills the job and keeps the reason (the part is then read
+    as stopped, not as a failure of its own)."""
+    stop = tmp_path / "reference.stop-1"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "payload", "train-supervise", "--out", str(tmp_path / "out"),
+         "--phase", "reference", "--command=sleep 120", "--timeout", "300",
+         "--stop-file", str(stop)],
+        cwd=str(ROOT), env={**os.environ, "PATH": "/usr/bin:/bin"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.5)
+        assert proc.poll() is None  # no stop file yet: the job runs
+        stop.write_text("the part on b failed")
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    doc = json.loads(out)
+    assert doc["stopped"] == "the part on b failed" and doc["killed"] is True
+    assert doc["rc"] != 0 and not doc["timed_out"] and doc["kill_event"] is None
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
