@@ -208,6 +208,10 @@ class FleetParams(_M):
     min_judged_bytes: str = "16M"
     tolerance: float = Field(default=0.2, gt=0, lt=1)
     timeout_s: float = Field(default=600.0, gt=0)  # per job
+    # a job whose rank-0 output has not grown for this long is hung (a collective or the
+    # set-up waiting on a peer that will never answer): it is killed and recorded failed,
+    # and the plan goes on without waiting for `timeout_s`
+    stall_timeout_s: float = Field(default=120.0, gt=0)
     # torch engine: a rank gives up on a peer that stops answering after this long
     collective_timeout_s: float = Field(default=300.0, gt=0)
     master_port: int = Field(default=29600, ge=1024, le=60000)  # torch engine: base port
@@ -246,7 +250,8 @@ class HealthParams(_M):
 LATER_SECTIONS = ("health", "fleet")
 # fields added to a section after runs were stored: at their defaults they stay out of the
 # suite hash too (a suite that runs all_reduce only keeps the hash it had)
-LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"),)
+LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"),
+                                             ("fleet", "stall_timeout_s"))
 
 
 class Suite(_M):
@@ -276,6 +281,8 @@ class Suite(_M):
                 del dump[name]
         for section, fld in LATER_FIELDS:
             params = getattr(self, section)
+            if params is None or not isinstance(dump.get(section), dict):
+                continue  # a section left out (fleet: None) or already dropped above
             if getattr(params, fld) == type(params).model_fields[fld].get_default(
                     call_default_factory=True):
                 dump[section].pop(fld, None)

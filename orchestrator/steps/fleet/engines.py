@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import shlex
 import socket
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,55 @@ class JobOutput:
     stderr: Path | None = None
     rank_times: Path | None = None  # the whole-fleet job of the torch engine
     files: list[Path] = field(default_factory=list)  # everything kept, log first
+
+
+class StallWatch:
+    """Kills a job whose rank-0 log has stopped growing for `stall_s` (fleet
+    `stall_timeout_s`): a collective, or the set-up, waiting on a peer that will never
+    answer prints nothing more, and would otherwise hold its round until the job's own
+    `timeout_s`. The job's commands are killed through their executors' `cancel` (in a
+    round each node runs one job only), so the job returns and is recorded failed, and
+    the plan goes on."""
+
+    POLL_S = 0.5
+
+    def __init__(self, log: Path, executors: Sequence[object], stall_s: float) -> None:
+        self.log, self.executors, self.stall_s = log, list(executors), stall_s
+        self.hung = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True,
+                                        name=f"gpuvet-stall-{log.name}")
+
+    def __enter__(self) -> StallWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _size(self) -> int:
+        try:
+            return self.log.stat().st_size
+        except OSError:
+            return -1
+
+    def _watch(self) -> None:
+        size, since = self._size(), time.monotonic()
+        while not self._done.wait(self.POLL_S):
+            now, grown = time.monotonic(), self._size()
+            if grown != size:
+                size, since = grown, now
+            elif now - since >= self.stall_s:
+                self.hung = True
+                for ex in self.executors:
+                    cancel = getattr(ex, "cancel", None)
+                    if cancel is not None:
+                        cancel()
+                return
+
+    def why(self) -> str:
+        return (f"no output for {self.stall_s:.0f} s (fleet.stall_timeout_s): hung, killed")
 
 
 def nccl_params(p: FleetParams, base: NcclParams | None = None) -> NcclParams:
@@ -120,7 +171,8 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
             return None, res.stderr
         return res.rc, res.stderr
 
-    group = fanout(list(nodes), one, concurrency=len(nodes))
+    with StallWatch(log, [pool(n) for n in nodes], p.stall_timeout_s) as watch:
+        group = fanout(list(nodes), one, concurrency=len(nodes))
     lost = [n for n, exc in group.failures.items() if is_unreachable(exc)]
     errs = "".join(f"== {n} ==\n{group.results[n][1]}" for n in group.results
                    if group.results[n][1].strip())
@@ -133,6 +185,9 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
         raise JobFailed(f"{label}: {name}: {exc.what}", unreachable=lost, evidence=evidence,
                         hint=exc.hint)
     bad = {n: rc for n, (rc, _) in group.results.items() if rc != 0}
+    if watch.hung:
+        raise JobFailed(f"{label}: torch.distributed all_reduce: {watch.why()}",
+                        evidence=evidence)
     if bad:
         shown = ", ".join(f"{n} {'timed out' if rc is None else f'rc={rc}'}"
                           for n, rc in bad.items())
@@ -154,8 +209,10 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
 
 
 def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: NcclParams,
-                   out_dir: Path, label: str, *, builds: Mapping[str, BuildDoc]) -> JobOutput:
-    """One mpirun across `nodes` (one context per node), started on the first."""
+                   out_dir: Path, label: str, *, builds: Mapping[str, BuildDoc],
+                   stall_s: float | None = None) -> JobOutput:
+    """One mpirun across `nodes` (one context per node), started on the first; killed when
+    its output stops growing for `stall_s`."""
     head = pool(nodes[0])
     contexts = []
     for n in nodes:
@@ -165,9 +222,11 @@ def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: 
     cmd = nccltests.mpirun_command(contexts, nccltests.run_env(params),
                                    local=nodes[0].executor == "local")
     log = out_dir / f"{label}.log"
+    watch = StallWatch(log, [head], stall_s if stall_s is not None else params.timeout_s)
     try:
-        res = head.run(cmd, env=nccltests.run_env(params), timeout=params.timeout_s,
-                       stdout_path=log)
+        with watch:
+            res = head.run(cmd, env=nccltests.run_env(params), timeout=params.timeout_s,
+                           stdout_path=log)
     except GpuvetError as exc:
         raise JobFailed(f"{label}: {exc.what}",
                         unreachable=[nodes[0].name] if is_unreachable(exc) else [],
@@ -175,8 +234,8 @@ def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: 
     scrub_in_place(log)
     stderr = _keep_stderr(out_dir / f"{label}.stderr.log", res.stderr)
     files = [f for f in (log, stderr) if f is not None and f.is_file()]
-    if res.timed_out or res.rc != 0:
-        why = "timed out" if res.timed_out else f"rc={res.rc}"
+    if watch.hung or res.timed_out or res.rc != 0:
+        why = watch.why() if watch.hung else "timed out" if res.timed_out else f"rc={res.rc}"
         raise JobFailed(f"{label}: mpirun all_reduce_perf failed ({why})",
                         evidence=[run.rel(f) for f in files])
     return JobOutput(log=log, stderr=stderr, files=files)

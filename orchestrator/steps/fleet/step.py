@@ -247,7 +247,8 @@ class _Runner:
     def _engine(self, members: Sequence[Node], label: str, whole: bool) -> engines.JobOutput:
         if self.p.engine == "nccl-tests":
             return engines.run_nccl_tests(self.pool, members, self.run, self.nccl, self.out_dir,
-                                          label, builds=self.pf.builds)
+                                          label, builds=self.pf.builds,
+                                          stall_s=self.p.stall_timeout_s)
         with self.pf.lock:
             self.port_seq += 1
             seq = self.port_seq
