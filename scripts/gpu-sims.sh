@@ -10,7 +10,8 @@
 #   pipe:   `gpuvet pipeline --fleet` over two nodes, interrupted with SIGINT while it
 #           trains, then finished with `--resume`.
 # Prints one line per step with its exit code and wall time, then the findings that are not
-# PASS/INFO; writes $OUT/table.txt and $OUT/results.tar.gz (the run folders, as fixtures).
+# PASS/INFO; writes $OUT/table.txt and $OUT/results.tar.gz (the run folders, inventories,
+# suites and console outputs, as fixtures), the latter after every step.
 #
 #   OUT=/tmp/sims NCCL_SOURCE=.snapshots/nccl-tests.tar.gz [STEPS='fleet train pipe'] \
 #     scripts/gpu-sims.sh
@@ -19,8 +20,9 @@ set -u
 OUT=${OUT:-/tmp/gpuvet-sims}
 mkdir -p "$OUT"
 . "$(dirname "$0")/gpu-env.sh"
-W=${WORK:-/tmp/gpuvet-sims} R=$OUT/results
-rm -rf "$W" "$R"; mkdir -p "$W/ckpt"
+W=${WORK:-/tmp/gpuvet-sims}
+R=$W/results L=$W/out  # the run folders and logs; $OUT gets table.txt and results.tar.gz
+rm -rf "$W"; mkdir -p "$W/ckpt" "$L"
 SRC=$(realpath "${NCCL_SOURCE:-.snapshots/nccl-tests.tar.gz}")
 node() {  # name [extra env]
   echo "      - name: $1"
@@ -32,10 +34,10 @@ node() {  # name [extra env]
 { echo "version: 1"; echo "providers:"; echo "  sim:"; echo "    executor: local"
   echo "    expect: {gpus_per_node: 1}"; echo "    nodes:"
   node s1; node s2; node s3 "NCCL_BUFFSIZE: \"65536\", NCCL_SOCKET_NTHREADS: \"1\", NCCL_NSOCKS_PERTHREAD: \"1\""
-  node s4; } > "$OUT/sims4.yaml"
+  node s4; } > "$L/sims4.yaml"
 { echo "version: 1"; echo "providers:"; echo "  sim:"; echo "    executor: local"
-  echo "    expect: {gpus_per_node: 1}"; echo "    nodes:"; node s1; node s2; } > "$OUT/sims2.yaml"
-cat > "$OUT/fleet.yaml" <<YAML
+  echo "    expect: {gpus_per_node: 1}"; echo "    nodes:"; node s1; node s2; } > "$L/sims2.yaml"
+cat > "$L/fleet.yaml" <<YAML
 name: sims-fleet
 nccl:
   build_timeout_s: 500
@@ -50,7 +52,7 @@ fleet:
   timeout_s: 300
   rdma: false
 YAML
-cat > "$OUT/train.yaml" <<YAML
+cat > "$L/train.yaml" <<YAML
 name: sims-train-350m
 train:
   model: ${MODEL:-350m}
@@ -60,7 +62,7 @@ train:
   kill_offset: 2
   timeout_s: 300
 YAML
-cat > "$OUT/pipe.yaml" <<YAML
+cat > "$L/pipe.yaml" <<YAML
 name: sims-pipeline
 health: {level: quick}
 nccl:
@@ -106,17 +108,17 @@ STEPS=${STEPS:-fleet train pipe}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 for s in $STEPS; do case $s in
 fleet)
-  t0=$SECONDS; gv fleet -i "$OUT/sims4.yaml" --suite "$OUT/fleet.yaml" --results "$R" \
-    > "$OUT/fleet-pairs.txt" 2>&1; show "fleet pairs (4 nodes, s3 bad)" $? $t0
-  t0=$SECONDS; gv fleet -i "$OUT/sims4.yaml" --suite "$OUT/fleet.yaml" --results "$R" \
-    --plan groups > "$OUT/fleet-groups.txt" 2>&1; show "fleet groups (4 nodes, s3 bad)" $? $t0 ;;
+  t0=$SECONDS; gv fleet -i "$L/sims4.yaml" --suite "$L/fleet.yaml" --results "$R" \
+    > "$L/fleet-pairs.txt" 2>&1; show "fleet pairs (4 nodes, s3 bad)" $? $t0
+  t0=$SECONDS; gv fleet -i "$L/sims4.yaml" --suite "$L/fleet.yaml" --results "$R" \
+    --plan groups > "$L/fleet-groups.txt" 2>&1; show "fleet groups (4 nodes, s3 bad)" $? $t0 ;;
 train)
-  t0=$SECONDS; gv train -i "$OUT/sims2.yaml" --suite "$OUT/train.yaml" --results "$R" \
-    > "$OUT/train.txt" 2>&1; show "train (2 nodes, 350m)" $? $t0 ;;
+  t0=$SECONDS; gv train -i "$L/sims2.yaml" --suite "$L/train.yaml" --results "$R" \
+    > "$L/train.txt" 2>&1; show "train (2 nodes, 350m)" $? $t0 ;;
 pipe)
   t0=$SECONDS
-  gv pipeline -i "$OUT/sims2.yaml" --suite "$OUT/pipe.yaml" --results "$R" --fleet \
-    > "$OUT/pipe1.txt" 2>&1 &
+  gv pipeline -i "$L/sims2.yaml" --suite "$L/pipe.yaml" --results "$R" --fleet \
+    > "$L/pipe1.txt" 2>&1 &
   pid=$!
   # SIGINT once the training step has a launch running
   for i in $(seq 1 600); do
@@ -128,11 +130,11 @@ pipe)
   show "pipeline --fleet, SIGINT in train" $rc $t0
   left=$(pgrep -f "payload train" | wc -l); echo "   processes of the training step left: $left"
   id=$(basename "$(newest)")
-  t0=$SECONDS; gv pipeline -i "$OUT/sims2.yaml" --suite "$OUT/pipe.yaml" --results "$R" \
-    --fleet --resume "$id" > "$OUT/pipe2.txt" 2>&1; show "pipeline --resume $id" $? $t0 ;;
-esac; done
+  t0=$SECONDS; gv pipeline -i "$L/sims2.yaml" --suite "$L/pipe.yaml" --results "$R" \
+    --fleet --resume "$id" > "$L/pipe2.txt" 2>&1; show "pipeline --resume $id" $? $t0 ;;
+esac
+  # after every step: what a timeout would otherwise lose
+  tar czf "$OUT/results.tar.gz.tmp" -C "$W" results out && mv "$OUT/results.tar.gz.tmp" \
+    "$OUT/results.tar.gz"
+done
 } 2>&1 | tee "$OUT/table.txt"
-tar czf /tmp/sims-results.tar.gz -C "$OUT" results sims4.yaml sims2.yaml fleet.yaml train.yaml \
-  pipe.yaml $(cd "$OUT" && ls ./*.txt)
-find "$OUT" -mindepth 1 -maxdepth 1 ! -name table.txt -exec rm -rf {} +
-mv /tmp/sims-results.tar.gz "$OUT/results.tar.gz"
