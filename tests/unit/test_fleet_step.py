@@ -63,7 +63,8 @@ def write_inv(tmp_path: Path, n: int, expect: str = "") -> inventory.Inventory:
 def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
           dead: str | None = None, dead_after: int = 1, hostile: str | None = None,
           run_hook: Callable[[Run], None] | None = None, expect: str = "",
-          perftest: str | None = None, noise: str = "") -> tuple[list[Finding], Run]:
+          perftest: str | None = None, noise: str = "",
+          resume: Callable[[Run], None] | None = None) -> tuple[list[Finding], Run]:
     inv = write_inv(tmp_path, n, expect)
     suite = Suite(fleet=FleetParams.model_validate(
         {"engine": "torch", "plan": plan, "min_bytes": "1M", "max_bytes": "16M",
@@ -116,6 +117,9 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
     if run_hook is not None:
         run_hook(run)
     out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
+    if resume is not None:  # the same run again, as `--resume` runs it
+        resume(run)
+        out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
     return out.findings, run
 
 
@@ -305,3 +309,32 @@ def test_pairs_are_compared_on_busbw_from_the_time_not_its_two_printed_decimals(
     assert _busbw_from_time(16 << 20, 700_000.0, 2, 0.02) == pytest.approx(0.023968, rel=1e-4)
     assert _busbw_from_time(16 << 20, 700_000.0, 4, 0.04) == pytest.approx(0.035951, rel=1e-4)
     assert _busbw_from_time(16 << 20, 0.0, 2, 0.02) == 0.02  # no usable time: the printed one
+
+
+def test_a_resumed_run_keeps_a_judged_fleet_and_redoes_a_cut_one_whole(tmp_path: Path) -> None:
+    """The localisation needs every pair's samples, which live only in the attempt that
+    measured them: a fleet judged in full is kept as it is on resume, and one cut short is
+    dropped and run again from the start, never judged on the pairs of the second attempt
+    alone (which named nobody: every node dropped, "0 of 8 left to pair")."""
+    (tmp_path / "kept").mkdir()
+    (tmp_path / "cut").mkdir()
+    fs, run = fleet(tmp_path / "kept", 8, slow_node("n5"), resume=lambda run: None)
+    assert fs == []  # nothing ran again
+    stored = run.findings()
+    assert [f.node for f in by_code(stored, "FLEET_SUSPECT_NODE")] == ["n5"]
+    assert not by_code(stored, "FLEET_NOT_RUN")
+
+    def cut(run: Run) -> None:  # interrupted after the pairs, before the verdict
+        run.clear_done("provider:lab/fleet-judged", "fleet")
+        run.retract(keep_units={f.unit_key for f in run.findings() if f.unit_key and
+                                "fleet-judged" not in f.unit_key}, step="fleet")
+    fs, run = fleet(tmp_path / "cut", 8, slow_node("n5"), resume=cut)
+    assert [f.node for f in by_code(fs, "FLEET_SUSPECT_NODE")] == ["n5"]
+    stored = run.findings()
+    assert [f.node for f in by_code(stored, "FLEET_SUSPECT_NODE")] == ["n5"]
+    assert not by_code(stored, "FLEET_NOT_RUN") and not by_code(stored, "FLEET_NODE_DROPPED")
+    # one attempt's measurements, not two
+    per_job: dict[tuple, list] = {}
+    for m in run.measurements():
+        per_job.setdefault((m.unit_key, m.metric, m.size, m.inplace), []).append(m)
+    assert all(len(v) == 1 for v in per_job.values())

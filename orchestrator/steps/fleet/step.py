@@ -94,21 +94,59 @@ def run_fleet(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     """The fleet step over `nodes`, provider by provider; records go to `run`."""
     params = suite.fleet_params
     out = FleetRun()
+    provs = list(dict.fromkeys(n.provider for n in nodes))
+    complete = _restart_unfinished(run, nodes)
     with step_pool(inv, pool, accept_new_host_keys) as p:
-        for prov in dict.fromkeys(n.provider for n in nodes):
+        for prov in provs:
+            if prov in complete:
+                continue  # judged in full before the run was interrupted: its records stand
             members = [n for n in nodes if n.provider == prov]
             if len(members) < 2:
-                out.findings.append(finding(
+                out.findings.append(one := finding(
                     run.run_id, STEP, provider=prov, node=None, code="FLEET_NOT_APPLICABLE",
                     severity="INFO", message=f"[fleet] provider {prov} has {len(members)} node "
                     "selected: pairs need two or more nodes, the fleet step is skipped"))
+                run.add_findings([one])
                 continue
             pf = ProviderFleet(prov, members, params)
             _Runner(inv, run, suite, p, pf, progress).go()
             out.providers.append(pf)
-            out.findings += verdict.judge(run, inv, pf)
-    run.add_findings(out.findings)
+            judged = verdict.judge(run, inv, pf)
+            for f in judged:
+                f.unit_key = f.unit_key or _complete_key(prov)
+            run.add_findings(judged)
+            run.mark_done(_complete_key(prov), STEP, {"findings": len(judged)})
+            out.findings += judged
     return out
+
+
+def _complete_key(provider: str) -> str:
+    return f"provider:{provider}/fleet-judged"
+
+
+def _restart_unfinished(run: Run, nodes: list[Node]) -> set[str]:
+    """A resumed run: the providers whose fleet was judged in full keep their records; any
+    other's partial plan is dropped and run again from the start (its localisation needs
+    every pair's samples, which live only in the attempt that measured them; the builds
+    are cached on the nodes, so preparing again is quick). Returns the providers judged
+    in full."""
+    providers = list(dict.fromkeys(n.provider for n in nodes))
+    complete = {p for p in providers if run.is_done(_complete_key(p), STEP)}
+    stale = [p for p in providers if p not in complete]
+    if not stale:
+        return complete
+    records: list[Finding | Measurement] = [*run.findings(), *run.measurements()]
+    if any(r.step == STEP and r.provider in stale for r in records):
+        keep = {r.unit_key for r in records if r.step == STEP and r.unit_key
+                and r.provider not in stale}
+        run.retract(keep_units=keep, step=STEP)
+    for p in stale:
+        for done in (run.dir / "providers").glob(f"{p}__fleet__*/{STEP}/done.json"):
+            done.unlink(missing_ok=True)
+    for n in nodes:
+        if n.provider in stale:
+            run.clear_done(f"node:{n.name}", STEP)
+    return complete
 
 
 class _Runner:
