@@ -117,9 +117,12 @@ train)
     > "$L/train.txt" 2>&1; show "train (2 nodes, 350m)" $? $t0 ;;
 pipe)
   t0=$SECONDS
-  gv pipeline -i "$L/sims2.yaml" --suite "$L/pipe.yaml" --results "$R" --fleet \
-    > "$L/pipe1.txt" 2>&1 &
+  # job control on, or the shell starts the background job with SIGINT ignored
+  set -m
+  "$PY" -m orchestrator pipeline -i "$L/sims2.yaml" --suite "$L/pipe.yaml" --results "$R" \
+    --fleet > "$L/pipe1.txt" 2>&1 &
   pid=$!
+  set +m
   # SIGINT once the training step has a launch running
   for i in $(seq 1 600); do
     sleep 0.5
