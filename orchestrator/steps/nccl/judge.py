@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator import bands, stats
 from orchestrator.errors import ParseError
-from orchestrator.inventory import Inventory, Node
+from orchestrator.inventory import Fabric, Inventory, Node
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers._nccl_common import (
     NcclTestsRun,
@@ -32,6 +32,7 @@ from orchestrator.parsers._nccl_common import (
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
+from orchestrator.steps.nccl.network import judge_network
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 from payload.allreduce import BUSBW_FACTORS, busbw_factor
@@ -61,6 +62,8 @@ class Series:
     imported: bool = False
     # the collective the live step ran (an import reads it from each log's binary)
     collective: str | None = None
+    # normal, or network: P2P and SHM off, every rank through the NICs (network.py)
+    mode: str = "normal"
 
     @property
     def node(self) -> str | None:
@@ -76,6 +79,8 @@ class Series:
     @property
     def label(self) -> str:
         base = self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
+        if self.mode != "normal":
+            base = f"{base} {self.mode}"
         return base if self.collective in (None, "all_reduce") else f"{base} {self.collective}"
 
     @property
@@ -96,6 +101,7 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
 
     parsed: list[tuple[int, NcclTestsRun, str]] = []
     one_gpu = False
+    first: tuple[str, str] | None = None  # the first readable round's text and path
     for rnd, path, timed_out in s.logs:
         rel = _rel(run, path)
         if timed_out:
@@ -112,6 +118,8 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
                 f"{s.collective} was run", [rel], op=res.op, collective=s.collective)
             continue
         parsed.append((rnd, res, rel))
+        if first is None:
+            first = (text, rel)
         one_gpu = one_gpu or is_one_gpu(res)
         _paste(res, rnd, rel, add)
         for fl in res.failures:
@@ -143,11 +151,46 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
         ms += _measurements(s, run, suite_hash or suite.hash, rnd, res, one_gpu)
         if s.engine == "nccl-tests":
             _transports(s, text, rnd, rel, inv, add)
+    top = None
     if parsed and one_gpu:
         _not_applicable(parsed, add)
     elif parsed:
-        _stability(s, parsed, suite, inv, add)
+        top = _stability(s, parsed, suite, inv, add)
+    if s.mode == "network" and parsed and not one_gpu and first is not None:
+        _network(s, inv, first, parsed[0][1], top, add)
     return findings, ms
+
+
+TORCH_HEADER = re.compile(r"^# gpuvet torch\.distributed \S+ benchmark, torch \S+, "
+                          r"backend (?P<backend>\w+)", re.M)
+
+
+def _network(s: Series, inv: Inventory | None, first: tuple[str, str], res: NcclTestsRun,
+             top: stats.SizeStats | None, add: Any) -> None:
+    """The network mode's judge (network.py) on the first round's NCCL INFO lines and the
+    busbw at the largest size."""
+    text, rel = first
+    if s.engine == "torch":
+        m = TORCH_HEADER.search(text)
+        if m and m["backend"] != "nccl":
+            add("NCCL_NETWORK_NOT_MEASURED", "INFO",
+                f"the transport, GPUDirect RDMA and busbw per NIC are GPU-only and not "
+                f"measured: the torch engine ran on {m['backend']} (CPU tensors over TCP), "
+                "which has no NCCL transport, no GPU memory for a NIC to reach, and its "
+                "bandwidth is the host's, not the NICs'", [rel], backend=m["backend"])
+            return
+    try:
+        dbg = parse_nccl_debug(text, source=rel)
+    except ParseError:
+        dbg = None
+    fabric = inv.provider_of(s.nodes[0]).expect.fabric if inv is not None and s.nodes \
+        else Fabric()
+    gpus = gpu_count(res)
+    per_node = gpus // s.node_count if gpus else None
+    for r in judge_network(dbg, fabric, busbw=top.median if top else None,
+                           size=_size(top.size_bytes) if top else None,
+                           ranks_per_node=per_node):
+        add(r.code, r.severity, r.message, [rel], **r.details)
 
 
 def gpu_count(res: NcclTestsRun) -> int | None:
@@ -221,6 +264,8 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int, res: NcclTests
                  "gpus": gpu_count(res), "n_nodes": s.node_count}
     if s.imported:
         tags_base["imported"] = True
+    if s.mode != "normal":
+        tags_base["mode"] = s.mode  # compare and regress keep its series apart
     if one_gpu:
         tags_base["local_copy"] = True
     nodes = [n.name for n in s.nodes]
@@ -248,8 +293,8 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
     if rnd == 1:
         add("NCCL_TRANSPORTS", "INFO", dbg.summary(), [rel], transports=dbg.used,
             n_nodes=dbg.n_nodes, interfaces=dbg.nics, networks=dbg.networks)
-    if s.scope != "multi" or inv is None or not s.nodes:
-        return
+    if s.scope != "multi" or inv is None or not s.nodes or s.mode == "network":
+        return  # the network mode says it in its own judge (network.py)
     fabric = inv.provider_of(s.nodes[0]).expect.fabric.type
     sockets = [c for c in dbg.connections
                if c.transport == "NET" and (c.net or "").lower() == "socket"]
@@ -262,7 +307,9 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
 
 
 def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Suite,
-               inv: Inventory | None, add: Any) -> None:
+               inv: Inventory | None, add: Any) -> stats.SizeStats | None:
+    """Round-to-round drops, the busbw at the largest size and the bands; returns that
+    largest size's figures (None when no row)."""
     rounds = [{row.size_bytes: row.out_of_place.busbw_gbs for row in res.rows}
               for _, res, _ in parsed]
     evidence = [rel for _, _, rel in parsed]
@@ -279,13 +326,13 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
                     f"({', '.join(f'{v:.1f}' for v in st.values)})", evidence,
                     size=st.size_bytes, values=list(st.values))
     if not table:
-        return
+        return None
     top = table[-1]
     add("NCCL_BUSBW", "INFO", f"busbw at {_size(top.size_bytes)}: median {top.median:.1f} GB/s "
         f"over {len(top.values)} round(s) (min {top.min:.1f}, max {top.max:.1f}, "
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
-    if s.engine != "nccl-tests":
-        return
+    if s.engine != "nccl-tests" or s.mode == "network":
+        return top  # the network mode is judged per NIC against the fabric (network.py)
     source, every = _bands(s, parsed[0][1], inv)
     coll = collective_of(s, parsed[0][1])
     if coll is None:
@@ -293,7 +340,7 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
             "no reference band applies to this run: the log does not name its collective "
             "(no `Collective test starting` line) and its busbw is not all_reduce's "
             "2(n-1)/n of algbw, so it is judged against no collective's band", evidence)
-        return
+        return top
     candidates = bands.of_collective(every, coll)
     by_size = {st.size_bytes: st for st in table}
     judged = bands.applicable(candidates, list(by_size), coll)
@@ -311,7 +358,7 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
                 f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
                 f"count and node count, and the inventory sets no{mine} expect.nccl_busbw"),
             evidence, **why)
-        return
+        return top
     for band in judged:
         st = by_size[band.size_bytes]
         j = band.judge(st.median)
@@ -326,6 +373,7 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
             f"{source}{'; ' + band.note if band.note else ''})", evidence,
             size=st.size_bytes, judged=j.model_dump(), source=source,
             **({} if coll == "all_reduce" else {"collective": coll}))
+    return top
 
 
 def collective_of(s: Series, res: NcclTestsRun) -> str | None:
