@@ -330,6 +330,25 @@ def _communicators(comms: list[NcclComm],
             for (cid, n), g in groups.items() if cid is not None or n not in with_id]
 
 
+_NVLS_ENV = re.compile(r"\bNCCL_NVLS_ENABLE set by environment to (?P<v>\d+)")
+_NVLS_CHANNEL = re.compile(r"\bvia NVLS\b|\bNVLS multicast support is available\b")
+_NVLS_NONE = re.compile(r"\bNVLS multicast support is not available\b")
+
+
+def nvls_state(text: str) -> tuple[bool, str] | None:
+    """Whether NVLink SHARP was on in a log, and which line says so: the environment
+    NCCL echoes, NVLS channels or NCCL's multicast line; None where nothing does."""
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if m := _NVLS_ENV.search(line):
+            return m["v"] != "0", f"NCCL_NVLS_ENABLE={m['v']}, log line {line_no}"
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if _NVLS_CHANNEL.search(line):
+            return True, f"NVLS in NCCL INFO, log line {line_no}"
+        if _NVLS_NONE.search(line):
+            return False, f"NVLS multicast not available, log line {line_no}"
+    return None
+
+
 # Registered without decorating, so callers keep the precise return type.
 register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports",
           example="NCCL_DEBUG=INFO ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8")(

@@ -345,3 +345,19 @@ def test_compare_and_regress_keep_the_network_modes_busbw_apart(tmp_path: Path) 
                for r in blocks["busbw (all_reduce network, out-of-place)"].rows)
     keys = {r.key.collective for r in regress.evaluate(root).rows if not r.is_node}
     assert keys == {"", "all_reduce network"}
+
+
+def test_the_network_flag_adds_the_mode_to_the_suite(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.unit.clirun import gpuvet
+
+    seen: list[Suite] = []
+    monkeypatch.setattr(nccl_step, "run_nccl",
+                        lambda inv, nodes, run, suite, **kw: seen.append(suite))
+    inv_path = tmp_path / "inv.yaml"
+    inv_path.write_text(f"version: 1\nproviders:\n  lab:\n    executor: local\n    nodes:\n"
+                        f"      - {{name: n0, work_dir: {tmp_path / 'w'}}}\n")
+    res = gpuvet(capsys, "nccl", "-i", inv_path, "--results", tmp_path / "r", "--network")
+    assert res.returncode == 0, res.output
+    assert seen[0].nccl.modes == ("normal", "network")
+    assert seen[0].hash != Suite().hash

@@ -33,6 +33,7 @@ from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
 from orchestrator.steps.nccl.network import judge_network
+from orchestrator.steps.nccl.traits import series_traits
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 from payload.allreduce import BUSBW_FACTORS, busbw_factor
@@ -155,10 +156,26 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
     if parsed and one_gpu:
         _not_applicable(parsed, add)
     elif parsed:
-        top = _stability(s, parsed, suite, inv, add)
+        top = _stability(s, parsed, suite, inv, add, _traits(s, run, parsed[0][1], first))
     if s.mode == "network" and parsed and not one_gpu and first is not None:
         _network(s, inv, first, parsed[0][1], top, add)
     return findings, ms
+
+
+def _traits(s: Series, run: Run, res: NcclTestsRun,
+            first: tuple[str, str] | None) -> bands.NodeTraits:
+    """What the series' log and, for a live run, preflight's facts say of the machine."""
+    text = first[0] if first else ""
+    try:
+        dbg = parse_nccl_debug(text) if "NCCL INFO" in text else None
+    except ParseError:
+        dbg = None
+    gpus = gpu_count(res) or len(res.ranks) or None
+    return series_traits(
+        gpu=res.ranks[0].name if res.ranks else None,
+        gpus=gpus // s.node_count if gpus else None, nodes=s.node_count,
+        live=not s.imported and bool(s.nodes), node_names=[n.name for n in s.nodes],
+        run_dir=run.dir, text=text, dbg=dbg)
 
 
 TORCH_HEADER = re.compile(r"^# gpuvet torch\.distributed \S+ benchmark, torch \S+, "
@@ -307,7 +324,8 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
 
 
 def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Suite,
-               inv: Inventory | None, add: Any) -> stats.SizeStats | None:
+               inv: Inventory | None, add: Any,
+               traits: bands.NodeTraits | None = None) -> stats.SizeStats | None:
     """Round-to-round drops, the busbw at the largest size and the bands; returns that
     largest size's figures (None when no row)."""
     rounds = [{row.size_bytes: row.out_of_place.busbw_gbs for row in res.rows}
@@ -333,7 +351,8 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
     if s.engine != "nccl-tests" or s.mode == "network":
         return top  # the network mode is judged per NIC against the fabric (network.py)
-    source, every = _bands(s, parsed[0][1], inv)
+    choice = _bands(s, parsed[0][1], inv, traits)
+    source, every = choice.source, choice.bands
     coll = collective_of(s, parsed[0][1])
     if coll is None:
         add("NCCL_REFERENCE_NONE", "INFO",
@@ -348,15 +367,23 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         sizes = ", ".join(b.size for b in candidates)
         others = sorted({b.collective for b in every} - {coll})
         mine = "" if coll == "all_reduce" else f" {coll}"
-        why = {} if coll == "all_reduce" else {"collective": coll}
-        add("NCCL_REFERENCE_NONE", "INFO",
-            "no reference band applies to this run: " + (
-                f"the {source}{mine} bands are for {sizes}, which this run did not measure"
-                if candidates else
-                f"the {source} bands are for {', '.join(others)}, never for {coll}"
-                if others else
-                f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
-                f"count and node count, and the inventory sets no{mine} expect.nccl_busbw"),
+        why: dict[str, Any] = {} if coll == "all_reduce" else {"collective": coll}
+        unsure = [a for a in choice.ambiguous if a.startswith(f"{coll} at ")]
+        if candidates:
+            text = f"the {source}{mine} bands are for {sizes}, which this run did not measure"
+        elif unsure:
+            text = "; ".join(unsure)
+            why["ambiguous"] = unsure
+        elif choice.differing:
+            text = ("the shipped bands of this GPU assume another machine: "
+                    + "; ".join(choice.differing))
+            why["assumptions_differ"] = choice.differing
+        elif others:
+            text = f"the {source} bands are for {', '.join(others)}, never for {coll}"
+        else:
+            text = (f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
+                    f"count and node count, and the inventory sets no{mine} expect.nccl_busbw")
+        add("NCCL_REFERENCE_NONE", "INFO", "no reference band applies to this run: " + text,
             evidence, **why)
         return top
     for band in judged:
@@ -368,11 +395,17 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
                 "within": "within the reference band",
                 "above": "above the reference band (faster than the band expects: check "
                          "that the band describes this machine)"}[j.result]
+        extra: dict[str, Any] = {} if coll == "all_reduce" else {"collective": coll}
+        if band.source:
+            extra["reference_source"] = band.source
+        if choice.unverified:
+            extra["unverified"] = choice.unverified
         add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {_size(st.size_bytes)} is "
             f"{what} {band.lower:g}-{band.upper:g} GB/s (expected about {band.value:g}, "
-            f"{source}{'; ' + band.note if band.note else ''})", evidence,
-            size=st.size_bytes, judged=j.model_dump(), source=source,
-            **({} if coll == "all_reduce" else {"collective": coll}))
+            f"{source}{'; ' + band.note if band.note else ''}"
+            f"{'; source: ' + band.source if band.source else ''}"
+            f"{'; unverified: ' + ', '.join(choice.unverified) if choice.unverified else ''})",
+            evidence, size=st.size_bytes, judged=j.model_dump(), source=source, **extra)
     return top
 
 
@@ -405,20 +438,68 @@ def busbw_fits(res: NcclTestsRun, op: str) -> bool | None:
                for r in seen)
 
 
-def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, list[bands.Band]]:
-    """The inventory's bands for this provider win over the shipped ones."""
+@dataclass
+class BandChoice:
+    """The bands a series is judged against, and why others were not applied."""
+
+    source: str  # shipped | inventory
+    bands: list[bands.Band]
+    differing: list[str]  # per shipped class not applied: the assumptions the run breaks
+    ambiguous: list[str]  # (collective, size) two fitting classes disagree on, and why
+    unverified: list[str]  # assumptions of the applied classes nothing could check
+
+
+def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None,
+           traits: bands.NodeTraits | None = None) -> BandChoice:
+    """The inventory's bands for this provider win over the shipped ones; a shipped class
+    of this GPU applies only where the run breaks none of its assumptions."""
     if inv is not None and s.nodes:
         own = inv.provider_of(s.nodes[0]).expect.nccl_busbw
         if own is not None:
-            return "inventory", list(own) if isinstance(own, (list, tuple)) else [own]
+            return BandChoice("inventory", list(own) if isinstance(own, (list, tuple))
+                              else [own], [], [], [])
     if not res.ranks:
-        return "shipped", []
-    n_nodes = s.node_count
-    ref = bands.find_shipped(res.ranks[0].name, (gpu_count(res) or len(res.ranks)) // n_nodes,
-                             n_nodes)
-    if ref is None:
-        return "shipped", []
-    return "shipped", [b if b.note else b.model_copy(update={"note": ref.note}) for b in ref.bands]
+        return BandChoice("shipped", [], [], [], [])
+    if traits is None:
+        n_nodes = s.node_count
+        traits = bands.NodeTraits(
+            gpus=bands.Trait((gpu_count(res) or len(res.ranks)) // n_nodes, "the log"),
+            nodes=bands.Trait(n_nodes, "the log"))
+    fits: list[bands.ShippedBands] = []
+    differing: list[str] = []
+    mine = bands.of_gpu(res.ranks[0].name)
+    # GPUs per node and nodes first: a class of another shape is said in one line
+    shaped = [r for r in mine if (traits.gpus is None or traits.gpus.value == r.gpus)
+              and (traits.nodes is None or traits.nodes.value == r.nodes)]
+    if mine and not shaped:
+        have = (f"{traits.gpus.value if traits.gpus else '?'} GPU(s) per node on "
+                f"{traits.nodes.value if traits.nodes else '?'} node(s)")
+        differing.append(f"they are for {', '.join(dict.fromkeys(r.shape for r in mine))}; "
+                         f"this run has {have} (the log)")
+    for ref in shaped:
+        why = bands.differing(ref, traits)
+        if why:
+            differing.append(f"{ref.label}: {'; '.join(why)}")
+        else:
+            fits.append(ref)
+    by_key: dict[tuple[str, int], list[tuple[bands.ShippedBands, bands.Band]]] = {}
+    for ref in fits:
+        for b in ref.bands:
+            by_key.setdefault((b.collective, b.size_bytes), []).append((ref, b))
+    chosen: list[bands.Band] = []
+    ambiguous: list[str] = []
+    unverified: list[str] = []
+    for (coll, size), pairs in by_key.items():
+        if len({(b.value, b.lower, b.upper) for _, b in pairs}) > 1:
+            unknown = sorted({u for ref, _ in pairs for u in bands.unverified(ref, traits)})
+            ambiguous.append(f"{coll} at {_size(size)}: " + " and ".join(
+                f"{ref.label} ({b.value:g})" for ref, b in pairs)
+                + f" both fit, as {', '.join(unknown) or 'nothing'} is not known for this run")
+            continue
+        ref, b = pairs[0]
+        chosen.append(b if b.note else b.model_copy(update={"note": ref.note}))
+        unverified += [u for u in bands.unverified(ref, traits) if u not in unverified]
+    return BandChoice("shipped", chosen, differing, ambiguous, unverified)
 
 
 def _size(n: int) -> str:
