@@ -361,3 +361,33 @@ def test_the_network_flag_adds_the_mode_to_the_suite(tmp_path: Path, capsys: pyt
     assert res.returncode == 0, res.output
     assert seen[0].nccl.modes == ("normal", "network")
     assert seen[0].hash != Suite().hash
+
+
+def test_the_torch_engine_runs_the_network_mode_with_its_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """nccl-tests without MPI: the multi-node network series is the torch benchmark's, its
+    ranks started with the network mode's environment (Ring across nodes), its log judged."""
+    from orchestrator.executors.base import CommandResult
+
+    inv = _inv(tmp_path, "{type: ib}", nodes=2)
+    run = _run(tmp_path)
+    built = BuildDoc(ok=True, gpus=1, mpi=False, binary="/x/all_reduce_perf")
+    monkeypatch.setattr(nccl_step, "_build_node", lambda ex, run, suite, archive: built)
+    envs: list[dict[str, str]] = []
+
+    def fake_run(ex: object, args: list[str], *, env: dict[str, str],
+                 stdout_path: Path | None = None, **kw: object) -> CommandResult:
+        envs.append(env)
+        if stdout_path is not None:
+            stdout_path.write_text(TORCH_NCCL.read_text())
+        return CommandResult(node="n", command="x", rc=0, stdout="", stderr="", duration_s=0)
+
+    monkeypatch.setattr(nccl_step.payload_mod, "run", fake_run)
+    suite = Suite(nccl=NcclParams(modes=("network",)))
+    nccl_step.run_nccl(inv, inv.nodes, run, suite, single=False)
+    assert envs == [nccltests.run_env(NcclParams(), mode="network", multi=True)] * 2
+    fs = run.findings()
+    assert "[torch multi network] ib was ordered" in next(
+        f.message for f in fs if f.code == "NCCL_SOCKET_FALLBACK")
+    assert [p.name for p in run.provider_dir("lab", "nccl").glob("torch_*.log")] == [
+        "torch_multi_network.log"]
