@@ -121,6 +121,9 @@ class ShippedBands(BaseModel):
     nics: int | None = Field(default=None, ge=1)  # RDMA NICs per node
     nic_rate_gbps: float | None = Field(default=None, gt=0)
     nvls: bool | None = None
+    # every shipped figure was measured with NVLink peer access on: a run with
+    # NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC) measures something else
+    p2p: bool = True
     note: str | None = None
     bands: tuple[Band, ...] = Field(min_length=1)
 
@@ -165,16 +168,17 @@ class NodeTraits:
     nics: Trait | None = None
     nic_rate_gbps: Trait | None = None
     nvls: Trait | None = None
+    p2p: Trait | None = None
 
 
 # (assumption, what it is called in a message)
 ASSUMPTIONS = (("gpus", "GPUs per node"), ("nodes", "nodes"), ("nvlink", "NVLink links per "
                "GPU pair"), ("nics", "NICs per node"), ("nic_rate_gbps", "NIC rate (Gb/s)"),
-               ("nvls", "NVLS"))
+               ("nvls", "NVLS"), ("p2p", "peer access (P2P)"))
 
 
 def _shown(name: str, value: Any) -> str:
-    if name == "nvls":
+    if name in ("nvls", "p2p"):
         return "on" if value else "off"
     if name == "nvlink":
         return f"NV{value}"
@@ -202,7 +206,8 @@ def differing(ref: ShippedBands, traits: NodeTraits) -> list[str]:
 def unverified(ref: ShippedBands, traits: NodeTraits) -> list[str]:
     """The assumptions of `ref` nothing in the run could check."""
     return [words for name, words in ASSUMPTIONS
-            if getattr(ref, name) is not None and (getattr(traits, name) is None
+            if name != "p2p"  # on unless something says it was turned off: not a doubt
+            and getattr(ref, name) is not None and (getattr(traits, name) is None
                                                     or getattr(traits, name).value is None)]
 
 

@@ -349,6 +349,21 @@ def nvls_state(text: str) -> tuple[bool, str] | None:
     return None
 
 
+_P2P_ENV = re.compile(r"\b(?P<name>NCCL_P2P_DISABLE|NCCL_P2P_LEVEL) set by environment to "
+                      r"(?P<v>\w+)")
+
+
+def p2p_state(text: str) -> tuple[bool, str] | None:
+    """False where NCCL echoes that peer access was turned off (NCCL_P2P_DISABLE=1, or
+    NCCL_P2P_LEVEL LOC/0: never use it), with the line; None where it says nothing."""
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        m = _P2P_ENV.search(line)
+        if m and ((m["name"] == "NCCL_P2P_DISABLE" and m["v"] == "1")
+                  or (m["name"] == "NCCL_P2P_LEVEL" and m["v"] in ("LOC", "0"))):
+            return False, f"{m['name']}={m['v']}, log line {line_no}"
+    return None
+
+
 # Registered without decorating, so callers keep the precise return type.
 register(KIND, "NCCL_DEBUG=INFO lines from any log: version, ranks, nodes, NICs, transports",
           example="NCCL_DEBUG=INFO ./build/all_reduce_perf -b 8 -e 128M -f 2 -g 8")(

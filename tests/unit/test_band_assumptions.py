@@ -197,3 +197,27 @@ def test_two_classes_that_fit_and_disagree_judge_nothing(tmp_path: Path) -> None
                        nvls=Trait(True, "NCCL INFO"))
     on = _bands(s, res, None, known)
     assert [b.value for b in on.bands if b.collective == "all_reduce"] == [480]
+
+
+def test_a_run_without_peer_access_is_not_judged_against_nvlink_bands(
+        run: Run, tmp_path: Path) -> None:
+    """Peer access off (the inventory's env, or NCCL's own echo in a log): the A100 band,
+    measured over NVLink peer access, is not this run's."""
+    p = tmp_path / "inv-p2p.yaml"
+    p.write_text("version: 1\nproviders:\n  lab:\n    executor: local\n    nodes:\n"
+                 "      - {name: lab-0, env: {NCCL_P2P_DISABLE: '1'}}\n")
+    the_inv = inventory.load(p)
+    fs, _ = judge_series(Series("single", the_inv.nodes, [(1, A100_8, False)], BuildDoc()),
+                         run, the_inv, SUITE)
+    [ref] = refs(fs)
+    assert ref.code == "NCCL_REFERENCE_NONE"
+    assert ("peer access (P2P): the band assumes on, this run off (the inventory sets "
+            "NCCL_P2P_DISABLE=1 for lab-0)") in ref.message
+    log = tmp_path / "p2p-off.log"
+    lines = A100_8.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:5]) + "a100-node-3:112904:112904 [0] NCCL INFO "
+                   "NCCL_P2P_LEVEL set by environment to LOC\n" + "".join(lines[5:]))
+    s = Series("single", [], [(1, log, False)], BuildDoc(), provider="cap", n_nodes=1,
+               imported=True)
+    [ref] = refs(judge_series(s, run, None, SUITE)[0])
+    assert "this run off (NCCL_P2P_LEVEL=LOC, log line 6)" in ref.message

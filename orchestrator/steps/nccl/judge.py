@@ -175,7 +175,7 @@ def _traits(s: Series, run: Run, res: NcclTestsRun,
         gpu=res.ranks[0].name if res.ranks else None,
         gpus=gpus // s.node_count if gpus else None, nodes=s.node_count,
         live=not s.imported and bool(s.nodes), node_names=[n.name for n in s.nodes],
-        run_dir=run.dir, text=text, dbg=dbg)
+        run_dir=run.dir, text=text, dbg=dbg, node_env={n.name: n.env for n in s.nodes})
 
 
 TORCH_HEADER = re.compile(r"^# gpuvet torch\.distributed \S+ benchmark, torch \S+, "

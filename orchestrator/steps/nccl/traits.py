@@ -17,16 +17,18 @@ from typing import Any
 
 from orchestrator.bands import NodeTraits, Trait
 from orchestrator.nccltests import RUN_ENV
-from orchestrator.parsers.nccl_debug import NcclDebugFacts, nvls_state
+from orchestrator.parsers.nccl_debug import NcclDebugFacts, nvls_state, p2p_state
 
 _NV = re.compile(r"NV(\d+)")
 
 
 def series_traits(*, gpu: str | None, gpus: int | None, nodes: int, live: bool,
                   node_names: list[str], run_dir: Path | None, text: str,
-                  dbg: NcclDebugFacts | None) -> NodeTraits:
-    """The traits of one series: `live` is a run gpuvet made (its environment known),
-    else an imported log (only what it shows)."""
+                  dbg: NcclDebugFacts | None,
+                  node_env: dict[str, dict[str, str]] | None = None) -> NodeTraits:
+    """The traits of one series: `live` is a run gpuvet made (its environment known, and
+    each node's inventory `env` in `node_env`), else an imported log (only what it
+    shows)."""
     if live:
         nvls: Trait | None = Trait(RUN_ENV.get("NCCL_NVLS_ENABLE") != "0",
                                    "gpuvet runs with NCCL_NVLS_ENABLE=0")
@@ -34,6 +36,11 @@ def series_traits(*, gpu: str | None, gpus: int | None, nodes: int, live: bool,
         state = nvls_state(text)
         nvls = Trait(state[0], state[1]) if state is not None else None
     facts = [(n, _facts(run_dir, n)) for n in node_names] if live and run_dir else []
+    p2p = p2p_state(text)
+    off = [n for n, env in (node_env or {}).items() if env.get("NCCL_P2P_DISABLE") == "1"]
+    p2p_trait = (Trait(p2p[0], p2p[1]) if p2p is not None else
+                 Trait(False, f"the inventory sets NCCL_P2P_DISABLE=1 for {off[0]}") if off
+                 else None)
     return NodeTraits(
         gpu=Trait(gpu, "the log's rank lines") if gpu else None,
         gpus=Trait(gpus, "the log") if gpus else None,
@@ -41,7 +48,7 @@ def series_traits(*, gpu: str | None, gpus: int | None, nodes: int, live: bool,
         nvlink=_nvlink(facts),
         nics=_nics(facts, dbg),
         nic_rate_gbps=_rate(facts),
-        nvls=nvls)
+        nvls=nvls, p2p=p2p_trait)
 
 
 def _facts(run_dir: Path, node: str) -> dict[str, Any] | None:
