@@ -57,6 +57,7 @@ def test_find_shipped_matches_gpu_count_and_nodes() -> None:
     ("NVIDIA H200", 1, 2),
     ("Tesla V100-SXM2-32GB", 8, 1),  # unknown GPU
     ("NVIDIA H100 PCIe", 8, 1),  # H100 band is for HBM3 (SXM5) only
+    ("NVIDIA H200 NVL", 8, 1),  # NVSwitch figures are SXM's, not the NVL's bridges
 ])
 def test_find_shipped_no_match(gpu: str, gpus: int, nodes: int) -> None:
     assert find_shipped(gpu, gpus, nodes) is None

@@ -349,17 +349,18 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                     'node': None,
                                     'message': '[multi] no reference band applies to this run: the '
                                                'shipped bands of this GPU assume another machine: '
-                                               'they are for 2x H200 on 1 node, 8x H200 on 1 node, '
-                                               '8x H200 on 2 nodes; this run has 1 GPU(s) per node '
-                                               'on 2 node(s) (the log)',
+                                               'they are for 2x H200 SXM on 1 node, 8x H200 SXM on '
+                                               '1 node, 8x H200 SXM on 2 nodes; this run has 1 '
+                                               'GPU(s) per node on 2 node(s) (the log)',
                                     'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
                                     'details': {'scope': 'multi',
                                                 'engine': 'nccl-tests',
-                                                'assumptions_differ': ['they are for 2x H200 on 1 '
-                                                                       'node, 8x H200 on 1 node, '
-                                                                       '8x H200 on 2 nodes; this '
-                                                                       'run has 1 GPU(s) per node '
-                                                                       'on 2 node(s) (the log)']}}],
+                                                'assumptions_differ': ['they are for 2x H200 SXM '
+                                                                       'on 1 node, 8x H200 SXM on '
+                                                                       '1 node, 8x H200 SXM on 2 '
+                                                                       'nodes; this run has 1 '
+                                                                       'GPU(s) per node on 2 '
+                                                                       'node(s) (the log)']}}],
  'band_below_and_above': [{'code': 'NCCL_BUSBW',
                            'severity': 'INFO',
                            'node': 'lab-0',
@@ -706,15 +707,15 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                          'node': None,
                          'message': '[multi] no reference band applies to this run: the shipped '
                                     'bands of this GPU assume another machine: they are for 2x '
-                                    'H200 on 1 node, 8x H200 on 1 node, 8x H200 on 2 nodes; this '
-                                    'run has 1 GPU(s) per node on 2 node(s) (the log)',
+                                    'H200 SXM on 1 node, 8x H200 SXM on 1 node, 8x H200 SXM on 2 '
+                                    'nodes; this run has 1 GPU(s) per node on 2 node(s) (the log)',
                          'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
                          'details': {'scope': 'multi',
                                      'engine': 'nccl-tests',
-                                     'assumptions_differ': ['they are for 2x H200 on 1 node, 8x '
-                                                            'H200 on 1 node, 8x H200 on 2 nodes; '
-                                                            'this run has 1 GPU(s) per node on 2 '
-                                                            'node(s) (the log)']}}],
+                                     'assumptions_differ': ['they are for 2x H200 SXM on 1 node, '
+                                                            '8x H200 SXM on 1 node, 8x H200 SXM on '
+                                                            '2 nodes; this run has 1 GPU(s) per '
+                                                            'node on 2 node(s) (the log)']}}],
  'socket_fallback_roce': [{'code': 'NCCL_TRANSPORTS',
                            'severity': 'INFO',
                            'node': None,
@@ -753,15 +754,16 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                            'node': None,
                            'message': '[multi] no reference band applies to this run: the shipped '
                                       'bands of this GPU assume another machine: they are for 2x '
-                                      'H200 on 1 node, 8x H200 on 1 node, 8x H200 on 2 nodes; this '
-                                      'run has 1 GPU(s) per node on 2 node(s) (the log)',
+                                      'H200 SXM on 1 node, 8x H200 SXM on 1 node, 8x H200 SXM on 2 '
+                                      'nodes; this run has 1 GPU(s) per node on 2 node(s) (the '
+                                      'log)',
                            'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
                            'details': {'scope': 'multi',
                                        'engine': 'nccl-tests',
-                                       'assumptions_differ': ['they are for 2x H200 on 1 node, 8x '
-                                                              'H200 on 1 node, 8x H200 on 2 nodes; '
-                                                              'this run has 1 GPU(s) per node on 2 '
-                                                              'node(s) (the log)']}}],
+                                       'assumptions_differ': ['they are for 2x H200 SXM on 1 node, '
+                                                              '8x H200 SXM on 1 node, 8x H200 SXM '
+                                                              'on 2 nodes; this run has 1 GPU(s) '
+                                                              'per node on 2 node(s) (the log)']}}],
  'socket_fallback_efa': [{'code': 'NCCL_TRANSPORTS',
                           'severity': 'INFO',
                           'node': None,
@@ -800,15 +802,15 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                           'node': None,
                           'message': '[multi] no reference band applies to this run: the shipped '
                                      'bands of this GPU assume another machine: they are for 2x '
-                                     'H200 on 1 node, 8x H200 on 1 node, 8x H200 on 2 nodes; this '
-                                     'run has 1 GPU(s) per node on 2 node(s) (the log)',
+                                     'H200 SXM on 1 node, 8x H200 SXM on 1 node, 8x H200 SXM on 2 '
+                                     'nodes; this run has 1 GPU(s) per node on 2 node(s) (the log)',
                           'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
                           'details': {'scope': 'multi',
                                       'engine': 'nccl-tests',
-                                      'assumptions_differ': ['they are for 2x H200 on 1 node, 8x '
-                                                             'H200 on 1 node, 8x H200 on 2 nodes; '
-                                                             'this run has 1 GPU(s) per node on 2 '
-                                                             'node(s) (the log)']}}],
+                                      'assumptions_differ': ['they are for 2x H200 SXM on 1 node, '
+                                                             '8x H200 SXM on 1 node, 8x H200 SXM '
+                                                             'on 2 nodes; this run has 1 GPU(s) '
+                                                             'per node on 2 node(s) (the log)']}}],
  'ib_gdrdma': [{'code': 'NCCL_TRANSPORTS',
                 'severity': 'INFO',
                 'node': None,
