@@ -12,6 +12,7 @@ ReFrame stores a performance variable.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
@@ -44,6 +45,9 @@ class Band(BaseModel):
     size: str = "128M"  # the message size this band is for
     note: str | None = None
     collective: str = "all_reduce"  # the nccl-tests collective (its log name) it is for
+    # where the figure comes from: a public page or thread (URL) or a capture of this
+    # repository; every shipped band has one (ShippedBands), an inventory's may
+    source: str | None = None
 
     @field_validator("size")
     @classmethod
@@ -103,14 +107,108 @@ class Judged(BaseModel):
 
 
 class ShippedBands(BaseModel):
-    """Bands for one machine class: GPU model tokens, GPUs per node, node count."""
+    """Bands for one machine class and what they assume of it: GPU model, GPUs per node,
+    node count, NVLink links per GPU pair (`nvidia-smi topo -m`'s NV#) and generation, NICs
+    per node and their rate, NVLink SHARP (NVLS) on or off. An assumption left unset is
+    not one (a single-node band says nothing of NICs). Every band carries its source."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     gpu: str
     gpus: int = Field(ge=1)
     nodes: int = Field(ge=1)
+    nvlink: int | None = Field(default=None, ge=0)  # links between each GPU pair (NV18)
+    nvlink_gen: int | None = Field(default=None, ge=1)
+    nics: int | None = Field(default=None, ge=1)  # RDMA NICs per node
+    nic_rate_gbps: float | None = Field(default=None, gt=0)
+    nvls: bool | None = None
+    # every shipped figure was measured with NVLink peer access on: a run with
+    # NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC) measures something else
+    p2p: bool = True
     note: str | None = None
     bands: tuple[Band, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _sourced(self) -> ShippedBands:
+        missing = [f"{b.collective} {b.size}" for b in self.bands if not b.source]
+        if missing:
+            raise ValueError(f"{self.gpu} x{self.gpus}, {self.nodes} node(s): a shipped band "
+                             f"needs its source ({', '.join(missing)})")
+        return self
+
+    @property
+    def shape(self) -> str:
+        return f"{self.gpus}x {self.gpu} on {self.nodes} node{'s' if self.nodes > 1 else ''}"
+
+    @property
+    def label(self) -> str:
+        """The class as a person tells it apart: shape, NICs, NVLS."""
+        nics = (f", {self.nics}x {self.nic_rate_gbps:g}G NICs" if self.nics and
+                self.nic_rate_gbps else f", {self.nics} NICs" if self.nics else "")
+        nvls = "" if self.nvls is None else f", NVLS {'on' if self.nvls else 'off'}"
+        return f"{self.shape}{nics}{nvls}"
+
+
+@dataclass(frozen=True)
+class Trait:
+    """One fact about the machine a run measured and where it was read."""
+
+    value: Any
+    where: str
+
+
+@dataclass(frozen=True)
+class NodeTraits:
+    """What is known of the machine a series ran on, for a band's assumptions: each
+    trait None where nothing said (a log without NCCL INFO, a run without preflight)."""
+
+    gpu: Trait | None = None
+    gpus: Trait | None = None
+    nodes: Trait | None = None
+    nvlink: Trait | None = None
+    nics: Trait | None = None
+    nic_rate_gbps: Trait | None = None
+    nvls: Trait | None = None
+    p2p: Trait | None = None
+
+
+# (assumption, what it is called in a message)
+ASSUMPTIONS = (("gpus", "GPUs per node"), ("nodes", "nodes"), ("nvlink", "NVLink links per "
+               "GPU pair"), ("nics", "NICs per node"), ("nic_rate_gbps", "NIC rate (Gb/s)"),
+               ("nvls", "NVLS"), ("p2p", "peer access (P2P)"))
+
+
+def _shown(name: str, value: Any) -> str:
+    if name in ("nvls", "p2p"):
+        return "on" if value else "off"
+    if name == "nvlink":
+        return f"NV{value}"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def differing(ref: ShippedBands, traits: NodeTraits) -> list[str]:
+    """The assumptions of `ref` the machine is known to break, each with both values and
+    where the machine's was read; empty when the band may judge it."""
+    out = []
+    for name, words in ASSUMPTIONS:
+        want = getattr(ref, name)
+        have: Trait | None = getattr(traits, name)
+        if want is None or have is None or have.value is None:
+            continue
+        # a port's rate is lanes x lane speed as the driver prints it (4X x 53.125 for
+        # HDR): a tenth apart is another rate, less is rounding
+        if (abs(float(have.value) - float(want)) > 0.1 * float(want)
+                if name == "nic_rate_gbps" else have.value != want):
+            out.append(f"{words}: the band assumes {_shown(name, want)}, this run "
+                       f"{_shown(name, have.value)} ({have.where})")
+    return out
+
+
+def unverified(ref: ShippedBands, traits: NodeTraits) -> list[str]:
+    """The assumptions of `ref` nothing in the run could check."""
+    return [words for name, words in ASSUMPTIONS
+            if name != "p2p"  # on unless something says it was turned off: not a doubt
+            and getattr(ref, name) is not None and (getattr(traits, name) is None
+                                                    or getattr(traits, name).value is None)]
 
 
 @lru_cache(maxsize=1)
@@ -119,9 +217,19 @@ def shipped() -> tuple[ShippedBands, ...]:
     return tuple(ShippedBands.model_validate(r) for r in YAML(typ="safe").load(text))
 
 
+def of_gpu(gpu_name: str) -> list[ShippedBands]:
+    """Every shipped machine class of this GPU model, whatever its other assumptions."""
+    return [ref for ref in shipped() if model_matches(ref.gpu, gpu_name)]
+
+
 def find_shipped(gpu_name: str, gpus: int, nodes: int) -> ShippedBands | None:
-    for ref in shipped():
-        if model_matches(ref.gpu, gpu_name) and ref.gpus == gpus and ref.nodes == nodes:
+    """The shipped class of this GPU, count and node count for a caller that knows nothing
+    else of the machine (the fleet step's pairs, a baseline's band): only a class that
+    assumes no NICs and NVLS off or unsaid, which is how gpuvet runs. The nccl step checks
+    every assumption instead (`of_gpu`, `differing`)."""
+    for ref in of_gpu(gpu_name):
+        if ref.gpus == gpus and ref.nodes == nodes and ref.nics is None \
+                and ref.nic_rate_gbps is None and not ref.nvls:
             return ref
     return None
 

@@ -29,6 +29,11 @@ from payload.scrub import scrub_env_list
 # NVLink SHARP (NVLS) stays off: it is not available on most rented nodes and
 # would make runs of the same suite incomparable across providers.
 RUN_ENV = {"NCCL_DEBUG": "INFO", "NCCL_NVLS_ENABLE": "0"}
+# The network mode: no NVLink peer access and no shared memory, so every rank's bytes go
+# through the NICs (NET/IB, NET/Socket, a plugin) even between GPUs of one node; INFO from
+# INIT and NET is enough for the transport NCCL chose per channel and GPUDirect RDMA.
+NETWORK_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1",
+               "NCCL_DEBUG_SUBSYS": "INIT,NET"}
 
 
 def cache_dir(node: Node) -> str:
@@ -147,9 +152,11 @@ def collective_binary(all_reduce_binary: str, collective: str) -> str:
     return f"{folder}/{collective}{tail}" if folder else f"{collective}{tail}"
 
 
-def log_label(scope: str, collective: str) -> str:
-    """A series' log name: all_reduce keeps the names runs have on disk (`single`)."""
-    return scope if collective == "all_reduce" else f"{scope}_{collective}"
+def log_label(scope: str, collective: str, mode: str = "normal") -> str:
+    """A series' log name: all_reduce in the normal mode keeps the names runs have on disk
+    (`single`); the network mode's are `single_network`, `multi_network_alltoall`."""
+    base = scope if mode == "normal" else f"{scope}_{mode}"
+    return base if collective == "all_reduce" else f"{base}_{collective}"
 
 
 @dataclass(frozen=True)
@@ -171,10 +178,18 @@ def perf_argv(binary: str, params: NcclParams, gpus: int, flags: set[str],
     return RunPlan(argv, use_json)
 
 
-def run_env(params: NcclParams) -> dict[str, str]:
+def run_env(params: NcclParams, *, mode: str = "normal", multi: bool = False
+            ) -> dict[str, str]:
+    """The environment of one run: RUN_ENV, Ring with `ring_only`; the network mode adds
+    NETWORK_ENV, and Ring across nodes (a two-node tree's busbw can exceed what the NICs
+    carry, so only a ring's reads as the network's)."""
     env = dict(RUN_ENV)
     if params.ring_only:
         env["NCCL_ALGO"] = "Ring"
+    if mode == "network":
+        env.update(NETWORK_ENV)
+        if multi:
+            env["NCCL_ALGO"] = "Ring"
     return env
 
 

@@ -52,6 +52,11 @@ Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "
                      "broadcast"]
 COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall",
                                 "sendrecv", "broadcast")
+# how the nccl step runs its collectives: `normal` as NCCL chooses (NVLink, shared memory
+# and the NICs), `network` with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 so every rank's
+# bytes cross the NICs, judged against the order's fabric (steps/nccl/network.py)
+Mode = Literal["normal", "network"]
+MODES: tuple[str, ...] = ("normal", "network")
 
 
 class NcclParams(_M):
@@ -59,6 +64,8 @@ class NcclParams(_M):
     binary: str = "all_reduce_perf"
     # run in this order, each with the same rounds and parameters, single- and multi-node
     collectives: tuple[Collective, ...] = ("all_reduce",)
+    # each mode runs every collective above; `network` alone measures the NICs only
+    modes: tuple[Mode, ...] = ("normal",)
     min_bytes: str = "8"
     max_bytes: str = "128M"
     step_factor: int = Field(default=2, ge=2)
@@ -85,6 +92,16 @@ class NcclParams(_M):
         if not v:
             raise ValueError("name at least one collective (" + ", ".join(COLLECTIVES) + ")")
         twice = sorted({c for c in v if v.count(c) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} named more than once")
+        return v
+
+    @field_validator("modes")
+    @classmethod
+    def _modes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        if not v:
+            raise ValueError("name at least one mode (" + ", ".join(MODES) + ")")
+        twice = sorted({m for m in v if v.count(m) > 1})
         if twice:
             raise ValueError(f"{', '.join(twice)} named more than once")
         return v
@@ -250,7 +267,7 @@ class HealthParams(_M):
 LATER_SECTIONS = ("health", "fleet")
 # fields added to a section after runs were stored: at their defaults they stay out of the
 # suite hash too (a suite that runs all_reduce only keeps the hash it had)
-LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"),
+LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"), ("nccl", "modes"),
                                              ("fleet", "stall_timeout_s"))
 
 

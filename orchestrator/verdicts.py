@@ -18,6 +18,9 @@ from orchestrator.records import SEVERITY_ORDER, Finding, worst
 # person ran the step for, not only what went wrong.
 HEADLINE_CODES = frozenset({
     "NCCL_BUSBW", "NCCL_TRANSPORTS", "NCCL_REFERENCE", "NCCL_REFERENCE_NONE", "NCCL_NOT_APPLICABLE",
+    # the nccl step's network mode: the transport, GPUDirect RDMA, each NIC's share
+    "NCCL_NET_TRANSPORT", "NCCL_GPUDIRECT", "NCCL_NET_PER_NIC", "NCCL_NET_SOCKET",
+    "NCCL_NETWORK_NOT_MEASURED",
     "TORCH_VS_NCCL_TESTS", "TRAIN_SUMMARY", "TRAIN_RESTORE_OK", "TRAIN_RESTORE_MISMATCH",
     "CKPT_NOT_PERSISTENT",
     # health: what each GPU measures like, and a node that had nothing to measure

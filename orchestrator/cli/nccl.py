@@ -32,15 +32,21 @@ def register(root: click.Group) -> None:
     @click.option("--ring-only", is_flag=True,
                   help="Run with NCCL_ALGO=Ring: the network without tree shortcuts (changes "
                        "the suite, so its hash).")
+    @click.option("--network", is_flag=True,
+                  help="Also run the network mode: P2P and shared memory off, so every rank "
+                       "crosses the NICs, judged against the order's fabric (transport, "
+                       "GPUDirect RDMA, busbw per NIC; docs/nccl.md). Adds `network` to the "
+                       "suite's nccl.modes, so it changes the suite hash.")
     @click.option("--resume", metavar="RUN_ID",
                   help="Finish an interrupted run: nodes and series it completed are kept.")
     @verbose_option
     @json_option
     def nccl(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
              accept_new_host_keys: bool, results: Path, suite: Path | None, single: bool,
-             multi: bool, torch_: bool, ring_only: bool, resume: str | None, verbose: bool,
-             as_json: bool) -> int:
-        """Build nccl-tests at the suite's commit and run all_reduce: single- and multi-node.
+             multi: bool, torch_: bool, ring_only: bool, network: bool, resume: str | None,
+             verbose: bool, as_json: bool) -> int:
+        """Build nccl-tests at the suite's commit and run its collectives (all_reduce unless
+        it names more): single- and multi-node, in each of the suite's modes.
 
         Three rounds with identical parameters by default; logs, JSON, build logs,
         measurements and findings land in RESULTS/<run_id>/.
@@ -52,6 +58,9 @@ def register(root: click.Group) -> None:
         if ring_only:
             the_suite = the_suite.model_copy(
                 update={"nccl": the_suite.nccl.model_copy(update={"ring_only": True})})
+        if network:
+            the_suite = the_suite.model_copy(update={"nccl": the_suite.nccl.model_copy(
+                update={"modes": tuple(dict.fromkeys((*the_suite.nccl.modes, "network")))})})
         with fleet(inventory, nodes, providers, "nccl", accept_new_host_keys) as f, \
                 open_run(results, "nccl", the_suite, inventory, f.nodes, resume) as run:
             step.run_nccl(f.inv, f.nodes, run, the_suite, single=single, multi=multi,

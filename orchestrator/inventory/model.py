@@ -159,6 +159,16 @@ class Fabric(_Model):
     type: Literal["ib", "roce", "efa", "ethernet", "none"] = "none"
     nics: int | None = Field(default=None, ge=0)
     rate_gbps: float | None = Field(default=None, gt=0)
+    # GPUDirect RDMA (the NIC reads and writes GPU memory): true makes its absence in the
+    # nccl step's network mode a FAIL; None says nothing (an INFO fact)
+    gpudirect: bool | None = None
+
+    @model_validator(mode="after")
+    def _gpudirect_needs_rdma(self) -> Fabric:
+        if self.gpudirect and self.type not in ("ib", "roce", "efa"):
+            raise ValueError(f"gpudirect: true needs an RDMA fabric (type ib, roce or efa), "
+                             f"not {self.type}")
+        return self
 
 
 class PcieExpectation(_Model):

@@ -41,6 +41,9 @@ _CONN = re.compile(
 _USING = re.compile(r"^(?:NET/(?P<net>[\w ]+?)|Bootstrap) ?: Using (?P<list>.*)$")
 _IFACE = re.compile(r"\[(?P<idx>\d+)\](?P<name>[^\s:\[]+)(?::(?P<addr>\S+))?")
 _NETWORK = re.compile(r"^Using network (?P<name>.+?)\s*$")
+# `NET/IB : GPU Direct RDMA Disabled for HCA 0 'mlx5_0'` (2.2x), `... for GPU 2[2] / HCA 0
+# (distance 3 >= 2)` (2.4-2.x): why a NET connection has no GDRDMA, as NCCL says it
+_GDR = re.compile(r"GPU Direct RDMA (?P<state>Enabled|Disabled) for (?P<what>.+?)\s*$")
 _PLUGIN = re.compile(r"NET/Plugin|NET/OFI|Initialized NET plugin|Assigned NET plugin|IBext"
                      r"|Using network|NCCL_NET_PLUGIN|Failed to initialize NET plugin")
 
@@ -105,6 +108,16 @@ class NcclConnection(_Model):
     gdrdma: bool
 
 
+class GdrNote(_Model):
+    """One `GPU Direct RDMA Enabled/Disabled for ...` line: NCCL's word on GPUDirect RDMA
+    between a GPU and a NIC."""
+
+    line_no: int
+    host: str
+    enabled: bool
+    what: str  # HCA 0 'mlx5_0', GPU 2[2] / HCA 0 (distance 3 >= 2)
+
+
 class NcclDebugFacts(_Model):
     nccl_version: str | None  # the first one printed; see versions for every host
     nccl_cuda: str | None
@@ -120,6 +133,7 @@ class NcclDebugFacts(_Model):
     connections: list[NcclConnection]
     transports: list[Transport]
     gdrdma: bool  # any NET connection went GPU-direct
+    gdr_notes: list[GdrNote] = []  # NCCL's own GPU Direct RDMA Enabled/Disabled lines
     warnings: list[Failure]
     info_lines: int
     # WARN lines that report no fault (`Could not find a path for pattern ...`), kept apart
@@ -199,6 +213,7 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
     networks: dict[str, None] = {}
     plugins: dict[str, None] = {}
     conns: list[NcclConnection] = []
+    gdr: list[GdrNote] = []
     warnings: list[Failure] = []
     notices: list[Failure] = []
     info = other = 0
@@ -253,6 +268,9 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
             kind = (u["net"] or "Bootstrap").strip()
             for iface in _interfaces(host, kind, u["list"]):
                 ifaces.setdefault((host, kind, iface.name), iface)
+        if g := _GDR.search(msg):
+            gdr.append(GdrNote(line_no=line_no, host=host, enabled=g["state"] == "Enabled",
+                               what=g["what"]))
         if n := _NETWORK.match(msg):
             networks[n["name"]] = None
         if _PLUGIN.search(msg):
@@ -272,7 +290,7 @@ def parse_nccl_debug(text: str, source: str | None = None) -> NcclDebugFacts:
         n_nodes=max((c.n_nodes for c in comms if c.n_nodes is not None), default=None),
         interfaces=list(ifaces.values()), networks=list(networks), plugin_lines=list(plugins),
         connections=conns, transports=[t for t in _TRANSPORTS.values() if t in used],
-        gdrdma=any(c.gdrdma for c in conns), warnings=warnings, notices=notices,
+        gdrdma=any(c.gdrdma for c in conns), gdr_notes=gdr, warnings=warnings, notices=notices,
         info_lines=info,
         ignored_lines=noise.ignored, edits=noise.edits, other_lines=other)
 
@@ -310,6 +328,40 @@ def _communicators(comms: list[NcclComm],
     return [NcclCommunicator(comm_id=cid, n_ranks=n, n_nodes=g.nodes, ranks=sorted(g.ranks),
                              hosts=list(g.hosts))
             for (cid, n), g in groups.items() if cid is not None or n not in with_id]
+
+
+_NVLS_ENV = re.compile(r"\bNCCL_NVLS_ENABLE set by environment to (?P<v>\d+)")
+_NVLS_CHANNEL = re.compile(r"\bvia NVLS\b|\bNVLS multicast support is available\b")
+_NVLS_NONE = re.compile(r"\bNVLS multicast support is not available\b")
+
+
+def nvls_state(text: str) -> tuple[bool, str] | None:
+    """Whether NVLink SHARP was on in a log, and which line says so: the environment
+    NCCL echoes, NVLS channels or NCCL's multicast line; None where nothing does."""
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if m := _NVLS_ENV.search(line):
+            return m["v"] != "0", f"NCCL_NVLS_ENABLE={m['v']}, log line {line_no}"
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if _NVLS_CHANNEL.search(line):
+            return True, f"NVLS in NCCL INFO, log line {line_no}"
+        if _NVLS_NONE.search(line):
+            return False, f"NVLS multicast not available, log line {line_no}"
+    return None
+
+
+_P2P_ENV = re.compile(r"\b(?P<name>NCCL_P2P_DISABLE|NCCL_P2P_LEVEL) set by environment to "
+                      r"(?P<v>\w+)")
+
+
+def p2p_state(text: str) -> tuple[bool, str] | None:
+    """False where NCCL echoes that peer access was turned off (NCCL_P2P_DISABLE=1, or
+    NCCL_P2P_LEVEL LOC/0: never use it), with the line; None where it says nothing."""
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        m = _P2P_ENV.search(line)
+        if m and ((m["name"] == "NCCL_P2P_DISABLE" and m["v"] == "1")
+                  or (m["name"] == "NCCL_P2P_LEVEL" and m["v"] in ("LOC", "0"))):
+            return False, f"{m['name']}={m['v']}, log line {line_no}"
+    return None
 
 
 # Registered without decorating, so callers keep the precise return type.

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 from ruamel.yaml import YAML
 
-from orchestrator.bands import Band, applicable, find_shipped, shipped
+from orchestrator.bands import Band, applicable, find_shipped, of_gpu, shipped
 from orchestrator.inventory import InventoryFile
 from payload.allreduce import parse_size
 
@@ -24,25 +24,40 @@ def test_shipped_bands_load_and_are_ordered() -> None:
         for b in r.bands:
             assert b.lower <= b.value <= b.upper
             assert b.size_bytes == parse_size(b.size)
+            # a figure nobody published is not shipped
+            assert b.source and (b.source.startswith("https://github.com/NVIDIA/")
+                                 or b.source.startswith("gpuvet's capture, tests/fixtures/"))
 
 
 def test_find_shipped_matches_gpu_count_and_nodes() -> None:
+    """The sourced figures (references.yaml) replaced the unsourced 128M ones of 8-GPU
+    nodes: 8x A100 at 8G after NVIDIA/nccl-tests issue 149, 8x H100/H200 at 8G after 212."""
     a100 = find_shipped("NVIDIA A100-SXM4-80GB", 8, 1)
     assert a100 is not None
-    assert [(b.value, b.lower, b.upper) for b in a100.bands] == [(230, 185, 265)]
+    assert [(b.collective, b.size, b.value, b.lower, b.upper) for b in a100.bands] == [
+        ("all_reduce", "8G", 230, 185, 250), ("all_gather", "8G", 230, 185, 250),
+        ("reduce_scatter", "8G", 230, 185, 250)]
     h200 = find_shipped("NVIDIA H200", 2, 1)
     assert h200 is not None
     assert {b.size: b.value for b in h200.bands} == {"128M": 285, "4G": 346}
     h200x8 = find_shipped("NVIDIA H200", 8, 1)
-    assert h200x8 is not None and h200x8.bands[0].value == 450
+    assert h200x8 is not None and h200x8.bands[0].value == 370 and h200x8.nvls is False
+    # a class that assumes NICs needs the node's facts: the nccl step checks them, callers
+    # that know only GPU and count (fleet pairs, baselines) do not get it
+    assert find_shipped("NVIDIA A100-SXM4-80GB", 8, 2) is None
+    hdr = next(r for r in of_gpu("NVIDIA A100-SXM4-80GB") if r.nodes == 2)
+    assert (hdr.nics, hdr.nic_rate_gbps) == (8, 200)
+    assert {b.collective: b.value for b in hdr.bands} == {"all_reduce": 192, "alltoall": 48}
 
 
 @pytest.mark.parametrize(("gpu", "gpus", "nodes"), [
     ("NVIDIA A100-SXM4-80GB", 4, 1),  # unknown GPU count
-    ("NVIDIA A100-SXM4-80GB", 8, 2),  # unknown node count
+    ("NVIDIA A100-SXM4-80GB", 8, 4),  # unknown node count
+    ("NVIDIA A100-SXM4-80GB", 8, 2),  # assumes 8x 200G NICs: not for a caller without facts
     ("NVIDIA H200", 1, 2),
     ("Tesla V100-SXM2-32GB", 8, 1),  # unknown GPU
     ("NVIDIA H100 PCIe", 8, 1),  # H100 band is for HBM3 (SXM5) only
+    ("NVIDIA H200 NVL", 8, 1),  # NVSwitch figures are SXM's, not the NVL's bridges
 ])
 def test_find_shipped_no_match(gpu: str, gpus: int, nodes: int) -> None:
     assert find_shipped(gpu, gpus, nodes) is None

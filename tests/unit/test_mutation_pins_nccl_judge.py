@@ -273,7 +273,9 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                   'node': 'n1',
                   'message': '[single] busbw 284.4 GB/s at 128 MiB is within the reference band '
                              '250-320 GB/s (expected about 285, shipped; 2x H200 SXM, NV18 between '
-                             'them; measured 284-286 at 128 MiB, 345-348 at 4 GiB)',
+                             'them; measured 284-286 at 128 MiB, 345-348 at 4 GiB; source: '
+                             "gpuvet's capture, tests/fixtures/h200x2 (README-h200x2.md); "
+                             'unverified: NVLink links per GPU pair)',
                   'evidence': ['TMP/latin1.log'],
                   'details': {'scope': 'single',
                               'engine': 'nccl-tests',
@@ -287,7 +289,10 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                          'result': 'within',
                                          'note': '2x H200 SXM, NV18 between them; measured 284-286 '
                                                  'at 128 MiB, 345-348 at 4 GiB'},
-                              'source': 'shipped'}}],
+                              'source': 'shipped',
+                              'reference_source': "gpuvet's capture, tests/fixtures/h200x2 "
+                                                  '(README-h200x2.md)',
+                              'unverified': ['NVLink links per GPU pair']}}],
  'no_version_line': [{'code': 'NCCL_TRANSPORTS',
                       'severity': 'INFO',
                       'node': 'n1',
@@ -342,11 +347,20 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                    {'code': 'NCCL_REFERENCE_NONE',
                                     'severity': 'INFO',
                                     'node': None,
-                                    'message': '[multi] no reference band applies to this run: '
-                                               'none is shipped for this GPU, count and node '
-                                               'count, and the inventory sets no expect.nccl_busbw',
+                                    'message': '[multi] no reference band applies to this run: the '
+                                               'shipped bands of this GPU assume another machine: '
+                                               'they are for 2x H200 SXM on 1 node, 8x H200 SXM on '
+                                               '1 node, 8x H200 SXM on 2 nodes; this run has 1 '
+                                               'GPU(s) per node on 2 node(s) (the log)',
                                     'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
-                                    'details': {'scope': 'multi', 'engine': 'nccl-tests'}}],
+                                    'details': {'scope': 'multi',
+                                                'engine': 'nccl-tests',
+                                                'assumptions_differ': ['they are for 2x H200 SXM '
+                                                                       'on 1 node, 8x H200 SXM on '
+                                                                       '1 node, 8x H200 SXM on 2 '
+                                                                       'nodes; this run has 1 '
+                                                                       'GPU(s) per node on 2 '
+                                                                       'node(s) (the log)']}}],
  'band_below_and_above': [{'code': 'NCCL_BUSBW',
                            'severity': 'INFO',
                            'node': 'lab-0',
@@ -413,7 +427,9 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                   'node': 'n1',
                   'message': '[single] busbw 285.3 GB/s at 128 MiB is within the reference band '
                              '250-320 GB/s (expected about 285, shipped; 2x H200 SXM, NV18 between '
-                             'them; measured 284-286 at 128 MiB, 345-348 at 4 GiB)',
+                             'them; measured 284-286 at 128 MiB, 345-348 at 4 GiB; source: '
+                             "gpuvet's capture, tests/fixtures/h200x2 (README-h200x2.md); "
+                             'unverified: NVLink links per GPU pair)',
                   'evidence': ['H200/all_reduce_8B-128M_g2_round1.log',
                                'H200/all_reduce_8B-128M_g2_round2.log',
                                'H200/all_reduce_8B-128M_g2_round3.log'],
@@ -429,7 +445,10 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                          'result': 'within',
                                          'note': '2x H200 SXM, NV18 between them; measured 284-286 '
                                                  'at 128 MiB, 345-348 at 4 GiB'},
-                              'source': 'shipped'}}],
+                              'source': 'shipped',
+                              'reference_source': "gpuvet's capture, tests/fixtures/h200x2 "
+                                                  '(README-h200x2.md)',
+                              'unverified': ['NVLink links per GPU pair']}}],
  'crash_truncated': [{'code': 'NCCL_TEST_FAILURE',
                       'severity': 'FAIL',
                       'node': 'n1',
@@ -474,11 +493,17 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                      {'code': 'NCCL_REFERENCE_NONE',
                       'severity': 'INFO',
                       'node': 'n1',
-                      'message': '[single] no reference band applies to this run: none is shipped '
-                                 'for this GPU, count and node count, and the inventory sets no '
-                                 'expect.nccl_busbw',
+                      'message': '[single] no reference band applies to this run: the shipped '
+                                 'bands of this GPU assume another machine: they are for 8x H100 '
+                                 'SXM on 1 node, 8x H100 SXM on 2 nodes; this run has 16 GPU(s) '
+                                 'per node on 1 node(s) (the log)',
                       'evidence': ['SAMPLES/all_reduce_2node-h100_crash-truncated.log'],
-                      'details': {'scope': 'single', 'engine': 'nccl-tests'}}],
+                      'details': {'scope': 'single',
+                                  'engine': 'nccl-tests',
+                                  'assumptions_differ': ['they are for 8x H100 SXM on 1 node, 8x '
+                                                         'H100 SXM on 2 nodes; this run has 16 '
+                                                         'GPU(s) per node on 1 node(s) (the '
+                                                         'log)']}}],
  'wrong_and_oob': [{'code': 'NCCL_TEST_FAILURE',
                     'severity': 'FAIL',
                     'node': 'n1',
@@ -500,26 +525,13 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                 'engine': 'nccl-tests',
                                 'size': 1073741824,
                                 'median': 231.15}},
-                   {'code': 'NCCL_REFERENCE',
-                    'severity': 'PASS',
+                   {'code': 'NCCL_REFERENCE_NONE',
+                    'severity': 'INFO',
                     'node': 'n1',
-                    'message': '[single] busbw 228.1 GB/s at 128 MiB is within the reference band '
-                               '185-265 GB/s (expected about 230, shipped; 8x A100 SXM4 on '
-                               'NVSwitch (NV12); DGX A100 class)',
+                    'message': '[single] no reference band applies to this run: the shipped bands '
+                               'are for 8G, which this run did not measure',
                     'evidence': ['SAMPLES/all_reduce_2.19.1_wrong-oob-failed_a100.log'],
-                    'details': {'scope': 'single',
-                                'engine': 'nccl-tests',
-                                'size': 134217728,
-                                'judged': {'value': 228.07,
-                                           'reference': 230.0,
-                                           'lower': 185.0,
-                                           'upper': 265.0,
-                                           'unit': 'GB/s',
-                                           'size': 134217728,
-                                           'result': 'within',
-                                           'note': '8x A100 SXM4 on NVSwitch (NV12); DGX A100 '
-                                                   'class'},
-                                'source': 'shipped'}}],
+                    'details': {'scope': 'single', 'engine': 'nccl-tests'}}],
  'average_mismatch': [{'code': 'NCCL_AVG_MISMATCH',
                        'severity': 'WARN',
                        'node': 'n1',
@@ -543,7 +555,8 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                        'message': '[single] busbw 284.4 GB/s at 128 MiB is within the reference '
                                   'band 250-320 GB/s (expected about 285, shipped; 2x H200 SXM, '
                                   'NV18 between them; measured 284-286 at 128 MiB, 345-348 at 4 '
-                                  'GiB)',
+                                  "GiB; source: gpuvet's capture, tests/fixtures/h200x2 "
+                                  '(README-h200x2.md); unverified: NVLink links per GPU pair)',
                        'evidence': ['TMP/avg.log'],
                        'details': {'scope': 'single',
                                    'engine': 'nccl-tests',
@@ -557,7 +570,10 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                               'result': 'within',
                                               'note': '2x H200 SXM, NV18 between them; measured '
                                                       '284-286 at 128 MiB, 345-348 at 4 GiB'},
-                                   'source': 'shipped'}}],
+                                   'source': 'shipped',
+                                   'reference_source': "gpuvet's capture, tests/fixtures/h200x2 "
+                                                       '(README-h200x2.md)',
+                                   'unverified': ['NVLink links per GPU pair']}}],
  'hung_and_empty': [{'code': 'NCCL_TIMEOUT',
                      'severity': 'FAIL',
                      'node': 'n1',
@@ -631,7 +647,9 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                 'message': '[single] busbw 285.1 GB/s at 128 MiB is within the '
                                            'reference band 250-320 GB/s (expected about 285, '
                                            'shipped; 2x H200 SXM, NV18 between them; measured '
-                                           '284-286 at 128 MiB, 345-348 at 4 GiB)',
+                                           "284-286 at 128 MiB, 345-348 at 4 GiB; source: gpuvet's "
+                                           'capture, tests/fixtures/h200x2 (README-h200x2.md); '
+                                           'unverified: NVLink links per GPU pair)',
                                 'evidence': ['H200/all_reduce_8B-128M_g2_round1.log',
                                              'TMP/slow.log'],
                                 'details': {'scope': 'single',
@@ -647,7 +665,11 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                                                        'note': '2x H200 SXM, NV18 between them; '
                                                                'measured 284-286 at 128 MiB, '
                                                                '345-348 at 4 GiB'},
-                                            'source': 'shipped'}}],
+                                            'source': 'shipped',
+                                            'reference_source': "gpuvet's capture, "
+                                                                'tests/fixtures/h200x2 '
+                                                                '(README-h200x2.md)',
+                                            'unverified': ['NVLink links per GPU pair']}}],
  'socket_fallback_ib': [{'code': 'NCCL_TRANSPORTS',
                          'severity': 'INFO',
                          'node': None,
@@ -683,11 +705,17 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                         {'code': 'NCCL_REFERENCE_NONE',
                          'severity': 'INFO',
                          'node': None,
-                         'message': '[multi] no reference band applies to this run: none is '
-                                    'shipped for this GPU, count and node count, and the inventory '
-                                    'sets no expect.nccl_busbw',
+                         'message': '[multi] no reference band applies to this run: the shipped '
+                                    'bands of this GPU assume another machine: they are for 2x '
+                                    'H200 SXM on 1 node, 8x H200 SXM on 1 node, 8x H200 SXM on 2 '
+                                    'nodes; this run has 1 GPU(s) per node on 2 node(s) (the log)',
                          'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
-                         'details': {'scope': 'multi', 'engine': 'nccl-tests'}}],
+                         'details': {'scope': 'multi',
+                                     'engine': 'nccl-tests',
+                                     'assumptions_differ': ['they are for 2x H200 SXM on 1 node, '
+                                                            '8x H200 SXM on 1 node, 8x H200 SXM on '
+                                                            '2 nodes; this run has 1 GPU(s) per '
+                                                            'node on 2 node(s) (the log)']}}],
  'socket_fallback_roce': [{'code': 'NCCL_TRANSPORTS',
                            'severity': 'INFO',
                            'node': None,
@@ -724,11 +752,18 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                           {'code': 'NCCL_REFERENCE_NONE',
                            'severity': 'INFO',
                            'node': None,
-                           'message': '[multi] no reference band applies to this run: none is '
-                                      'shipped for this GPU, count and node count, and the '
-                                      'inventory sets no expect.nccl_busbw',
+                           'message': '[multi] no reference band applies to this run: the shipped '
+                                      'bands of this GPU assume another machine: they are for 2x '
+                                      'H200 SXM on 1 node, 8x H200 SXM on 1 node, 8x H200 SXM on 2 '
+                                      'nodes; this run has 1 GPU(s) per node on 2 node(s) (the '
+                                      'log)',
                            'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
-                           'details': {'scope': 'multi', 'engine': 'nccl-tests'}}],
+                           'details': {'scope': 'multi',
+                                       'engine': 'nccl-tests',
+                                       'assumptions_differ': ['they are for 2x H200 SXM on 1 node, '
+                                                              '8x H200 SXM on 1 node, 8x H200 SXM '
+                                                              'on 2 nodes; this run has 1 GPU(s) '
+                                                              'per node on 2 node(s) (the log)']}}],
  'socket_fallback_efa': [{'code': 'NCCL_TRANSPORTS',
                           'severity': 'INFO',
                           'node': None,
@@ -765,11 +800,17 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                          {'code': 'NCCL_REFERENCE_NONE',
                           'severity': 'INFO',
                           'node': None,
-                          'message': '[multi] no reference band applies to this run: none is '
-                                     'shipped for this GPU, count and node count, and the '
-                                     'inventory sets no expect.nccl_busbw',
+                          'message': '[multi] no reference band applies to this run: the shipped '
+                                     'bands of this GPU assume another machine: they are for 2x '
+                                     'H200 SXM on 1 node, 8x H200 SXM on 1 node, 8x H200 SXM on 2 '
+                                     'nodes; this run has 1 GPU(s) per node on 2 node(s) (the log)',
                           'evidence': ['H200/all_reduce_mpi_np2_simulated-2node-socket.log'],
-                          'details': {'scope': 'multi', 'engine': 'nccl-tests'}}],
+                          'details': {'scope': 'multi',
+                                      'engine': 'nccl-tests',
+                                      'assumptions_differ': ['they are for 2x H200 SXM on 1 node, '
+                                                             '8x H200 SXM on 1 node, 8x H200 SXM '
+                                                             'on 2 nodes; this run has 1 GPU(s) '
+                                                             'per node on 2 node(s) (the log)']}}],
  'ib_gdrdma': [{'code': 'NCCL_TRANSPORTS',
                 'severity': 'INFO',
                 'node': None,
@@ -800,14 +841,33 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                             'engine': 'nccl-tests',
                             'size': 8589934592,
                             'median': 376.92}},
-               {'code': 'NCCL_REFERENCE_NONE',
-                'severity': 'INFO',
+               {'code': 'NCCL_REFERENCE',
+                'severity': 'PASS',
                 'node': None,
-                'message': '[multi] no reference band applies to this run: none is shipped for '
-                           'this GPU, count and node count, and the inventory sets no '
-                           'expect.nccl_busbw',
+                'message': '[multi] busbw 376.9 GB/s at 8 GiB is within the reference band 300-450 '
+                           "GB/s (expected about 370, shipped; worked out: 'For NDR @ 400Gbps you "
+                           "should see 46-48GB/s per NIC' (AddyLaddy, NVIDIA, two nodes, "
+                           'NCCL_ALGO=RING) x 8 NICs; a two-node tree can read above it; source: '
+                           'https://github.com/NVIDIA/nccl-tests/issues/290; unverified: NIC rate '
+                           '(Gb/s))',
                 'evidence': ['SAMPLES/all_reduce_2node-h100_ib-gdrdma_nccl-info.log'],
-                'details': {'scope': 'multi', 'engine': 'nccl-tests'}}],
+                'details': {'scope': 'multi',
+                            'engine': 'nccl-tests',
+                            'size': 8589934592,
+                            'judged': {'value': 376.92,
+                                       'reference': 370.0,
+                                       'lower': 300.0,
+                                       'upper': 450.0,
+                                       'unit': 'GB/s',
+                                       'size': 8589934592,
+                                       'result': 'within',
+                                       'note': "worked out: 'For NDR @ 400Gbps you should see "
+                                               "46-48GB/s per NIC' (AddyLaddy, NVIDIA, two nodes, "
+                                               'NCCL_ALGO=RING) x 8 NICs; a two-node tree can read '
+                                               'above it'},
+                            'source': 'shipped',
+                            'reference_source': 'https://github.com/NVIDIA/nccl-tests/issues/290',
+                            'unverified': ['NIC rate (Gb/s)']}}],
  'inventory_bands': [{'code': 'NCCL_BUSBW',
                       'severity': 'INFO',
                       'node': 'lab-0',
@@ -873,7 +933,7 @@ EXPECTED: dict[str, list[dict[str, Any]]] = {'parameters_only': [{'code': 'NCCL_
                       'severity': 'INFO',
                       'node': 'n1',
                       'message': '[single] no reference band applies to this run: the shipped '
-                                 'bands are for 128M, which this run did not measure',
+                                 'bands are for 8G, which this run did not measure',
                       'evidence': ['SAMPLES/all_reduce_2.17.6_timestamps_h100.log'],
                       'details': {'scope': 'single', 'engine': 'nccl-tests'}}],
  'imported_torch': [{'code': 'NCCL_BUSBW',

@@ -70,7 +70,7 @@ def test_the_live_step_skips_the_rounds_of_a_one_gpu_node(
     monkeypatch.setattr(nccl_step, "_build_node", lambda ex, run, suite, archive: built)
 
     def single(ex: object, run: Run, suite: Suite, inv: object, b: BuildDoc,
-               collective: str = "all_reduce") -> list[object]:
+               collective: str = "all_reduce", mode: str = "normal") -> list[object]:
         ran.append("single")
         return []
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator import bands, stats
 from orchestrator.errors import ParseError
-from orchestrator.inventory import Inventory, Node
+from orchestrator.inventory import Fabric, Inventory, Node
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers._nccl_common import (
     NcclTestsRun,
@@ -32,6 +32,8 @@ from orchestrator.parsers._nccl_common import (
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement, MeasureScope, Severity, finding
+from orchestrator.steps.nccl.network import judge_network
+from orchestrator.steps.nccl.traits import series_traits
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 from payload.allreduce import BUSBW_FACTORS, busbw_factor
@@ -61,6 +63,8 @@ class Series:
     imported: bool = False
     # the collective the live step ran (an import reads it from each log's binary)
     collective: str | None = None
+    # normal, or network: P2P and SHM off, every rank through the NICs (network.py)
+    mode: str = "normal"
 
     @property
     def node(self) -> str | None:
@@ -76,6 +80,8 @@ class Series:
     @property
     def label(self) -> str:
         base = self.scope if self.engine == "nccl-tests" else f"{self.engine} {self.scope}"
+        if self.mode != "normal":
+            base = f"{base} {self.mode}"
         return base if self.collective in (None, "all_reduce") else f"{base} {self.collective}"
 
     @property
@@ -96,6 +102,7 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
 
     parsed: list[tuple[int, NcclTestsRun, str]] = []
     one_gpu = False
+    first: tuple[str, str] | None = None  # the first readable round's text and path
     for rnd, path, timed_out in s.logs:
         rel = _rel(run, path)
         if timed_out:
@@ -112,6 +119,8 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
                 f"{s.collective} was run", [rel], op=res.op, collective=s.collective)
             continue
         parsed.append((rnd, res, rel))
+        if first is None:
+            first = (text, rel)
         one_gpu = one_gpu or is_one_gpu(res)
         _paste(res, rnd, rel, add)
         for fl in res.failures:
@@ -143,11 +152,62 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
         ms += _measurements(s, run, suite_hash or suite.hash, rnd, res, one_gpu)
         if s.engine == "nccl-tests":
             _transports(s, text, rnd, rel, inv, add)
+    top = None
     if parsed and one_gpu:
         _not_applicable(parsed, add)
     elif parsed:
-        _stability(s, parsed, suite, inv, add)
+        top = _stability(s, parsed, suite, inv, add, _traits(s, run, parsed[0][1], first))
+    if s.mode == "network" and parsed and not one_gpu and first is not None:
+        _network(s, inv, first, parsed[0][1], top, add)
     return findings, ms
+
+
+def _traits(s: Series, run: Run, res: NcclTestsRun,
+            first: tuple[str, str] | None) -> bands.NodeTraits:
+    """What the series' log and, for a live run, preflight's facts say of the machine."""
+    text = first[0] if first else ""
+    try:
+        dbg = parse_nccl_debug(text) if "NCCL INFO" in text else None
+    except ParseError:
+        dbg = None
+    gpus = gpu_count(res) or len(res.ranks) or None
+    return series_traits(
+        gpu=res.ranks[0].name if res.ranks else None,
+        gpus=gpus // s.node_count if gpus else None, nodes=s.node_count,
+        live=not s.imported and bool(s.nodes), node_names=[n.name for n in s.nodes],
+        run_dir=run.dir, text=text, dbg=dbg, node_env={n.name: n.env for n in s.nodes})
+
+
+TORCH_HEADER = re.compile(r"^# gpuvet torch\.distributed \S+ benchmark, torch \S+, "
+                          r"backend (?P<backend>\w+)", re.M)
+
+
+def _network(s: Series, inv: Inventory | None, first: tuple[str, str], res: NcclTestsRun,
+             top: stats.SizeStats | None, add: Any) -> None:
+    """The network mode's judge (network.py) on the first round's NCCL INFO lines and the
+    busbw at the largest size."""
+    text, rel = first
+    if s.engine == "torch":
+        m = TORCH_HEADER.search(text)
+        if m and m["backend"] != "nccl":
+            add("NCCL_NETWORK_NOT_MEASURED", "INFO",
+                f"the transport, GPUDirect RDMA and busbw per NIC are GPU-only and not "
+                f"measured: the torch engine ran on {m['backend']} (CPU tensors over TCP), "
+                "which has no NCCL transport, no GPU memory for a NIC to reach, and its "
+                "bandwidth is the host's, not the NICs'", [rel], backend=m["backend"])
+            return
+    try:
+        dbg = parse_nccl_debug(text, source=rel)
+    except ParseError:
+        dbg = None
+    fabric = inv.provider_of(s.nodes[0]).expect.fabric if inv is not None and s.nodes \
+        else Fabric()
+    gpus = gpu_count(res)
+    per_node = gpus // s.node_count if gpus else None
+    for r in judge_network(dbg, fabric, busbw=top.median if top else None,
+                           size=_size(top.size_bytes) if top else None,
+                           ranks_per_node=per_node):
+        add(r.code, r.severity, r.message, [rel], **r.details)
 
 
 def gpu_count(res: NcclTestsRun) -> int | None:
@@ -221,6 +281,8 @@ def _measurements(s: Series, run: Run, suite_hash: str, rnd: int, res: NcclTests
                  "gpus": gpu_count(res), "n_nodes": s.node_count}
     if s.imported:
         tags_base["imported"] = True
+    if s.mode != "normal":
+        tags_base["mode"] = s.mode  # compare and regress keep its series apart
     if one_gpu:
         tags_base["local_copy"] = True
     nodes = [n.name for n in s.nodes]
@@ -248,8 +310,8 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
     if rnd == 1:
         add("NCCL_TRANSPORTS", "INFO", dbg.summary(), [rel], transports=dbg.used,
             n_nodes=dbg.n_nodes, interfaces=dbg.nics, networks=dbg.networks)
-    if s.scope != "multi" or inv is None or not s.nodes:
-        return
+    if s.scope != "multi" or inv is None or not s.nodes or s.mode == "network":
+        return  # the network mode says it in its own judge (network.py)
     fabric = inv.provider_of(s.nodes[0]).expect.fabric.type
     sockets = [c for c in dbg.connections
                if c.transport == "NET" and (c.net or "").lower() == "socket"]
@@ -262,7 +324,10 @@ def _transports(s: Series, text: str, rnd: int, rel: str, inv: Inventory | None,
 
 
 def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Suite,
-               inv: Inventory | None, add: Any) -> None:
+               inv: Inventory | None, add: Any,
+               traits: bands.NodeTraits | None = None) -> stats.SizeStats | None:
+    """Round-to-round drops, the busbw at the largest size and the bands; returns that
+    largest size's figures (None when no row)."""
     rounds = [{row.size_bytes: row.out_of_place.busbw_gbs for row in res.rows}
               for _, res, _ in parsed]
     evidence = [rel for _, _, rel in parsed]
@@ -279,21 +344,22 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
                     f"({', '.join(f'{v:.1f}' for v in st.values)})", evidence,
                     size=st.size_bytes, values=list(st.values))
     if not table:
-        return
+        return None
     top = table[-1]
     add("NCCL_BUSBW", "INFO", f"busbw at {_size(top.size_bytes)}: median {top.median:.1f} GB/s "
         f"over {len(top.values)} round(s) (min {top.min:.1f}, max {top.max:.1f}, "
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
-    if s.engine != "nccl-tests":
-        return
-    source, every = _bands(s, parsed[0][1], inv)
+    if s.engine != "nccl-tests" or s.mode == "network":
+        return top  # the network mode is judged per NIC against the fabric (network.py)
+    choice = _bands(s, parsed[0][1], inv, traits)
+    source, every = choice.source, choice.bands
     coll = collective_of(s, parsed[0][1])
     if coll is None:
         add("NCCL_REFERENCE_NONE", "INFO",
             "no reference band applies to this run: the log does not name its collective "
             "(no `Collective test starting` line) and its busbw is not all_reduce's "
             "2(n-1)/n of algbw, so it is judged against no collective's band", evidence)
-        return
+        return top
     candidates = bands.of_collective(every, coll)
     by_size = {st.size_bytes: st for st in table}
     judged = bands.applicable(candidates, list(by_size), coll)
@@ -301,17 +367,25 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
         sizes = ", ".join(b.size for b in candidates)
         others = sorted({b.collective for b in every} - {coll})
         mine = "" if coll == "all_reduce" else f" {coll}"
-        why = {} if coll == "all_reduce" else {"collective": coll}
-        add("NCCL_REFERENCE_NONE", "INFO",
-            "no reference band applies to this run: " + (
-                f"the {source}{mine} bands are for {sizes}, which this run did not measure"
-                if candidates else
-                f"the {source} bands are for {', '.join(others)}, never for {coll}"
-                if others else
-                f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
-                f"count and node count, and the inventory sets no{mine} expect.nccl_busbw"),
+        why: dict[str, Any] = {} if coll == "all_reduce" else {"collective": coll}
+        unsure = [a for a in choice.ambiguous if a.startswith(f"{coll} at ")]
+        if candidates:
+            text = f"the {source}{mine} bands are for {sizes}, which this run did not measure"
+        elif unsure:
+            text = "; ".join(unsure)
+            why["ambiguous"] = unsure
+        elif choice.differing:
+            text = ("the shipped bands of this GPU assume another machine: "
+                    + "; ".join(choice.differing))
+            why["assumptions_differ"] = choice.differing
+        elif others:
+            text = f"the {source} bands are for {', '.join(others)}, never for {coll}"
+        else:
+            text = (f"none is shipped for{mine or ' this GPU,'}{' on this GPU,' if mine else ''} "
+                    f"count and node count, and the inventory sets no{mine} expect.nccl_busbw")
+        add("NCCL_REFERENCE_NONE", "INFO", "no reference band applies to this run: " + text,
             evidence, **why)
-        return
+        return top
     for band in judged:
         st = by_size[band.size_bytes]
         j = band.judge(st.median)
@@ -321,11 +395,18 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
                 "within": "within the reference band",
                 "above": "above the reference band (faster than the band expects: check "
                          "that the band describes this machine)"}[j.result]
+        extra: dict[str, Any] = {} if coll == "all_reduce" else {"collective": coll}
+        if band.source:
+            extra["reference_source"] = band.source
+        if choice.unverified:
+            extra["unverified"] = choice.unverified
         add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {_size(st.size_bytes)} is "
             f"{what} {band.lower:g}-{band.upper:g} GB/s (expected about {band.value:g}, "
-            f"{source}{'; ' + band.note if band.note else ''})", evidence,
-            size=st.size_bytes, judged=j.model_dump(), source=source,
-            **({} if coll == "all_reduce" else {"collective": coll}))
+            f"{source}{'; ' + band.note if band.note else ''}"
+            f"{'; source: ' + band.source if band.source else ''}"
+            f"{'; unverified: ' + ', '.join(choice.unverified) if choice.unverified else ''})",
+            evidence, size=st.size_bytes, judged=j.model_dump(), source=source, **extra)
+    return top
 
 
 def collective_of(s: Series, res: NcclTestsRun) -> str | None:
@@ -357,20 +438,68 @@ def busbw_fits(res: NcclTestsRun, op: str) -> bool | None:
                for r in seen)
 
 
-def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None) -> tuple[str, list[bands.Band]]:
-    """The inventory's bands for this provider win over the shipped ones."""
+@dataclass
+class BandChoice:
+    """The bands a series is judged against, and why others were not applied."""
+
+    source: str  # shipped | inventory
+    bands: list[bands.Band]
+    differing: list[str]  # per shipped class not applied: the assumptions the run breaks
+    ambiguous: list[str]  # (collective, size) two fitting classes disagree on, and why
+    unverified: list[str]  # assumptions of the applied classes nothing could check
+
+
+def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None,
+           traits: bands.NodeTraits | None = None) -> BandChoice:
+    """The inventory's bands for this provider win over the shipped ones; a shipped class
+    of this GPU applies only where the run breaks none of its assumptions."""
     if inv is not None and s.nodes:
         own = inv.provider_of(s.nodes[0]).expect.nccl_busbw
         if own is not None:
-            return "inventory", list(own) if isinstance(own, (list, tuple)) else [own]
+            return BandChoice("inventory", list(own) if isinstance(own, (list, tuple))
+                              else [own], [], [], [])
     if not res.ranks:
-        return "shipped", []
-    n_nodes = s.node_count
-    ref = bands.find_shipped(res.ranks[0].name, (gpu_count(res) or len(res.ranks)) // n_nodes,
-                             n_nodes)
-    if ref is None:
-        return "shipped", []
-    return "shipped", [b if b.note else b.model_copy(update={"note": ref.note}) for b in ref.bands]
+        return BandChoice("shipped", [], [], [], [])
+    if traits is None:
+        n_nodes = s.node_count
+        traits = bands.NodeTraits(
+            gpus=bands.Trait((gpu_count(res) or len(res.ranks)) // n_nodes, "the log"),
+            nodes=bands.Trait(n_nodes, "the log"))
+    fits: list[bands.ShippedBands] = []
+    differing: list[str] = []
+    mine = bands.of_gpu(res.ranks[0].name)
+    # GPUs per node and nodes first: a class of another shape is said in one line
+    shaped = [r for r in mine if (traits.gpus is None or traits.gpus.value == r.gpus)
+              and (traits.nodes is None or traits.nodes.value == r.nodes)]
+    if mine and not shaped:
+        have = (f"{traits.gpus.value if traits.gpus else '?'} GPU(s) per node on "
+                f"{traits.nodes.value if traits.nodes else '?'} node(s)")
+        differing.append(f"they are for {', '.join(dict.fromkeys(r.shape for r in mine))}; "
+                         f"this run has {have} (the log)")
+    for ref in shaped:
+        why = bands.differing(ref, traits)
+        if why:
+            differing.append(f"{ref.label}: {'; '.join(why)}")
+        else:
+            fits.append(ref)
+    by_key: dict[tuple[str, int], list[tuple[bands.ShippedBands, bands.Band]]] = {}
+    for ref in fits:
+        for b in ref.bands:
+            by_key.setdefault((b.collective, b.size_bytes), []).append((ref, b))
+    chosen: list[bands.Band] = []
+    ambiguous: list[str] = []
+    unverified: list[str] = []
+    for (coll, size), pairs in by_key.items():
+        if len({(b.value, b.lower, b.upper) for _, b in pairs}) > 1:
+            unknown = sorted({u for ref, _ in pairs for u in bands.unverified(ref, traits)})
+            ambiguous.append(f"{coll} at {_size(size)}: " + " and ".join(
+                f"{ref.label} ({b.value:g})" for ref, b in pairs)
+                + f" both fit, as {', '.join(unknown) or 'nothing'} is not known for this run")
+            continue
+        ref, b = pairs[0]
+        chosen.append(b if b.note else b.model_copy(update={"note": ref.note}))
+        unverified += [u for u in bands.unverified(ref, traits) if u not in unverified]
+    return BandChoice("shipped", chosen, differing, ambiguous, unverified)
 
 
 def _size(n: int) -> str:

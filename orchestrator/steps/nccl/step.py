@@ -96,14 +96,15 @@ def _gpus(node: Node, inv: Inventory, build: BuildDoc) -> int:
 
 
 def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
-            command: Callable[[int], tuple[str, str | None]]) -> list[tuple[int, Path, bool]]:
+            command: Callable[[int], tuple[str, str | None]],
+            env: dict[str, str] | None = None) -> list[tuple[int, Path, bool]]:
     """Run the suite's rounds back to back; each log streams to its own file."""
     done = []
     for r in range(1, suite.nccl.rounds + 1):
         cmd, remote_json = command(r)
         log = out_dir / f"{label}_round{r}.log"
-        res = ex.run(cmd, env=nccltests.run_env(suite.nccl), timeout=suite.nccl.timeout_s + 60,
-                     stdout_path=log)
+        res = ex.run(cmd, env=env if env is not None else nccltests.run_env(suite.nccl),
+                     timeout=suite.nccl.timeout_s + 60, stdout_path=log)
         scrub_in_place(log)
         if res.stderr:
             (out_dir / f"{label}_round{r}.stderr.log").write_text(scrub_text(res.stderr))
@@ -121,11 +122,12 @@ def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
 
 
 def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
-            build: BuildDoc, collective: str = "all_reduce") -> list[tuple[int, Path, bool]]:
+            build: BuildDoc, collective: str = "all_reduce",
+            mode: str = "normal") -> list[tuple[int, Path, bool]]:
     out_dir = run.node_dir(ex.node.name, STEP)
     gpus = _gpus(ex.node, inv, build)
     flags = set(build.flags)
-    label = nccltests.log_label("single", collective)
+    label = nccltests.log_label("single", collective, mode)
     binary = nccltests.collective_binary(str(build.binary), collective)
 
     def cmd(r: int) -> tuple[str, str | None]:
@@ -135,15 +137,17 @@ def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
             else ""
         return prefix + shlex.join(plan.argv), plan.json_path
 
-    return _rounds(ex, run, suite, out_dir, label, cmd)
+    return _rounds(ex, run, suite, out_dir, label, cmd,
+                   nccltests.run_env(suite.nccl, mode=mode))
 
 
 def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: Mapping[str, BuildDoc], collective: str = "all_reduce"
-           ) -> list[tuple[int, Path, bool]]:
+           builds: Mapping[str, BuildDoc], collective: str = "all_reduce",
+           mode: str = "normal") -> list[tuple[int, Path, bool]]:
     head = pool(nodes[0])
     local = nodes[0].executor == "local"
     out_dir = run.provider_dir(nodes[0].provider, STEP)
+    env = nccltests.run_env(suite.nccl, mode=mode, multi=True)
 
     def cmd(r: int) -> tuple[str, str | None]:
         contexts = []
@@ -153,15 +157,15 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
             plan = nccltests.perf_argv(nccltests.collective_binary(str(b.binary), collective),
                                        suite.nccl, 1, set(b.flags), None)
             contexts.append((n, plan.argv, g))
-        return nccltests.mpirun_command(contexts, nccltests.run_env(suite.nccl),
-                                        local=local), None
+        return nccltests.mpirun_command(contexts, env, local=local), None
 
-    return _rounds(head, run, suite, out_dir, nccltests.log_label("multi", collective), cmd)
+    return _rounds(head, run, suite, out_dir, nccltests.log_label("multi", collective, mode),
+                   cmd, env)
 
 
 def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
            builds: Mapping[str, BuildDoc], label: str, out_dir: Path,
-           collective: str = "all_reduce") -> Path:
+           collective: str = "all_reduce", mode: str = "normal") -> Path:
     """torch.distributed benchmark across `nodes` (one node: single-node run)."""
     master = "127.0.0.1" if nodes[0].executor == "local" or len(nodes) == 1 else (
         nodes[0].host or nodes[0].name)
@@ -174,7 +178,9 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
                                                master, port)
         return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl, collective),
                                staging=run.dir / ".staging", timeout=suite.nccl.timeout_s + 120,
-                               launcher=launcher, env=nccltests.run_env(suite.nccl),
+                               launcher=launcher,
+                               env=nccltests.run_env(suite.nccl, mode=mode,
+                                                     multi=len(nodes) > 1),
                                stdout_path=log if i == 0 else None)
 
     group = fanout(nodes, one, concurrency=len(nodes))
@@ -226,23 +232,25 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                 "still takes part in the multi-node rounds",
                 [run.rel(run.node_dir(n.name, STEP) / "build.json")], gpus=1, scope="single"))
         elif single:
-            for coll in suite.nccl.collectives:
-                if len(suite.nccl.collectives) > 1:
-                    stage.note(coll)
+            for mode, coll in series_plan(suite):
+                if _several(suite):
+                    stage.note(_what(mode, coll))
                 with stage("execute"):
                     try:
-                        logs = _single(pool(n), run, suite, inv, b, coll)
+                        logs = _single(pool(n), run, suite, inv, b, coll, mode)
                     except GpuvetError as exc:
                         raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [], node=n.name,
                                          hint=exc.hint) from exc
                 with stage("judge"):
                     _judge(outcome, run, inv, suite,
-                           Series("single", [n], logs, b, collective=coll))
+                           Series("single", [n], logs, b, collective=coll, mode=mode))
             if torch:
-                for tc in _torch_collectives(outcome, run, suite, n.provider, n.name):
-                    _torch_series(outcome, pool, [n], run, suite, inv, builds,
-                                  run.node_dir(n.name, STEP), "single", tc)
-                    _compare_engines(outcome, run, [n], "single", tc)
+                tcs = _torch_collectives(outcome, run, suite, n.provider, n.name)
+                for mode in suite.nccl.modes:
+                    for tc in tcs:
+                        _torch_series(outcome, pool, [n], run, suite, inv, builds,
+                                      run.node_dir(n.name, STEP), "single", tc, mode)
+                        _compare_engines(outcome, run, [n], "single", tc, mode)
         return UnitResult(outcome.findings, outcome.measurements,
                           {"build": b.model_dump(mode="json")})
 
@@ -252,30 +260,32 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         mpi = all(builds[n.name].mpi for n in members)
         out_dir = run.provider_dir(prov, STEP)
         if mpi:
-            for coll in suite.nccl.collectives:
-                if len(suite.nccl.collectives) > 1:
-                    stage.note(coll)
+            for mode, coll in series_plan(suite):
+                if _several(suite):
+                    stage.note(_what(mode, coll))
                 with stage("execute"):
                     try:
-                        logs = _multi(pool, members, run, suite, inv, builds, coll)
+                        logs = _multi(pool, members, run, suite, inv, builds, coll, mode)
                     except GpuvetError as exc:
                         raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [],
                                          hint=exc.hint) from exc
                 with stage("judge"):
                     _judge(outcome, run, inv, suite,
                            Series("multi", members, logs, builds[members[0].name],
-                                  collective=coll))
+                                  collective=coll, mode=mode))
         else:
             outcome.findings.append(_f(
                 run, None, prov, "NCCL_MULTI_NO_MPI", "WARN",
                 "nccl-tests was built without MPI: multi-node measured with the "
                 "torch.distributed benchmark instead"))
         if torch or not mpi:
-            for tc in _torch_collectives(outcome, run, suite, prov, None):
-                _torch_series(outcome, pool, members, run, suite, inv, builds, out_dir,
-                              "multi", tc)
-                if mpi:
-                    _compare_engines(outcome, run, members, "multi", tc)
+            tcs = _torch_collectives(outcome, run, suite, prov, None)
+            for mode in suite.nccl.modes:
+                for tc in tcs:
+                    _torch_series(outcome, pool, members, run, suite, inv, builds, out_dir,
+                                  "multi", tc, mode)
+                    if mpi:
+                        _compare_engines(outcome, run, members, "multi", tc, mode)
         return UnitResult(outcome.findings, outcome.measurements)
 
     with step_pool(inv, pool, accept_new_host_keys) as p:
@@ -301,6 +311,19 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     return driven
 
 
+def series_plan(suite: Suite) -> list[tuple[str, str]]:
+    """(mode, collective) in the order they run: each mode runs every collective."""
+    return [(m, c) for m in suite.nccl.modes for c in suite.nccl.collectives]
+
+
+def _several(suite: Suite) -> bool:
+    return len(series_plan(suite)) > 1
+
+
+def _what(mode: str, collective: str) -> str:
+    return collective if mode == "normal" else f"{mode} {collective}"
+
+
 def _torch_collectives(outcome: NcclOutcome, run: Run, suite: Suite, provider: str,
                        node: str | None) -> list[str]:
     """The suite's collectives the torch engine has; the others said once (INFO)."""
@@ -317,11 +340,12 @@ def _torch_collectives(outcome: NcclOutcome, run: Run, suite: Suite, provider: s
 
 def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], run: Run,
                   suite: Suite, inv: Inventory, builds: Mapping[str, BuildDoc],
-                  out_dir: Path, scope: MeasureScope, collective: str = "all_reduce") -> None:
+                  out_dir: Path, scope: MeasureScope, collective: str = "all_reduce",
+                  mode: str = "normal") -> None:
     where = nodes[0].name if scope == "single" else None
-    label = nccltests.log_label(f"torch_{scope}", collective)
+    label = nccltests.log_label(f"torch_{scope}", collective, mode)
     try:
-        log = _torch(pool, nodes, run, suite, inv, builds, label, out_dir, collective)
+        log = _torch(pool, nodes, run, suite, inv, builds, label, out_dir, collective, mode)
     except GpuvetError as exc:
         outcome.findings.append(_f(run, where, nodes[0].provider, "TORCH_BENCH_FAILED", "FAIL",
                                    exc.what, collective=collective))
@@ -330,11 +354,11 @@ def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], r
     if skipped is not None:
         outcome.findings.append(_f(
             run, where, nodes[0].provider, "TORCH_OP_SKIPPED", "INFO",
-            f"[torch {scope} {collective}] skipped: {skipped}", [run.rel(log)],
+            f"[torch {scope} {_what(mode, collective)}] skipped: {skipped}", [run.rel(log)],
             collectives=[collective]))
         return
     series = Series(scope, nodes, [(1, log, False)], builds.get(nodes[0].name) or BuildDoc(),
-                    engine="torch", collective=collective)
+                    engine="torch", collective=collective, mode=mode)
     _judge(outcome, run, inv, suite, series)
 
 
@@ -356,9 +380,10 @@ AGREE_TOLERANCE = 0.05
 
 
 def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node],
-                     scope: MeasureScope, collective: str = "all_reduce") -> None:
+                     scope: MeasureScope, collective: str = "all_reduce",
+                     mode: str = "normal") -> None:
     """torch.distributed should land within 5% of nccl-tests at 256 MiB and above, for
-    the same collective."""
+    the same collective in the same mode."""
     names = [n.name for n in nodes]
 
     def medians(engine: str) -> dict[int, float]:
@@ -366,7 +391,8 @@ def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node],
         for m in outcome.measurements:
             if (m.metric == "busbw" and m.nodes == names and m.scope == scope
                     and m.engine == engine and not m.inplace and m.size is not None
-                    and (m.tags.get("op") or "all_reduce") == collective):
+                    and (m.tags.get("op") or "all_reduce") == collective
+                    and (m.tags.get("mode") or "normal") == mode):
                 by_size.setdefault(m.size, []).append(m.value)
         return {k: statistics.median(v) for k, v in by_size.items()}
 
@@ -382,10 +408,16 @@ def _compare_engines(outcome: NcclOutcome, run: Run, nodes: list[Node],
     ok = abs(worst) <= AGREE_TOLERANCE
     outcome.findings.append(_f(
         run, where, nodes[0].provider, "TORCH_VS_NCCL_TESTS", "PASS" if ok else "WARN",
-        f"[torch {scope}{'' if collective == 'all_reduce' else ' ' + collective}] "
+        f"[torch {scope}{'' if mode == 'normal' else ' ' + mode}"
+        f"{'' if collective == 'all_reduce' else ' ' + collective}] "
         f"torch.distributed vs nccl-tests busbw: {shown}"
         + ("" if ok else f"; differs by more than {AGREE_TOLERANCE:.0%}"),
-        deviations={str(k): v for k, v in devs.items()}, collective=collective))
+        deviations={str(k): v for k, v in devs.items()}, collective=collective,
+        **_mode_detail(mode)))
+
+
+def _mode_detail(mode: str) -> dict[str, Any]:
+    return {} if mode == "normal" else {"mode": mode}
 
 
 def _judge(outcome: NcclOutcome, run: Run, inv: Inventory, suite: Suite, s: Series) -> None:
