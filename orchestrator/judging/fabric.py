@@ -28,17 +28,18 @@ at its maximum cannot show growth, which is said too.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError, ParseError
-from orchestrator.executors.base import Executor
+from orchestrator.executors.base import Executor, ExecutorPool, fanout
+from orchestrator.inventory import Node
 from orchestrator.parsers.fabric import FabricFacts, FabricPort, parse_fabric
-from orchestrator.records import Severity
-from orchestrator.store import atomic_write
+from orchestrator.records import Finding, Severity, finding
+from orchestrator.store import Run, atomic_write
 
 # counter -> (growth allowed during a load, severity above it, what it means)
 GROWTH_LIMITS: dict[str, tuple[int, Severity, str]] = {
@@ -311,3 +312,54 @@ def around(before: FabricFacts | str | None, after: FabricFacts | str | None
     return [Verdict("RDMA_NOT_READ", "WARN", f"fabric counters not compared around the "
                     f"load: {why}")]
 
+
+
+# --- before and after a step's load, on each of its nodes ------------------------------------
+
+Snapshot = FabricFacts | str  # the facts, or why there are none
+
+
+@dataclass
+class Around:
+    """A step's snapshots of its nodes' fabric before its load (then after it): one
+    payload call per node each time. A node without InfiniBand/RoCE is not read again."""
+
+    run: Run
+    step: str
+    label: str  # "single", "multi", "fleet": in each snapshot's file name and message
+    before: dict[str, Snapshot] = field(default_factory=dict)
+    after: dict[str, Snapshot] = field(default_factory=dict)
+
+    def path(self, node: Node, when: str) -> Path:
+        return self.run.node_dir(node.name, self.step) / f"fabric_{when}_{self.label}.json"
+
+    def take(self, pool: ExecutorPool, nodes: Sequence[Node], when: str) -> None:
+        into = self.before if when == "before" else self.after
+        todo = [n for n in nodes if when == "before" or _has_ports(self.before.get(n.name))]
+        got = fanout(todo, lambda n: take_snapshot(pool(n), self.run.dir / ".staging",
+                                                   self.path(n, when)),
+                     concurrency=max(1, len(todo)))
+        for n in todo:
+            if n.name in got.results:
+                into[n.name] = got.results[n.name]
+            else:
+                exc = got.failures.get(n.name)
+                into[n.name] = exc.what if isinstance(exc, GpuvetError) else str(exc)
+
+    def findings(self, nodes: Sequence[Node]) -> list[Finding]:
+        out: list[Finding] = []
+        for n in nodes:
+            if n.name not in self.before:
+                continue
+            ev = [self.run.rel(p) for w in ("before", "after")
+                  if (p := self.path(n, w)).is_file()]
+            for v in around(self.before.get(n.name), self.after.get(n.name)):
+                out.append(finding(self.run.run_id, self.step, provider=n.provider,
+                                   node=n.name, code=v.code, severity=v.severity,
+                                   message=f"[{self.label}] {v.message}", evidence=ev,
+                                   **v.details))
+        return out
+
+
+def _has_ports(s: Snapshot | None) -> bool:
+    return isinstance(s, FabricFacts) and s.present and bool(s.ports)

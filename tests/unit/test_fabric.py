@@ -286,3 +286,92 @@ def test_preflight_of_a_node_without_infiniband_states_it(tmp_path: Path) -> Non
     report = judge_document(doc, inv.node("node-a"), inv, "run-1", None)
     fab = [(f.code, f.severity) for f in report.findings if f.code.startswith("RDMA_")]
     assert fab == [("RDMA_NONE", "INFO")]
+
+
+# --- around the nccl step's load ------------------------------------------------------------
+
+def _ssh_inventory(tmp_path: Path, n: int) -> object:
+    from orchestrator import inventory
+
+    lines = ["version: 1", "providers:", "  lab:", "    executor: ssh",
+             "    expect: {gpus_per_node: 2, fabric: {type: ib}}", "    nodes:"]
+    lines += [f"      - {{name: n{i}, host: 10.0.0.{i + 1}, work_dir: /w/n{i}}}"
+              for i in range(1, n + 1)]
+    p = tmp_path / "inv.yaml"
+    p.write_text("\n".join(lines) + "\n")
+    return inventory.load(p)
+
+
+def test_the_nccl_step_reads_the_counters_before_and_after_its_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Single-node rounds on n1, then multi-node rounds on n1+n2: n2's mlx5_4 counts
+    symbol errors during the multi-node load and is named; n1 stays clean."""
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.nccl import step as nccl_step
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
+    from orchestrator.testing import Script, scripted_pool
+
+    inv = _ssh_inventory(tmp_path, 2)
+    built = BuildDoc(ok=True, gpus=2, mpi=True, built_commit="a0b82b2" * 5,
+                     binary="/x/all_reduce_perf")
+    monkeypatch.setattr(nccl_step, "_build_node", lambda ex, run, suite, archive: built)
+    monkeypatch.setattr(nccl_step, "_single", lambda *a, **k: [])
+    monkeypatch.setattr(nccl_step, "_multi", lambda *a, **k: [])
+    clean = json.dumps(snap(tree(tmp_path, "clean")))
+    grown_root = tree(tmp_path, "grown")
+    set_counter(grown_root, "mlx5_4", "symbol_error", 57)
+    grown = json.dumps(snap(grown_root))
+    calls = {"n1": 0, "n2": 0}
+
+    def answers(node: str) -> Script:
+        def reply(call: object) -> object:
+            from orchestrator.testing import Reply
+            calls[node] += 1
+            # n2: before single, after single, before multi, after multi (the 4th grows)
+            return Reply(stdout=grown if node == "n2" and calls[node] >= 4 else clean)
+        return Script().on(lambda c: "-m payload fabric" in c, reply=reply)
+
+    pool = scripted_pool({"n1": answers("n1"), "n2": answers("n2")})
+    suite = Suite()
+    run = Run.create(tmp_path / "r", command="nccl", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=None)
+    nccl_step.run_nccl(inv, inv.nodes, run, suite, pool=pool)  # type: ignore[arg-type]
+    assert calls == {"n1": 4, "n2": 4}
+    fs = [f for f in run.findings() if f.code.startswith("RDMA_")
+          and f.code != "RDMA_COUNTER_SATURATED"]  # the capture's link_downed 255, every time
+    got = sorted((f.node, f.code, f.message.split("]")[0] + "]") for f in fs)
+    assert got == [("n1", "RDMA_COUNTERS_CLEAN", "[multi]"), ("n1", "RDMA_COUNTERS_CLEAN",
+                                                                  "[single]"),
+                   ("n2", "RDMA_COUNTERS_CLEAN", "[single]"),
+                   ("n2", "RDMA_COUNTER_GREW", "[multi]")]
+    bad = next(f for f in fs if f.code == "RDMA_COUNTER_GREW")
+    assert bad.severity == "WARN" and bad.details["device"] == "mlx5_4"
+    assert bad.message.startswith("[multi] mlx5_4 port 1 symbol_error grew by 57")
+    assert bad.evidence == ["nodes/n2/nccl/fabric_before_multi.json",
+                            "nodes/n2/nccl/fabric_after_multi.json"]
+    assert all((run.dir / e).is_file() for e in bad.evidence)
+
+
+def test_the_nccl_step_on_nodes_without_infiniband_reads_once_and_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.nccl import step as nccl_step
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
+    from orchestrator.testing import Script, scripted_pool
+
+    inv = _ssh_inventory(tmp_path, 1)
+    built = BuildDoc(ok=True, gpus=2, mpi=True, binary="/x/all_reduce_perf")
+    monkeypatch.setattr(nccl_step, "_build_node", lambda ex, run, suite, archive: built)
+    monkeypatch.setattr(nccl_step, "_single", lambda *a, **k: [])
+    none = json.dumps(snapshot(str(tmp_path / "absent"), str(tmp_path)))
+    pool = scripted_pool(default=Script().on(lambda c: "-m payload fabric" in c, stdout=none,
+                                             times=1))
+    suite = Suite()
+    run = Run.create(tmp_path / "r", command="nccl", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=None)
+    nccl_step.run_nccl(inv, inv.nodes, run, suite, multi=False, pool=pool)  # type: ignore[arg-type]
+    fs = [f for f in run.findings() if f.code.startswith("RDMA_")]
+    assert [(f.code, f.severity) for f in fs] == [("RDMA_NONE", "INFO")]
+    assert "no InfiniBand/RoCE devices" in fs[0].message
