@@ -6,7 +6,9 @@ against the HCA of the same position on its partner: the partner runs the
 server, the node the client, one HCA after the other. The client's average
 bandwidth at its largest message is judged against the order's
 `expect.fabric.rate_gbps` (FAIL below 90% of it). Where no node has perftest,
-one INFO says so and nothing runs.
+one INFO says so and nothing runs. The results make the rail table (`rails.py`,
+`rails.json`): every HCA against the median rail, a slow one named with its port,
+netdev and the GPUs near it (FLEET_RAIL_SLOW, WARN).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from typing import Any
 from orchestrator.errors import GpuvetError, ParseError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import ProgressHook
+from orchestrator.files import write_json
 from orchestrator.inventory import Inventory, Node
+from orchestrator.parsers.fabric import FabricFacts
 from orchestrator.parsers.perftest import parse_perftest_bw
 from orchestrator.records import Finding, UnitResult, finding
 from orchestrator.steps.driver import StageTracker, drive, provider_unit
+from orchestrator.steps.fleet.rails import MIN_RAILS, RailResult, rail_table, rail_words
 from orchestrator.steps.fleet.state import ProviderFleet
 from orchestrator.store import Run
 
@@ -83,6 +88,8 @@ def run_rdma(inv: Inventory, run: Run, pool: ExecutorPool, pf: ProviderFleet,
                                   message=f"[fleet rdma] ib_write_bw {a}:{hca} -> {b}:{peer[i]} "
                                           "gave no result", evidence=ev, hca=hca, peer=b))
                 continue
+            with pf.lock:
+                pf.rails.append(RailResult(a, hca, b, peer[i], gbps, tuple(ev)))
             slow = rate is not None and gbps < RATE_SHARE * rate
             want = f" (ordered {rate:g} Gb/s)" if rate is not None else ""
             fs.append(finding(run.run_id, STEP, provider=prov, node=a,
@@ -96,11 +103,49 @@ def run_rdma(inv: Inventory, run: Run, pool: ExecutorPool, pf: ProviderFleet,
     units = [provider_unit(prov, f"fleet/rdma/{a}+{b}", functools.partial(work, a, b))
              for a, b in pairs]
     drive(run, STEP, units, concurrency=inv.settings.concurrency, progress=progress)
+    rail_findings(run, pf)
     if len(with_perftest) < len(pf.alive):
         missing = [n for n in pf.alive if n not in with_perftest]
         pf.extra.append(note("FLEET_RDMA_PARTIAL", f"perftest or HCAs missing on "
                              f"{len(missing)} node(s) ({', '.join(missing[:20])}): their NICs "
                              "were not measured", nodes=missing))
+
+
+def rail_findings(run: Run, pf: ProviderFleet) -> None:
+    """The rail table (`rails.json`) from the per-HCA results: FLEET_RAILS says it, each
+    rail below the others by more than the fleet's tolerance is FLEET_RAIL_SLOW."""
+    if not pf.rails:
+        return
+    fabric = pf.fabric.before if pf.fabric is not None else {}
+    table = rail_table(pf.rails, tolerance=pf.params.tolerance, topo=pf.topo,
+                       fabric={n: s for n, s in fabric.items() if isinstance(s, FabricFacts)})
+    path = run.provider_dir(pf.provider, STEP) / "rails.json"
+    write_json(path, table.as_json())
+    rel = run.rel(path)
+    prov = pf.provider
+    med = table.median_gbps or 0.0
+    judged = len(table.rails) >= MIN_RAILS
+    slow = table.slow
+    worst = min(table.rails, key=lambda r: r.gbps)
+    said = (f"median rail {med:.1f} Gb/s ({med / 8:.1f} GB/s); slowest {worst.name} "
+            f"{worst.gbps:.1f} Gb/s ({worst.ratio or 0:.0%})" if judged else
+            f"fewer than {MIN_RAILS} rails: none judged against the others")
+    pf.extra.append(finding(
+        run.run_id, STEP, provider=prov, node=None, code="FLEET_RAILS", severity="INFO",
+        message=f"[fleet rdma] {len(table.rails)} rail(s) measured one at a time "
+                f"(ib_write_bw per HCA): {said}; {len(slow)} more than "
+                f"{table.tolerance:.0%} below the median", evidence=[rel],
+        rails=[r.as_json() for r in table.rails], median_gbps=table.median_gbps,
+        tolerance=table.tolerance))
+    for r in slow:
+        pf.extra.append(finding(
+            run.run_id, STEP, provider=prov, node=r.node, code="FLEET_RAIL_SLOW",
+            severity="WARN",
+            message=f"[fleet rdma] rail {rail_words(r)}: {r.gbps:.1f} Gb/s, {r.ratio or 0:.0%} "
+                    f"of the median rail ({med:.1f} Gb/s): this NIC, its cable or switch port "
+                    "(or the partner's) is slow; NCCL traffic of the GPUs near it crosses it",
+            evidence=[rel, *r.evidence], hca=r.hca, port=r.port, netdev=r.netdev,
+            gpus=r.gpus, peer=r.peer, peer_hca=r.peer_hca, gbps=r.gbps, ratio=r.ratio))
 
 
 def _one(pool: ExecutorPool, a: Node, b: Node, hca: str, peer_hca: str, seconds: int,
