@@ -106,3 +106,26 @@ def failed(findings: Iterable[Finding]) -> bool:
 
 def run_status(findings: Iterable[Finding]) -> Literal["passed", "failed"]:
     return "failed" if failed(findings) else "passed"
+
+
+RAIL_COLUMNS = ("provider", "node", "HCA", "port", "netdev", "link Gb/s", "measured Gb/s",
+                "GB/s", "vs median", "GPUs near", "partner", "slow")
+
+
+def rails_table(findings: Iterable[Finding], providers: Sequence[str] = (),
+                title: str = "rails, one HCA at a time (ib_write_bw)") -> Table:
+    """The fleet step's rail table (FLEET_RAILS' rows): every HCA measured on its own
+    between partners, against the median rail; a slow rail says so in its last column."""
+    rows: list[tuple[Any, ...]] = []
+    for f in findings:
+        if f.code != "FLEET_RAILS" or (providers and f.provider not in providers):
+            continue
+        for r in f.details.get("rails") or []:
+            ratio = r.get("ratio")
+            rows.append((f.provider, r.get("node"), r.get("hca"), r.get("port"),
+                         r.get("netdev"), r.get("rate_gbps"), round(float(r.get("gbps", 0)), 1),
+                         round(float(r.get("gbs", 0)), 2),
+                         f"{ratio:.0%}" if isinstance(ratio, (int, float)) else "-",
+                         ", ".join(r.get("gpus") or []) or "-",
+                         f"{r.get('peer')}:{r.get('peer_hca')}", "SLOW" if r.get("slow") else ""))
+    return Table(title, RAIL_COLUMNS, rows)

@@ -15,6 +15,7 @@ from orchestrator.cli._common import (
     verbose_option,
 )
 from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.verdicts import rails_table
 
 
 def register(root: click.Group) -> None:
@@ -61,5 +62,7 @@ def register(root: click.Group) -> None:
         with fleet(inventory, nodes, providers, "fleet", accept_new_host_keys) as f, \
                 open_run(results, "fleet", the_suite, inventory, f.nodes) as run:
             step.run_fleet(f.inv, f.nodes, run, the_suite, pool=f.pool, progress=f.progress)
-            return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, n_measurements=len(run.measurements()))
+            fs = run.findings()
+            return show_outcome(run, fs, [n.name for n in f.nodes], verbose=verbose,
+                                as_json=as_json, n_measurements=len(run.measurements()),
+                                tables=[rails_table(fs)])

@@ -141,3 +141,29 @@ def test_the_fleet_names_the_slow_rail_and_the_counters_that_grew(
     assert downed[0].message.startswith("[fleet] mlx5_6 port 1 link_downed grew by 1")
     assert downed[0].evidence == ["nodes/n3/fleet/fabric_before_fleet.json",
                                   "nodes/n3/fleet/fabric_after_fleet.json"]
+
+
+def test_the_rail_table_is_shown_by_gpuvet_fleet_and_compare(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The rows FLEET_RAILS carries become the table `gpuvet fleet` prints after its verdicts
+    (and `--json`'s `tables`), and compare's (so the report's) where a pipeline ran the fleet."""
+    from orchestrator.analysis.compare import fleet_rails_table
+    from orchestrator.cli._steps import show_outcome
+    from orchestrator.verdicts import rails_table
+
+    monkeypatch.setattr(rdma, "_one", lambda pool, a, b, hca, peer, s, log: (
+        250.0 if (a.name, hca) == ("n0", "mlx5_4") else 390.0))
+    fs, run = _fleet(tmp_path, 2, lambda a, b: 0.0,
+                     lambda node, k: json.dumps(snap(tree(tmp_path, f"{node}{k}"))))
+    t = rails_table(fs)
+    assert len(t.rows) == len(HCAS)
+    slow = [r for r in t.as_dicts() if r["slow"]]
+    assert [(r["node"], r["HCA"], r["port"], r["link Gb/s"], r["GPUs near"], r["vs median"])
+            for r in slow] == [("n0", "mlx5_4", 1, 400.0, "GPU0, GPU1", "64%")]
+    assert fleet_rails_table(fs, ["lab"]).rows == t.rows
+    assert fleet_rails_table(fs, ["other"]).rows == []
+    show_outcome(run, fs, ["n0", "n1"], verbose=False, as_json=False, tables=[t])
+    shown = capsys.readouterr().out
+    assert "rails, one HCA at a time" in shown and "SLOW" in shown
+    assert "FLEET_RAIL_SLOW" in shown and "FLEET_RAILS" in shown
