@@ -49,6 +49,11 @@ def register(root: click.Group) -> None:
         passed: only those slow again are named (FAIL). A node that cannot be
         reached is dropped and the rest of the plan recomputed without it.
         Providers with fewer than two selected nodes are skipped (INFO).
+        Where perftest is installed, each HCA is measured on its own between
+        partners (ib_write_bw) and shown as a rail table: a rail more than the
+        fleet tolerance below the median rail is named with its NIC, port and
+        the GPUs near it. InfiniBand/RoCE error counters are read from sysfs
+        before and after the plan.
         """
         from orchestrator.steps.fleet import step
         from orchestrator.suite import load_suite
