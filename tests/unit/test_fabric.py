@@ -150,7 +150,7 @@ def test_a_port_that_went_down_during_the_load_fails(tmp_path: Path) -> None:
 
 def test_one_snapshot_missing_is_said(tmp_path: Path) -> None:
     before = facts(tree(tmp_path))
-    assert codes(F.around(before, "node unreachable")) == [("RDMA_NOT_READ", "WARN")]
+    assert codes(F.around(before, "node unreachable")) == [("RDMA_NOT_READ", "INFO")]
     assert codes(F.around(facts(tmp_path / "none"), None)) == [("RDMA_NONE", "INFO")]
 
 
