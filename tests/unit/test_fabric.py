@@ -375,3 +375,33 @@ def test_the_nccl_step_on_nodes_without_infiniband_reads_once_and_says_so(
     fs = [f for f in run.findings() if f.code.startswith("RDMA_")]
     assert [(f.code, f.severity) for f in fs] == [("RDMA_NONE", "INFO")]
     assert "no InfiniBand/RoCE devices" in fs[0].message
+
+
+@pytest.mark.skipif(Path("/sys/class/infiniband").exists(), reason="this host has InfiniBand")
+def test_the_real_payload_on_a_local_node_without_infiniband(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The payload pushed to a local node and run there (as on the netns cluster): its
+    snapshot says there is no InfiniBand/RoCE, a fact, and nothing is read after the load."""
+    import sys
+
+    from orchestrator import inventory
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.nccl import step as nccl_step
+    from orchestrator.store import Run
+    from orchestrator.suite import Suite
+
+    p = tmp_path / "inv.yaml"
+    p.write_text("version: 1\nproviders:\n  lab:\n    executor: local\n    nodes:\n"
+                 f"      - {{name: n1, work_dir: {tmp_path / 'w'}, python: {sys.executable}}}\n")
+    inv = inventory.load(p)
+    built = BuildDoc(ok=True, gpus=2, mpi=True, binary="/x/all_reduce_perf")
+    monkeypatch.setattr(nccl_step, "_build_node", lambda ex, run, suite, archive: built)
+    monkeypatch.setattr(nccl_step, "_single", lambda *a, **k: [])
+    suite = Suite()
+    run = Run.create(tmp_path / "r", command="nccl", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=None)
+    nccl_step.run_nccl(inv, inv.nodes, run, suite, multi=False)
+    fs = [f for f in run.findings() if f.code.startswith("RDMA_")]
+    assert [(f.code, f.severity, f.node) for f in fs] == [("RDMA_NONE", "INFO", "n1")]
+    assert fs[0].evidence == ["nodes/n1/nccl/fabric_before_single.json"]
+    assert not (run.dir / "nodes/n1/nccl/fabric_after_single.json").exists()
