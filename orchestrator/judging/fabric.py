@@ -330,6 +330,7 @@ class Around:
     label: str  # "single", "multi", "fleet": in each snapshot's file name and message
     before: dict[str, Snapshot] = field(default_factory=dict)
     after: dict[str, Snapshot] = field(default_factory=dict)
+    concurrency: int = 32  # nodes read at once (a fleet of 1,000 is not 1,000 threads)
 
     def path(self, node: Node, when: str) -> Path:
         return self.run.node_dir(node.name, self.step) / f"fabric_{when}_{self.label}.json"
@@ -339,7 +340,7 @@ class Around:
         todo = [n for n in nodes if when == "before" or _has_ports(self.before.get(n.name))]
         got = fanout(todo, lambda n: take_snapshot(pool(n), self.run.dir / ".staging",
                                                    self.path(n, when)),
-                     concurrency=max(1, len(todo)))
+                     concurrency=max(1, min(len(todo), self.concurrency)))
         for n in todo:
             if n.name in got.results:
                 into[n.name] = got.results[n.name]

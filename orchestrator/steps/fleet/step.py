@@ -229,7 +229,8 @@ class _Runner:
     def fabric(self, when: str) -> None:
         """The ports of the nodes that have HCAs, before the plan and after it (RDMA too)."""
         if self.pf.fabric is None:
-            self.pf.fabric = Around(self.run, STEP, "fleet")
+            self.pf.fabric = Around(self.run, STEP, "fleet",
+                                    concurrency=self.inv.settings.concurrency)
         nodes = [self.by_name[n] for n in self.pf.alive if _hcas_of(self.pf, n)]
         if nodes:
             self.pf.fabric.take(self.pool, nodes, when)
