@@ -214,6 +214,9 @@ class FleetParams(_M):
     straggler_iters: int = Field(default=20, ge=1)
     rdma: bool = True  # ib_write_bw per HCA between partners where perftest is installed
     rdma_seconds: int = Field(default=5, ge=1, le=600)
+    # each rail through NCCL too: one nccl-tests run per HCA between first-round partners,
+    # NCCL_IB_HCA set to that HCA on each node (the nccl-tests engine only)
+    rails_nccl: bool = False
 
     @field_validator("min_bytes", "max_bytes", "min_judged_bytes")
     @classmethod
@@ -246,7 +249,7 @@ class HealthParams(_M):
 LATER_SECTIONS = ("health", "fleet")
 # fields added to a section after runs were stored: at their defaults they stay out of the
 # suite hash too (a suite that runs all_reduce only keeps the hash it had)
-LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"),)
+LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"), ("fleet", "rails_nccl"))
 
 
 class Suite(_M):
@@ -276,6 +279,8 @@ class Suite(_M):
                 del dump[name]
         for section, fld in LATER_FIELDS:
             params = getattr(self, section)
+            if params is None:  # a section left out (fleet: None) is out of the hash already
+                continue
             if getattr(params, fld) == type(params).model_fields[fld].get_default(
                     call_default_factory=True):
                 dump[section].pop(fld, None)

@@ -310,7 +310,7 @@ def transports_table(findings: Sequence[Finding], providers: Sequence[str]) -> T
 def fleet_rails_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
     """The fleet step's rail table where a selected run (a pipeline with --fleet) has one;
     left out of the comparison, not shown empty, where none has."""
-    return rails_table(findings, providers, "fleet: rails, one HCA at a time (ib_write_bw)")
+    return rails_table(findings, providers, "fleet: rails, one HCA at a time")
 
 
 def agreement_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:

@@ -34,12 +34,16 @@ def register(root: click.Group) -> None:
                        "ring: each node with its two neighbours. Default: the suite's.")
     @click.option("--partners", type=click.IntRange(1, 16),
                   help="Partners each node meets in the pairs plan (default: the suite's, 2).")
+    @click.option("--rails-nccl", "rails_nccl", is_flag=True, default=None,
+                  help="Also measure each rail through NCCL: one nccl-tests run per HCA "
+                       "between first-round partners with NCCL_IB_HCA set to that HCA "
+                       "(nccl-tests engine; the suite's fleet.rails_nccl).")
     @verbose_option
     @json_option
     def fleet_cmd(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                   accept_new_host_keys: bool, results: Path, suite: Path | None,
-                  engine: str | None, plan: str | None, partners: int | None, verbose: bool,
-                  as_json: bool) -> int:
+                  engine: str | None, plan: str | None, partners: int | None,
+                  rails_nccl: bool | None, verbose: bool, as_json: bool) -> int:
         """Find the one bad node or link among a provider's nodes.
 
         Disjoint pairs of nodes run a two-node all_reduce at once, round after
@@ -60,7 +64,8 @@ def register(root: click.Group) -> None:
 
         the_suite = load_suite(suite)
         update = {k: v for k, v in (("engine", engine), ("plan", plan),
-                                    ("partners", partners)) if v is not None}
+                                    ("partners", partners), ("rails_nccl", rails_nccl))
+                  if v is not None}
         if update:
             params = the_suite.fleet_params.model_copy(update=update)
             the_suite = the_suite.model_copy(update={"fleet": params})

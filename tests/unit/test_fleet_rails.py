@@ -158,6 +158,7 @@ def test_the_rail_table_is_shown_by_gpuvet_fleet_and_compare(
                      lambda node, k: json.dumps(snap(tree(tmp_path, f"{node}{k}"))))
     t = rails_table(fs)
     assert len(t.rows) == len(HCAS)
+    assert {r["tool"] for r in t.as_dicts()} == {"ib_write_bw"}
     slow = [r for r in t.as_dicts() if r["slow"]]
     assert [(r["node"], r["HCA"], r["port"], r["link Gb/s"], r["GPUs near"], r["vs median"])
             for r in slow] == [("n0", "mlx5_4", 1, 400.0, "GPU0, GPU1", "64%")]
@@ -167,3 +168,47 @@ def test_the_rail_table_is_shown_by_gpuvet_fleet_and_compare(
     shown = capsys.readouterr().out
     assert "rails, one HCA at a time" in shown and "SLOW" in shown
     assert "FLEET_RAIL_SLOW" in shown and "FLEET_RAILS" in shown
+
+
+def test_each_rail_through_nccl_one_run_per_hca_with_nccl_ib_hca(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleet.rails_nccl`: between first-round partners, one nccl-tests mpirun per HCA with
+    NCCL_IB_HCA set to `=<that HCA>` on each node; the rail whose busbw is low is named in
+    a table of its own (tool nccl), apart from ib_write_bw's."""
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.fleet import engines
+
+    monkeypatch.setattr(engines, "build_nccl_tests", lambda pool, node, run, params, archive:
+                        BuildDoc(ok=True, mpi=True, gpus=8, binary="/w/all_reduce_perf"))
+    monkeypatch.setattr(fleet_step.nccltests, "source_archive", lambda *a: None)
+    inv = write_inv(tmp_path, 2, "{fabric: {type: ib}}")
+    suite = Suite(fleet=FleetParams.model_validate(
+        {"engine": "nccl-tests", "min_bytes": "1M", "max_bytes": "16M", "rdma": False,
+         "min_judged_bytes": "1M", "rails_nccl": True}))
+    run = Run.create(tmp_path / "results", command="fleet", suite_hash=suite.hash,
+                     suite=suite.model_dump(mode="json"), inventory_path=None)
+    probe = "perftest=no\n" + "".join(f"hca={h}\n" for h in HCAS) + \
+        f"{fleet_step.TOPO_MARK}\n{TOPO}"
+    rails: list[set[str]] = []
+
+    def mpirun(call: Call) -> Reply:
+        hca = {v for k, v in call.env.items() if "NCCL_IB_HCA" in k}
+        if hca:
+            rails.append(hca)
+        return Reply(stdout=log(2, 20.0 if hca == {"=mlx5_5"} else 48.0 if hca else GOOD))
+
+    none = json.dumps({"present": False, "devices": []})
+    pool = scripted_pool(default=Script()
+                         .on(lambda c: c.startswith("command -v ib_write_bw"), stdout=probe)
+                         .on(lambda c: "-m payload fabric" in c, stdout=none)
+                         .on(lambda c: "mpirun" in c, reply=mpirun))
+    out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
+    assert rails == [{f"={h}"} for h in HCAS]  # the same HCA on both ends, one at a time
+    tables = [f for f in out.findings if f.code == "FLEET_RAILS"]
+    assert [f.details["tool"] for f in tables] == ["nccl"]
+    (slow,) = [f for f in out.findings if f.code == "FLEET_RAIL_SLOW"]
+    assert (slow.node, slow.details["hca"], slow.details["gpus"], slow.details["tool"]) == (
+        "n0", "mlx5_5", ["GPU0", "GPU1"], "nccl")
+    assert slow.details["gbps"] == pytest.approx(20.0 * 8, rel=0.01)
+    assert (run.dir / "providers" / "lab" / "fleet" / "rails_nccl.json").is_file()
+    assert all((run.dir / e).is_file() for e in slow.evidence)

@@ -10,7 +10,13 @@ rail is slow and named with its NIC, port and GPUs: a NIC, its cable or its swit
 (on either end: the partner's HCA is named too). With fewer than three rails there is
 no "the others" to compare with, which the table says.
 
-Pure functions: the step gathers the inputs.
+With `fleet.rails_nccl` each rail is also measured through NCCL: one nccl-tests run per
+HCA between the same partners, `NCCL_IB_HCA` set to that HCA on each node, its busbw at
+the largest size (in Gb/s here, busbw x 8); those rails make a table of their own (a
+NCCL busbw is never compared with an ib_write_bw figure).
+
+Pure functions: the step gathers the inputs (one table per tool: `rail_table` is given
+one tool's results).
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ class RailResult:
     peer_hca: str
     gbps: float
     evidence: tuple[str, ...] = ()
+    tool: str = "ib_write_bw"  # or "nccl": nccl-tests' busbw with NCCL_IB_HCA on that HCA
+
+
+TOOLS = {"ib_write_bw": "ib_write_bw per HCA", "nccl": "nccl-tests per HCA (NCCL_IB_HCA)"}
 
 
 @dataclass
@@ -53,6 +63,7 @@ class Rail:
     ratio: float | None = None  # of the median rail
     slow: bool = False
     evidence: tuple[str, ...] = ()
+    tool: str = "ib_write_bw"
 
     @property
     def name(self) -> str:
@@ -63,7 +74,7 @@ class Rail:
         return {"node": self.node, "hca": self.hca, "port": self.port, "netdev": self.netdev,
                 "rate_gbps": self.rate_gbps, "gbps": self.gbps, "gbs": self.gbps / 8,
                 "ratio": self.ratio, "slow": self.slow, "gpus": self.gpus, "peer": self.peer,
-                "peer_hca": self.peer_hca, "peer_gpus": self.peer_gpus,
+                "peer_hca": self.peer_hca, "peer_gpus": self.peer_gpus, "tool": self.tool,
                 "evidence": list(self.evidence)}
 
 
@@ -112,7 +123,8 @@ def rail_table(results: Sequence[RailResult], *, tolerance: float,
                           netdev=p.netdev if p else None, rate_gbps=p.rate_gbps if p else None,
                           gbps=r.gbps, peer=r.peer, peer_hca=r.peer_hca,
                           gpus=near(topo.get(r.node), r.hca),
-                          peer_gpus=near(topo.get(r.peer), r.peer_hca), evidence=r.evidence))
+                          peer_gpus=near(topo.get(r.peer), r.peer_hca), evidence=r.evidence,
+                          tool=r.tool))
     med = statistics.median(r.gbps for r in rails) if rails else None
     for rail in rails:
         if med:

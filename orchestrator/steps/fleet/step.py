@@ -164,6 +164,17 @@ class _Runner:
                                    P.group_rounds(ok, start=self._next_index())), top_up=False)
         if self.p.rdma:
             rdma.run_rdma(self.inv, self.run, self.pool, self.pf, self.progress)
+        if self.p.rails_nccl:
+            if self.p.engine == "nccl-tests":
+                rdma.run_nccl_rails(self.inv, self.run, self.pool, self.pf, self.nccl,
+                                    self.progress)
+            else:
+                self.pf.extra.append(finding(
+                    self.run.run_id, STEP, provider=self.pf.provider, node=None,
+                    code="FLEET_RAILS_NCCL_SKIPPED", severity="INFO",
+                    message="[fleet rails nccl] each rail through NCCL needs the nccl-tests "
+                            "engine (NCCL_IB_HCA per node); the torch engine ran"))
+        rdma.rail_findings(self.run, self.pf)
         self.fabric("after")
         if self.pf.fabric is not None:
             measured = [self.by_name[n] for n in self.pf.alive]
