@@ -212,3 +212,30 @@ def test_each_rail_through_nccl_one_run_per_hca_with_nccl_ib_hca(
     assert slow.details["gbps"] == pytest.approx(20.0 * 8, rel=0.01)
     assert (run.dir / "providers" / "lab" / "fleet" / "rails_nccl.json").is_file()
     assert all((run.dir / e).is_file() for e in slow.evidence)
+
+
+def test_compare_and_the_report_show_the_rail_table_of_a_pipeline_run(tmp_path: Path) -> None:
+    """A pipeline run that ran the fleet step carries FLEET_RAILS: compare (so the report)
+    shows its table; a store without one leaves the table out rather than empty."""
+    from orchestrator.analysis import compare
+    from orchestrator.records import finding
+    from orchestrator.report import render
+    from tests.unit.comparestore import build_store
+
+    root = tmp_path / "results"
+    ids = build_store(root, providers=("h200",))
+    title = "fleet: rails, one HCA at a time"
+    assert title not in [t.title for t in compare.build(root, ["h200"], with_cost=False).tables]
+    run = Run.open(root, ids["h200"]["nccl"])
+    rails = [{"node": "n0", "hca": h, "port": 1, "netdev": None, "rate_gbps": 400.0,
+              "gbps": 250.0 if h == "mlx5_8" else 390.0, "gbs": 31.25 if h == "mlx5_8" else
+              48.75, "ratio": 0.64 if h == "mlx5_8" else 1.0, "slow": h == "mlx5_8",
+              "gpus": ["GPU2", "GPU3"], "peer": "n1", "peer_hca": h} for h in HCAS]
+    run.add_findings([finding(run.run_id, "fleet", provider="h200", node=None,
+                              code="FLEET_RAILS", severity="INFO", message="rails",
+                              rails=rails, tool="ib_write_bw")])
+    c = compare.build(root, ["h200"], with_cost=False)
+    (table,) = [t for t in c.tables if t.title == title]
+    assert [(r["HCA"], r["slow"]) for r in table.as_dicts() if r["slow"]] == [("mlx5_8", "SLOW")]
+    html, md = render(c, tmp_path / "report.html")
+    assert title in html and title in md and "mlx5_8" in md
