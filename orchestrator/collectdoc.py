@@ -106,6 +106,8 @@ class CollectDocument(_Open):
     nccl: NcclInstall = Field(default_factory=NcclInstall)
     mpi: MpiInstall = Field(default_factory=MpiInstall)
     tools: dict[str, str | None] = Field(default_factory=dict)
+    # `payload.fabric.snapshot`: read by parsers/fabric.py (absent from older payloads)
+    fabric: dict[str, Any] | None = None
 
 
 def validate(doc: Any, *, node: str) -> dict[str, Any]:

@@ -235,6 +235,9 @@ class FleetParams(_M):
     straggler_iters: int = Field(default=20, ge=1)
     rdma: bool = True  # ib_write_bw per HCA between partners where perftest is installed
     rdma_seconds: int = Field(default=5, ge=1, le=600)
+    # each rail through NCCL too: one nccl-tests run per HCA between first-round partners,
+    # NCCL_IB_HCA set to that HCA on each node (the nccl-tests engine only)
+    rails_nccl: bool = False
 
     @field_validator("min_bytes", "max_bytes", "min_judged_bytes")
     @classmethod
@@ -268,7 +271,8 @@ LATER_SECTIONS = ("health", "fleet")
 # fields added to a section after runs were stored: at their defaults they stay out of the
 # suite hash too (a suite that runs all_reduce only keeps the hash it had)
 LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"), ("nccl", "modes"),
-                                             ("fleet", "stall_timeout_s"))
+                                             ("fleet", "stall_timeout_s"),
+                                             ("fleet", "rails_nccl"))
 
 
 class Suite(_M):

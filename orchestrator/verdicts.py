@@ -25,9 +25,10 @@ HEADLINE_CODES = frozenset({
     "CKPT_NOT_PERSISTENT",
     # health: what each GPU measures like, and a node that had nothing to measure
     "HEALTH_VARIANT", "HEALTH_NO_GPU", "HEALTH_NOT_RUN",
-    # fleet: the pairs table, the outcome of localisation, a provider too small for it
+    # fleet: the pairs table, the outcome of localisation, a provider too small for it, the
+    # rail table
     "FLEET_PAIRS", "FLEET_NO_SUSPECT", "FLEET_SUSPECT_CLEARED", "FLEET_NOT_APPLICABLE",
-    "FLEET_NOT_RUN",
+    "FLEET_NOT_RUN", "FLEET_RAILS",
 })
 
 
@@ -108,3 +109,27 @@ def failed(findings: Iterable[Finding]) -> bool:
 
 def run_status(findings: Iterable[Finding]) -> Literal["passed", "failed"]:
     return "failed" if failed(findings) else "passed"
+
+
+RAIL_COLUMNS = ("provider", "tool", "node", "HCA", "port", "netdev", "link Gb/s",
+                "measured Gb/s", "GB/s", "vs median", "GPUs near", "partner", "slow")
+
+
+def rails_table(findings: Iterable[Finding], providers: Sequence[str] = (),
+                title: str = "rails, one HCA at a time") -> Table:
+    """The fleet step's rail tables (FLEET_RAILS' rows): every HCA measured on its own
+    between partners (`tool`: ib_write_bw, or nccl-tests with NCCL_IB_HCA, each against
+    the median rail of its own tool); a slow rail says so in its last column."""
+    rows: list[tuple[Any, ...]] = []
+    for f in findings:
+        if f.code != "FLEET_RAILS" or (providers and f.provider not in providers):
+            continue
+        for r in f.details.get("rails") or []:
+            ratio = r.get("ratio")
+            rows.append((f.provider, f.details.get("tool") or "ib_write_bw", r.get("node"),
+                         r.get("hca"), r.get("port"), r.get("netdev"), r.get("rate_gbps"),
+                         round(float(r.get("gbps", 0)), 1), round(float(r.get("gbs", 0)), 2),
+                         f"{ratio:.0%}" if isinstance(ratio, (int, float)) else "-",
+                         ", ".join(r.get("gpus") or []) or "-",
+                         f"{r.get('peer')}:{r.get('peer_hca')}", "SLOW" if r.get("slow") else ""))
+    return Table(title, RAIL_COLUMNS, rows)

@@ -12,6 +12,8 @@ from typing import List, Optional, Tuple
 # (name, module, one-line help).
 SUBCOMMANDS: List[Tuple[str, str, str]] = [
     ("collect", "payload.collect", "run the fixed command list and write one JSON document"),
+    ("fabric", "payload.fabric",
+     "one read-only snapshot of the InfiniBand/RoCE ports: states, error counters, P_Keys, GIDs"),
     ("nccl-build", "payload.ncclbuild", "build nccl-tests at a commit, cached by toolchain"),
     ("allreduce-bench", "payload.allreduce",
      "torch.distributed all_reduce benchmark in nccl-tests' columns (run under torchrun)"),

@@ -22,6 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from payload import fabric
 from payload.commands import (
     COMMANDS,
     QUERY_GPU_FIELDS_OLD,
@@ -170,7 +171,8 @@ def collect(
             "ckpt_dir": path_info(ckpt_dir, mounts),
         }
         extras: Dict[str, Any] = {}
-        for key, fn in (("nccl", find_nccl), ("mpi", find_mpi), ("tools", find_tools)):
+        for key, fn in (("nccl", find_nccl), ("mpi", find_mpi), ("tools", find_tools),
+                        ("fabric", fabric.snapshot)):
             try:
                 extras[key] = fn()
             except Exception as exc:  # recorded, never fatal
@@ -199,6 +201,7 @@ def collect(
         "nccl": extras["nccl"],
         "mpi": extras["mpi"],
         "tools": extras["tools"],
+        "fabric": extras["fabric"],
     }
 
 

@@ -32,7 +32,7 @@ from orchestrator.analysis import answer, billing, cost, environment, frames, go
 from orchestrator.analysis.billing import train_value
 from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import Finding
-from orchestrator.verdicts import Table
+from orchestrator.verdicts import Table, rails_table
 
 STEPS = ("preflight", "health", "nccl", "train")
 COMPLETE = ("passed", "failed")  # finished runs; running/interrupted/error ones are attempts
@@ -307,6 +307,12 @@ def transports_table(findings: Sequence[Finding], providers: Sequence[str]) -> T
     return Table("transports NCCL used", ("provider", "where", "transports", "message"), rows)
 
 
+def fleet_rails_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
+    """The fleet step's rail table where a selected run (a pipeline with --fleet) has one;
+    left out of the comparison, not shown empty, where none has."""
+    return rails_table(findings, providers, "fleet: rails, one HCA at a time")
+
+
 def agreement_table(findings: Sequence[Finding], providers: Sequence[str]) -> Table:
     rows = [(f.provider, f.label, f.severity, f.message) for f in findings
             if f.provider in providers and f.code == "TORCH_VS_NCCL_TESTS"]
@@ -476,6 +482,7 @@ def build(root: Path, providers: Sequence[str] = (), run_ids: Sequence[str] = ()
               environment.diff_table(env, sel.providers, orders),
               *busbw_tables(ms, sel.providers),
               stability_table(ms, fs, sel.providers), transports_table(fs, sel.providers),
+              *[t for t in [fleet_rails_table(fs, sel.providers)] if t.rows],
               agreement_table(fs, sel.providers), health_table(ms, fs, sel.providers),
               train_table(ms, fs, sel.providers)]
     good: list[Any] = []

@@ -188,7 +188,10 @@ def _one_gpu_one_node(env: pd.DataFrame, provider: str) -> bool:
 def _topology(fs: Sequence[Finding], env: pd.DataFrame, provider: str, ran: bool) -> Reason:
     check = CHECKS[3]
     bad = _bad(fs, ["INTERCONNECT", "FORM_FACTOR", "IB_MISSING", "IB_PORT_DOWN",
-                    "IB_PORT_COUNT", "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK", "FABRIC_STATE"])
+                    "IB_PORT_COUNT", "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK", "FABRIC_STATE",
+                    # the fabric's ports from sysfs (judging/fabric.py)
+                    "RDMA_PKEY_MISMATCH", "RDMA_ROCE_NO_V2", "RDMA_PORT_STATE",
+                    "RDMA_PORT_GONE"])
     if not bad and not any(f.code == "INTERCONNECT" for f in fs) \
             and _one_gpu_one_node(env, provider):
         return Reason(check, "not applicable", "one GPU on one node: no link between GPUs or "

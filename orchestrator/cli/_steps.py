@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.cli._common import emit_json, out, render
 from orchestrator.errors import UsageError
 from orchestrator.records import Finding
-from orchestrator.verdicts import findings_table, run_status, verdict_table, verdicts
+from orchestrator.verdicts import Table, findings_table, run_status, verdict_table, verdicts
 
 if TYPE_CHECKING:  # the step commands import this module; --help needs neither
     from orchestrator.store import Run
@@ -53,19 +53,25 @@ def open_run(results: Path, command: str, suite: Suite, inventory: Path | None,
 
 
 def show_outcome(run: Run, findings: list[Finding], node_names: Sequence[str], *, verbose: bool,
-                 as_json: bool, n_measurements: int | None = None, title: str = "findings"
-                 ) -> int:
-    """Finish the run, then show it: a closed stdout cannot leave a run "running"."""
+                 as_json: bool, n_measurements: int | None = None, title: str = "findings",
+                 tables: Sequence[Table] = ()) -> int:
+    """Finish the run, then show it: a closed stdout cannot leave a run "running". `tables`
+    (a step's own, such as the fleet's rails) are shown after the verdicts where they
+    have rows, and are in `--json` as `tables`."""
     status = run_status(findings)
     run.finish(status)
     if as_json:
         emit_json({"run_id": run.run_id, "status": status, "results": str(run.dir),
                    "verdicts": verdicts(findings, node_names),
                    "findings": [f.model_dump(mode="json") for f in findings],
-                   "measurements": n_measurements})
+                   "measurements": n_measurements,
+                   **({"tables": [t.as_json() for t in tables]} if tables else {})})
     else:
         render(findings_table(findings, f"{title} — run {run.run_id}", verbose))
         render(verdict_table(findings, node_names))
+        for t in tables:
+            if t.rows:
+                render(t)
         tail = f"{n_measurements} measurements; " if n_measurements is not None else ""
         out.print(f"{tail}results: {run.dir}")
     return 1 if status == "failed" else 0

@@ -15,6 +15,7 @@ from orchestrator.cli._common import (
     verbose_option,
 )
 from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.verdicts import rails_table
 
 
 def register(root: click.Group) -> None:
@@ -33,12 +34,16 @@ def register(root: click.Group) -> None:
                        "ring: each node with its two neighbours. Default: the suite's.")
     @click.option("--partners", type=click.IntRange(1, 16),
                   help="Partners each node meets in the pairs plan (default: the suite's, 2).")
+    @click.option("--rails-nccl", "rails_nccl", is_flag=True, default=None,
+                  help="Also measure each rail through NCCL: one nccl-tests run per HCA "
+                       "between first-round partners with NCCL_IB_HCA set to that HCA "
+                       "(nccl-tests engine; the suite's fleet.rails_nccl).")
     @verbose_option
     @json_option
     def fleet_cmd(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                   accept_new_host_keys: bool, results: Path, suite: Path | None,
-                  engine: str | None, plan: str | None, partners: int | None, verbose: bool,
-                  as_json: bool) -> int:
+                  engine: str | None, plan: str | None, partners: int | None,
+                  rails_nccl: bool | None, verbose: bool, as_json: bool) -> int:
         """Find the one bad node or link among a provider's nodes.
 
         Disjoint pairs of nodes run a two-node all_reduce at once, round after
@@ -48,18 +53,26 @@ def register(root: click.Group) -> None:
         passed: only those slow again are named (FAIL). A node that cannot be
         reached is dropped and the rest of the plan recomputed without it.
         Providers with fewer than two selected nodes are skipped (INFO).
+        Where perftest is installed, each HCA is measured on its own between
+        partners (ib_write_bw) and shown as a rail table: a rail more than the
+        fleet tolerance below the median rail is named with its NIC, port and
+        the GPUs near it. InfiniBand/RoCE error counters are read from sysfs
+        before and after the plan.
         """
         from orchestrator.steps.fleet import step
         from orchestrator.suite import load_suite
 
         the_suite = load_suite(suite)
         update = {k: v for k, v in (("engine", engine), ("plan", plan),
-                                    ("partners", partners)) if v is not None}
+                                    ("partners", partners), ("rails_nccl", rails_nccl))
+                  if v is not None}
         if update:
             params = the_suite.fleet_params.model_copy(update=update)
             the_suite = the_suite.model_copy(update={"fleet": params})
         with fleet(inventory, nodes, providers, "fleet", accept_new_host_keys) as f, \
                 open_run(results, "fleet", the_suite, inventory, f.nodes) as run:
             step.run_fleet(f.inv, f.nodes, run, the_suite, pool=f.pool, progress=f.progress)
-            return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, n_measurements=len(run.measurements()))
+            fs = run.findings()
+            return show_outcome(run, fs, [n.name for n in f.nodes], verbose=verbose,
+                                as_json=as_json, n_measurements=len(run.measurements()),
+                                tables=[rails_table(fs)])

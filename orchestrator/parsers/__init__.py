@@ -52,6 +52,7 @@ _MODULES = (
     "orchestrator.parsers.nvidia_smi_health",
     "orchestrator.parsers.lspci",
     "orchestrator.parsers.perftest",
+    "orchestrator.parsers.fabric",
     "orchestrator.parsers.nvbandwidth",
     "orchestrator.parsers.p2p_latency",
 )

@@ -49,6 +49,9 @@ def log(nodes: int, busbw: float) -> str:
 
 
 Model = Callable[[tuple[str, ...]], float]
+# the payload's fabric snapshot of a node whose /sys/class/infiniband is not there
+NO_FABRIC = json.dumps({"schema": 1, "root": "/sys/class/infiniband", "present": False,
+                        "devices": [], "truncated": False})
 
 
 def write_inv(tmp_path: Path, n: int, expect: str = "") -> inventory.Inventory:
@@ -111,6 +114,7 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
                          .on(lambda c: c.startswith("ib_write_bw") and c.endswith("-D 5"),
                              stdout="server side\n")
                          .on(lambda c: c.startswith("ib_write_bw"), stdout=perftest or "")
+                         .on(lambda c: "-m payload fabric" in c, stdout=NO_FABRIC)
                          .on("true", reply=alive(name))
                          .on(lambda c: "allreduce-bench" in c, reply=launch(name)))
     pool = scripted_pool(scripts)

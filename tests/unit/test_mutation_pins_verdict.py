@@ -171,7 +171,8 @@ def test_each_count_fault_is_no_go(code: str) -> None:
 
 @pytest.mark.parametrize("code", ["INTERCONNECT", "FORM_FACTOR", "IB_MISSING", "IB_PORT_DOWN",
                                   "IB_PORT_COUNT", "IB_RATE_LOW", "NCCL_SOCKET_FALLBACK",
-                                  "FABRIC_STATE"])
+                                  "FABRIC_STATE", "RDMA_PKEY_MISMATCH", "RDMA_ROCE_NO_V2",
+                                  "RDMA_PORT_STATE", "RDMA_PORT_GONE"])
 def test_each_topology_fault_is_no_go(code: str) -> None:
     v = V.provider_verdict("p", GOOD + [_f(code, "FAIL", "links")], _ms(*_three()), ENV)
     assert _one(v, "topology as ordered") == ("no-go", f"n1: {code} said so", EV)

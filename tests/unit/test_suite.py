@@ -25,6 +25,16 @@ def test_a_section_added_later_leaves_the_hash_alone_at_its_defaults() -> None:
         != meta["suite_hash"]
 
 
+def test_a_fleet_field_added_later_leaves_the_hash_alone_at_its_default() -> None:
+    """`fleet.rails_nccl` came after suites with a fleet section were stored: at false such
+    a suite keeps the hash it had (b800d04be3a6c631, computed before the field existed)."""
+    fleet = {"engine": "torch", "partners": 3}
+    assert Suite.model_validate({"fleet": fleet}).hash == "b800d04be3a6c631"
+    assert Suite.model_validate({"fleet": {**fleet, "rails_nccl": True}}).hash \
+        != "b800d04be3a6c631"
+    assert Suite().hash == Suite.model_validate({}).hash  # no fleet section: nothing to drop
+
+
 # --------------------------------------------------------------------------- the suite file
 
 ROOT = Path(__file__).resolve().parents[2]

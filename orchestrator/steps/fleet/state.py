@@ -11,10 +11,13 @@ from pathlib import Path
 
 from orchestrator.bands import Band
 from orchestrator.inventory import Node
+from orchestrator.judging.fabric import Around
 from orchestrator.nccltests import BuildDoc
+from orchestrator.parsers.topology import TopoMFacts
 from orchestrator.records import Finding
 from orchestrator.steps.fleet import localise as L
 from orchestrator.steps.fleet import plan as P
+from orchestrator.steps.fleet.rails import RailResult
 from orchestrator.suite import FleetParams
 
 
@@ -49,6 +52,9 @@ class ProviderFleet:
     final: L.Localisation | None = None
     shipped: list[Band] = field(default_factory=list)
     extra: list[Finding] = field(default_factory=list)  # the RDMA phase's notes
+    topo: dict[str, TopoMFacts] = field(default_factory=dict)  # node -> nvidia-smi topo -m
+    rails: list[RailResult] = field(default_factory=list)  # the RDMA phase's per-HCA results
+    fabric: Around | None = None  # the ports' snapshots before and after the plan
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property

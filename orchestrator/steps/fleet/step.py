@@ -17,7 +17,12 @@ Per provider with two or more nodes:
    that passed; the whole-fleet torch run times every rank at a barrier for
    the straggler analysis.
 5. *RDMA*: `ib_write_bw` per HCA between first-round partners where perftest
-   is installed on both (`rdma.py`).
+   is installed on both (`rdma.py`), and the rail table from its results
+   (`rails.py`: each HCA against the median rail, with the GPUs near it).
+
+The InfiniBand/RoCE ports of every node with HCAs are read from sysfs before the
+plan and after it (`judging.fabric.Around`): error counters that grew during the
+load are findings naming the node, device and port.
 
 Findings are made by `verdict.py` from the typed results.
 """
@@ -36,9 +41,11 @@ from orchestrator.errors import GpuvetError, ParseError, StepError
 from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook, is_unreachable
 from orchestrator.inventory import Inventory, Node
+from orchestrator.judging.fabric import Around
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
+from orchestrator.parsers.topology import parse_topo_m
 from orchestrator.records import Finding, Measurement, UnitResult, finding
 from orchestrator.steps.driver import (
     StageTracker,
@@ -52,14 +59,18 @@ from orchestrator.steps.fleet import engines, rdma, verdict
 from orchestrator.steps.fleet import localise as L
 from orchestrator.steps.fleet import plan as P
 from orchestrator.steps.fleet.state import JobRecord, ProviderFleet
-from orchestrator.store import Run
+from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite
 from payload.allreduce import parse_size
 from payload.allreduce import sizes as size_list
+from payload.scrub import scrub_text
 
 STEP = engines.STEP
+TOPO_MARK = "GPUVET_TOPO_M"
+# perftest, the HCAs, and the topology (which GPUs sit near each NIC, for the rail table)
 PROBE = ("command -v ib_write_bw >/dev/null 2>&1 && echo perftest=yes || echo perftest=no; "
-         "ls /sys/class/infiniband 2>/dev/null | sed 's/^/hca=/'")
+         "ls /sys/class/infiniband 2>/dev/null | sed 's/^/hca=/'; "
+         f"echo {TOPO_MARK}; nvidia-smi topo -m 2>/dev/null || true")
 
 
 @dataclass
@@ -169,6 +180,7 @@ class _Runner:
         alive = self.pf.alive
         if len(alive) < 2:
             return
+        self.fabric("before")
         plan = P.fleet_plan(alive, "ring" if self.p.plan == "ring" else "pairs",
                             partners=self.p.partners, seed=self.p.seed)
         self.rounds(plan)
@@ -190,6 +202,21 @@ class _Runner:
                                    P.group_rounds(ok, start=self._next_index())), top_up=False)
         if self.p.rdma:
             rdma.run_rdma(self.inv, self.run, self.pool, self.pf, self.progress)
+        if self.p.rails_nccl:
+            if self.p.engine == "nccl-tests":
+                rdma.run_nccl_rails(self.inv, self.run, self.pool, self.pf, self.nccl,
+                                    self.progress)
+            else:
+                self.pf.extra.append(finding(
+                    self.run.run_id, STEP, provider=self.pf.provider, node=None,
+                    code="FLEET_RAILS_NCCL_SKIPPED", severity="INFO",
+                    message="[fleet rails nccl] each rail through NCCL needs the nccl-tests "
+                            "engine (NCCL_IB_HCA per node); the torch engine ran"))
+        rdma.rail_findings(self.run, self.pf)
+        self.fabric("after")
+        if self.pf.fabric is not None:
+            measured = [self.by_name[n] for n in self.pf.alive]
+            self.pf.extra += self.pf.fabric.findings(measured)
 
     def _next_index(self) -> int:
         return (self.pf.executed[-1].index + 1) if self.pf.executed else 0
@@ -219,7 +246,9 @@ class _Runner:
                                           staging=self.run.dir / ".staging", timeout=300)
                     res.raise_for_status("the payload on the node")
                 probe = ex.run(PROBE, timeout=60)
-            lines = probe.stdout.splitlines() if probe.ok else []
+            head, _, topo = (probe.stdout if probe.ok else "").partition(TOPO_MARK + "\n")
+            lines = head.splitlines()
+            self._topology(n, topo)
             info: dict[str, object] = {
                 "perftest": "perftest=yes" in lines,
                 "hcas": [x[4:] for x in lines if x.startswith("hca=") and x[4:].strip()]}
@@ -232,6 +261,28 @@ class _Runner:
         for key, f in driven.failed.items():
             name = key.partition(":")[2]
             self.pf.dropped[name] = f"{f.code}: {f.message}"
+
+    def _topology(self, n: Node, text: str) -> None:
+        """The node's `nvidia-smi topo -m`, kept as evidence; parsed for the rail table."""
+        if not text.strip():
+            return
+        path = self.run.node_dir(n.name, STEP) / "topo_m.txt"
+        atomic_write(path, scrub_text(text), durable=False)
+        try:
+            topo = parse_topo_m(text, source=self.run.rel(path))
+        except ParseError:
+            return
+        with self.pf.lock:
+            self.pf.topo[n.name] = topo
+
+    def fabric(self, when: str) -> None:
+        """The ports of the nodes that have HCAs, before the plan and after it (RDMA too)."""
+        if self.pf.fabric is None:
+            self.pf.fabric = Around(self.run, STEP, "fleet",
+                                    concurrency=self.inv.settings.concurrency)
+        nodes = [self.by_name[n] for n in self.pf.alive if _hcas_of(self.pf, n)]
+        if nodes:
+            self.pf.fabric.take(self.pool, nodes, when)
 
     def rounds(self, plan: P.Plan, *, top_up: bool = True) -> None:
         """Run a plan's rounds; when nodes drop out, recompute the rest without them."""
@@ -367,6 +418,11 @@ class _Runner:
                                                  max(1, len(parsed.ranks) // 2), 2)
                     self.pf.shipped = list(ref.bands) if ref is not None else []
         return UnitResult(measurements=ms, summary={"log": rel, "transport": rec.transport})
+
+
+def _hcas_of(pf: ProviderFleet, node: str) -> list[str]:
+    hcas = (pf.prepared.get(node) or {}).get("hcas")
+    return [str(h) for h in hcas] if isinstance(hcas, list) else []
 
 
 def healthy(loc: L.Localisation) -> list[str]:

@@ -9,7 +9,9 @@ one GPU has nothing to all-reduce with, so its single-node rounds are skipped
 (NCCL_NOT_APPLICABLE) and its GPU still takes part across nodes. Per
 provider with two or more nodes: the same rounds across nodes with mpirun.
 Optionally the torch.distributed benchmark as a second opinion. Raw logs are
-streamed into the run directory; everything else is derived from them.
+streamed into the run directory; everything else is derived from them. The fabric's
+ports are read from sysfs before and after each node's load (`judging.fabric.Around`):
+an error counter that grew, a port that went down, is a finding naming the port.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.files import scrub_in_place
 from orchestrator.inventory import Inventory, Node
+from orchestrator.judging.fabric import Around
 from orchestrator.nccltests import BuildDoc
 from orchestrator.records import (
     Finding,
@@ -232,6 +235,9 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                 "still takes part in the multi-node rounds",
                 [run.rel(run.node_dir(n.name, STEP) / "build.json")], gpus=1, scope="single"))
         elif single:
+            fabric = Around(run, STEP, "single")
+            with stage("execute"):
+                fabric.take(pool, [n], "before")
             for mode, coll in series_plan(suite):
                 if _several(suite):
                     stage.note(_what(mode, coll))
@@ -251,6 +257,9 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                         _torch_series(outcome, pool, [n], run, suite, inv, builds,
                                       run.node_dir(n.name, STEP), "single", tc, mode)
                         _compare_engines(outcome, run, [n], "single", tc, mode)
+            with stage("execute"):
+                fabric.take(pool, [n], "after")
+            outcome.findings += fabric.findings([n])
         return UnitResult(outcome.findings, outcome.measurements,
                           {"build": b.model_dump(mode="json")})
 
@@ -259,6 +268,9 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         prov = members[0].provider
         mpi = all(builds[n.name].mpi for n in members)
         out_dir = run.provider_dir(prov, STEP)
+        fabric = Around(run, STEP, "multi")
+        with stage("execute"):
+            fabric.take(pool, members, "before")
         if mpi:
             for mode, coll in series_plan(suite):
                 if _several(suite):
@@ -286,6 +298,9 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
                                   "multi", tc, mode)
                     if mpi:
                         _compare_engines(outcome, run, members, "multi", tc, mode)
+        with stage("execute"):
+            fabric.take(pool, members, "after")
+        outcome.findings += fabric.findings(members)
         return UnitResult(outcome.findings, outcome.measurements)
 
     with step_pool(inv, pool, accept_new_host_keys) as p:

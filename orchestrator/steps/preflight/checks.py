@@ -21,6 +21,7 @@ from orchestrator.parsers.nvidia_smi_q import NvidiaSmiQFacts
 from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.parsers.nvidia_smi_xml import NvidiaSmiXmlFacts
 from orchestrator.steps.preflight.busy import check_busy
+from orchestrator.steps.preflight.fabric import check_fabric_sysfs, provider_pkeys
 from orchestrator.steps.preflight.facts import NodeFacts, Result, gpu_outputs, gpu_views
 from orchestrator.steps.preflight.gpu import check_driver, check_gpus, check_health
 from orchestrator.steps.preflight.gpu_state import check_fabric_state, check_torch_order
@@ -123,6 +124,7 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
 NODE_CHECKS: list[Callable[[NodeFacts, Expectations, PreflightParams], list[Result]]] = [
     check_driver, check_gpus, check_topology, check_health, check_torch, check_build_tools,
     check_fabric, check_storage, check_torch_order, check_fabric_state, check_busy,
+    check_fabric_sysfs,
 ]
 
 
@@ -151,11 +153,12 @@ def versions(nf: NodeFacts) -> dict[str, str | None]:
 
 
 def provider_results(nodes: list[NodeFacts]) -> list[Result]:
-    """Nodes of one provider should be the same machine: any version drift is a WARN."""
+    """Nodes of one provider should be the same machine: any version drift is a WARN,
+    P_Keys that differ a FAIL."""
     if len(nodes) < 2:
         return []
+    out = provider_pkeys(nodes)
     table = {nf.node: versions(nf) for nf in nodes}
-    out = []
     for key in ("driver", "cuda_driver", "nvcc", "nccl", "torch"):
         seen = {node: v[key] for node, v in table.items()}
         if len({v for v in seen.values()}) > 1:

@@ -23,6 +23,7 @@ from orchestrator.errors import GpuvetError, ParseError, StepError
 from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
+from orchestrator.parsers.fabric import from_document
 from orchestrator.records import Finding, finding, node_unit_key, provider_unit_key
 from orchestrator.steps.driver import Driven, StageTracker, UnitResult, drive, node_unit, step_pool
 from orchestrator.steps.preflight import checks
@@ -70,6 +71,7 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
                                           source=nf.evidence.get(cid, cid))
         except ParseError as exc:
             nf.parse_errors[cid] = exc.what
+    _fabric(nf, doc, out_dir, rel)
     if out_dir is not None:
         # derived from collect.json, which is on disk already: no fsync; one line, as
         # json's C encoder writes it (indented output takes the pure-Python encoder, a
@@ -83,6 +85,22 @@ def judge_document(doc: dict[str, Any], node: Node, inv: Inventory, run_id: str,
     results = checks.node_results(nf, expect, (suite or Suite()).preflight)
     findings = [_finding(r, run_id, node.name, node.provider) for r in results]
     return NodeReport(nf, findings)
+
+
+def _fabric(nf: checks.NodeFacts, doc: dict[str, Any], out_dir: Path | None,
+            rel: Callable[[Path], str] | None) -> None:
+    """The payload's sysfs snapshot of the fabric (absent from older payloads)."""
+    snap = doc.get("fabric")
+    if snap is None:
+        return
+    if out_dir is not None:
+        raw = out_dir / "raw" / "fabric.json"
+        atomic_write(raw, json.dumps(snap, indent=1) + "\n", durable=False)
+        nf.evidence["fabric"] = rel(raw) if rel else str(raw)
+    try:
+        nf.facts["fabric"] = from_document(snap, source=nf.evidence.get("fabric", "fabric"))
+    except ParseError as exc:
+        nf.parse_errors["fabric"] = exc.what
 
 
 def _finding(r: checks.Result, run_id: str, node: str | None, provider: str) -> Finding:

@@ -100,6 +100,7 @@ SEEDS: dict[str, list[str]] = {
                     "public/nvbandwidth_v0.7_8x-a100-pattern-assert_nvbw34.txt"],
     "p2pBandwidthLatencyTest": ["synthetic/p2pBandwidthLatencyTest_2x-h100-nvlink-complete.txt",
                                 "public/p2pBandwidthLatencyTest_2x-rtx4090-cut_tinygrad44.txt"],
+    "sysfs-fabric": ["synthetic/sysfs-fabric_h100-8x-ndr-roce.json"],
 }
 _TEXT: dict[str, str] = {}
 
