@@ -96,6 +96,9 @@ _REFUSED = re.compile(r'Field "([^"]+)" is not a valid field to query', re.I)
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 DEFAULT_TIMEOUT_S = 20.0  # per command; Slurm kills a HealthCheckProgram after 60 s
 REASON_MAX = 64  # the drain reason as set; `sinfo -R` shows its first 20 characters
+# The options a copy written by `gpuvet nodecheck --write-script` runs with (Slurm's
+# HealthCheckProgram and Prolog take a path, no arguments); those on the command line follow.
+BAKED_ARGS = []  # type: List[str]
 
 
 class Problem(NamedTuple):
@@ -745,6 +748,14 @@ def main(args: Any) -> int:
     return check(args)
 
 
+def baked(source: str, argv: Sequence[str]) -> str:
+    """This file's source with `argv` as the options it runs with (BAKED_ARGS)."""
+    at = re.compile(r"^BAKED_ARGS = \[\]  # type: List\[str\]$", re.M)
+    if len(at.findall(source)) != 1:
+        raise ValueError("BAKED_ARGS not found once in the node check's source")
+    return at.sub(lambda m: "BAKED_ARGS = %r  # type: List[str]" % (list(argv),), source)
+
+
 def parse(argv: Sequence[str]) -> Any:
     """The options of a standalone run; UsageFailure for a mistake."""
     parser = _Parser(prog="gpuvet-nodecheck", description=__doc__.split("\n\n")[0])
@@ -754,7 +765,7 @@ def parse(argv: Sequence[str]) -> Any:
 
 if __name__ == "__main__":  # the file on its own: python3 nodecheck.py [options]
     try:
-        _args = parse(sys.argv[1:])
+        _args = parse(BAKED_ARGS + sys.argv[1:])
     except UsageFailure as _exc:
         sys.stderr.write("gpuvet-nodecheck: %s\n" % _exc)
         sys.exit(EXIT_USAGE)

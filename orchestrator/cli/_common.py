@@ -36,6 +36,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1  # a node or a check FAILed (regress: a regression)
     USAGE = 2  # bad input: arguments, inventory, files
     INTERNAL = 3  # gpuvet's own failure (a bug, the results disk)
+    NOTHING_CHECKED = 4  # nodecheck: no NVIDIA driver and no NVIDIA GPU on this node
     INTERRUPTED = 130  # SIGINT
     TERMINATED = 143  # SIGTERM
 
