@@ -54,6 +54,7 @@ _MODULES = (
     "orchestrator.parsers.perftest",
     "orchestrator.parsers.nvbandwidth",
     "orchestrator.parsers.p2p_latency",
+    "orchestrator.parsers.slurm",
 )
 _loaded = False
 

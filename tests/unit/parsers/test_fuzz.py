@@ -100,6 +100,12 @@ SEEDS: dict[str, list[str]] = {
                     "public/nvbandwidth_v0.7_8x-a100-pattern-assert_nvbw34.txt"],
     "p2pBandwidthLatencyTest": ["synthetic/p2pBandwidthLatencyTest_2x-h100-nvlink-complete.txt",
                                 "public/p2pBandwidthLatencyTest_2x-rtx4090-cut_tinygrad44.txt"],
+    "scontrol-show-hostnames": ["slurm/scontrol_show_hostnames.txt"],
+    "scontrol-show-job": ["slurm/scontrol_show_job_running.txt",
+                          "slurm/scontrol_show_job_running_oneliner.txt",
+                          "slurm/scontrol_show_job_timeout.txt"],
+    "squeue": ["slurm/squeue_jobs.txt", "slurm/squeue_steps.txt"],
+    "sacct": ["slurm/sacct_ended.txt"],
 }
 _TEXT: dict[str, str] = {}
 
