@@ -44,6 +44,7 @@ GROUPS = (
     "orchestrator.cli.pipeline",
     "orchestrator.cli.train",
     "orchestrator.cli.nodecheck",
+    "orchestrator.cli.slurm",
 )
 
 

@@ -14,7 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.cli._steps import drain_option, open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -34,11 +34,12 @@ def register(root: click.Group) -> None:
     @click.option("--partners", type=click.IntRange(1, 16),
                   help="Partners each node meets in the pairs plan (default: the suite's, 2).")
     @verbose_option
+    @drain_option
     @json_option
     def fleet_cmd(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                   accept_new_host_keys: bool, results: Path, suite: Path | None,
                   engine: str | None, plan: str | None, partners: int | None, verbose: bool,
-                  as_json: bool) -> int:
+                  drain_on_fail: bool, as_json: bool) -> int:
         """Find the one bad node or link among a provider's nodes.
 
         Disjoint pairs of nodes run a two-node all_reduce at once, round after
@@ -62,4 +63,5 @@ def register(root: click.Group) -> None:
                 open_run(results, "fleet", the_suite, inventory, f.nodes) as run:
             step.run_fleet(f.inv, f.nodes, run, the_suite, pool=f.pool, progress=f.progress)
             return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, n_measurements=len(run.measurements()))
+                                as_json=as_json, n_measurements=len(run.measurements()),
+                                drain_from=f if drain_on_fail else None)

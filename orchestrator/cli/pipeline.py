@@ -21,7 +21,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run
+from orchestrator.cli._steps import drain_option, open_run, write_back
 from orchestrator.cli.regress import prom_option, regress_options, settings_from, show_evaluation
 
 
@@ -49,13 +49,14 @@ def register(root: click.Group) -> None:
     @regress_options
     @prom_option
     @verbose_option
+    @drain_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
                  train: bool | None, health: bool, fleet_step: bool | None,
                  resume: str | None, test_: str, alpha: float, min_effect: float,
                  min_size: int, last: int, prom_file: Path | None, verbose: bool,
-                 as_json: bool) -> int:
+                 drain_on_fail: bool, as_json: bool) -> int:
         """Preflight, health, nccl, fleet and train where asked, then regress: one run.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
@@ -85,6 +86,7 @@ def register(root: click.Group) -> None:
                                       min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
+            drains = write_back(run, findings, f) if drain_on_fail else None
             run.finish(status)
             ev = outcome.evaluation
             assert ev is not None
@@ -104,12 +106,15 @@ def register(root: click.Group) -> None:
                            "verdicts": verdicts(findings, names),
                            "findings": [fd.model_dump(mode="json") for fd in findings],
                            "measurements": len(run.measurements()),
-                           "regress": regress.as_json(ev)})
+                           "regress": regress.as_json(ev),
+                           **(drains.as_json() if drains is not None else {})})
             else:
                 render(findings_table(findings, f"findings — pipeline run {run.run_id}",
                                       verbose))
                 render(verdict_table(findings, names))
                 show_evaluation(ev, verbose=verbose, as_json=False)
+                for line in drains.lines if drains is not None else []:
+                    out.print(line)
                 out.print(f"pipeline verdict: {verdict} ({'; '.join(why)}); steps "
                           f"{', '.join(outcome.steps)}; results: {run.dir}")
             return 1 if failed else 0
