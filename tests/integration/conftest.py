@@ -81,9 +81,10 @@ _slurm_problems: list[str] | None = None
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A 2-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
-    session's Slurm tests; skipped, or failed under GPUVET_REQUIRE_CLUSTER=1, when this
-    machine cannot run one; torn down with every process in its namespaces."""
+    """A 3-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
+    session's Slurm tests: node1 and node2 for the steps, node3 for the drain test, which
+    takes it out of service and back; skipped, or failed under GPUVET_REQUIRE_CLUSTER=1,
+    when this machine cannot run one; torn down with every process in its namespaces."""
     global _slurm_problems
     if _slurm_problems is None:
         _slurm_problems = missing_slurm()
@@ -92,7 +93,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_ENV}=1 makes this a failure)", pytrace=False)
         pytest.skip(reason)
-    c = SlurmCluster.start(2)
+    c = SlurmCluster.start(3)
     try:
         yield c
     finally:
