@@ -113,10 +113,11 @@ class SlurmClient:
 
     def run(self, argv: Sequence[str], *, timeout: float | None = CLIENT_TIMEOUT_S,
             env: Mapping[str, str] | None = None, stdin_path: str | None = None,
-            stdout_path: Path | None = None,
-            on_timeout: Callable[[], None] | None = None) -> CommandResult:
+            stdout_path: Path | None = None, on_timeout: Callable[[], None] | None = None,
+            read_back: bool = True) -> CommandResult:
         """Run one client command; `stdin_path` is a file where the command runs (here, or
-        on the login node), `stdout_path` a local file for its output (bytes as sent).
+        on the login node), `stdout_path` a local file for its output (bytes as sent;
+        read back into the result's stdout unless `read_back` is off: a copied file).
         On timeout `on_timeout` runs first (the step's scancel), then the command is
         killed with its process group."""
         argv = [str(a) for a in argv]
@@ -124,12 +125,13 @@ class SlurmClient:
             raise UsageError(f"not a Slurm command: {shell_join(argv)!r}")
         if self.slurm.login is not None:
             return self._run_hop(argv, timeout, env, stdin_path, stdout_path, on_timeout)
-        return self._run_local(argv, timeout, env, stdin_path, stdout_path, on_timeout)
+        return self._run_local(argv, timeout, env, stdin_path, stdout_path, on_timeout,
+                               read_back)
 
     def _run_local(self, argv: list[str], timeout: float | None,
                    env: Mapping[str, str] | None, stdin_path: str | None,
-                   stdout_path: Path | None,
-                   on_timeout: Callable[[], None] | None) -> CommandResult:
+                   stdout_path: Path | None, on_timeout: Callable[[], None] | None,
+                   read_back: bool) -> CommandResult:
         command = shell_join(argv)
         start = time.monotonic()
         with contextlib.ExitStack() as stack:
@@ -163,7 +165,8 @@ class SlurmClient:
                     self._inflight.discard(proc)
         return CommandResult(node=self.where, command=command,
                              rc=None if timed_out else proc.returncode,
-                             stdout=(out or b"").decode("utf-8", "replace"),
+                             stdout=(stdout_path.read_bytes() if stdout_path and read_back
+                                     else out or b"").decode("utf-8", "replace"),
                              stderr=(err or b"").decode("utf-8", "replace"),
                              duration_s=time.monotonic() - start, timed_out=timed_out)
 
@@ -394,14 +397,16 @@ class SlurmExecutor:
 
     def _step(self, script: str, *, env: Mapping[str, str] | None = None,
               timeout: float | None = None, stdout_path: Path | None = None,
-              stdin_path: str | None = None, command: str | None = None) -> CommandResult:
+              stdin_path: str | None = None, command: str | None = None,
+              read_back: bool = True) -> CommandResult:
         name = f"{STEP_PREFIX}{uuid.uuid4().hex[:16]}"
         with self._lock:
             self._inflight.add(name)
         try:
             res = self.client.run(self._srun(name, script), timeout=timeout, env=env,
                                   stdin_path=stdin_path, stdout_path=stdout_path,
-                                  on_timeout=lambda: self._cancel_step(name))
+                                  on_timeout=lambda: self._cancel_step(name),
+                                  read_back=read_back)
         finally:
             with self._lock:
                 self._inflight.discard(name)
@@ -476,7 +481,7 @@ class SlurmExecutor:
         part = local.with_name(local.name + ".part")
         script = f"cat {shell_path(path)}"
         if self.client.slurm.login is None:
-            res = self._step(script, stdout_path=part, timeout=600)
+            res = self._step(script, stdout_path=part, timeout=600, read_back=False)
         else:  # through the hop: to a file on the login node, then SFTP
             there = f"~/.gpuvet-stage/{uuid.uuid4().hex}"
             res = self._step_to(script, there)

@@ -5,8 +5,9 @@ test process and gpuvet run `srun`/`sbatch`/`scontrol`), and one slurmd per node
 in its own network namespace on a per-session bridge, with its own hostname (UTS), its
 own /etc/hosts and /etc/resolv.conf (a private mount namespace: the host's nameserver
 is unreachable from the namespaces and a lookup would hang for 20 s), and per-node
-spool, log, pid and TmpFS paths. Jobs run as root, with the repository's python on
-every node (the filesystem is shared, nothing else).
+spool, log, pid and TmpFS paths, and its own /tmp (gpuvet's default work_dir is then
+node-local, as on a real cluster). Jobs run as root, with the repository's python on
+every node (the rest of the filesystem is shared).
 
 Names follow cluster.py (`gv-<pid>-<k>-nodeN` namespaces, `gvbr<pid>_<k>` bridges,
 `/var/tmp/gpuvet-cluster-<pid>-<k>`), so its `cleanup_stale` removes a crashed
@@ -181,6 +182,7 @@ class SlurmCluster:
             d = self.node_dir(node.name)
             script = (f"hostname {node.name}; mount --bind {self.base / 'hosts'} /etc/hosts; "
                       f"mount --bind {self.base / 'resolv.conf'} /etc/resolv.conf; "
+                      f"mount --bind {d / 'slash-tmp'} /tmp; "
                       f"exec /usr/sbin/slurmd -D -f {self.conf} -N {node.name}")
             self._spawn("slurmd", ["ip", "netns", "exec", node.netns, "unshare", "--uts",
                                    "--mount", "--propagation", "private", "sh", "-c", script],
@@ -196,7 +198,7 @@ class SlurmCluster:
         (self.base / "ctld").mkdir()
         for node in self.nodes:
             d = self.node_dir(node.name)
-            for sub in ("spool", "tmp", "work"):
+            for sub in ("spool", "tmp", "slash-tmp"):
                 (d / sub).mkdir(parents=True)
         (self.base / "hosts").write_text(
             "127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n"
@@ -360,6 +362,10 @@ SchedulerParameters=sched_interval=1
     def node_dir(self, name: str) -> Path:
         return self.base / "nodes" / name
 
+    def node_tmp(self, name: str) -> Path:
+        """The folder the node sees as /tmp."""
+        return self.node_dir(name) / "slash-tmp"
+
     def write_inventory(self, path: str | os.PathLike[str], provider: str = "slurmlab", *,
                         slurm: Mapping[str, Any] | None = None,
                         access: Mapping[str, Any] | None = None,
@@ -373,8 +379,8 @@ SchedulerParameters=sched_interval=1
         block.update(slurm or {})
         prov: dict[str, Any] = {
             "executor": "slurm",
-            "access": {"python": self.python, "work_dir": str(self.base / "work"),
-                       "env": {"GLOO_SOCKET_IFNAME": "eth0"}, **(access or {})},
+            "access": {"python": self.python, "env": {"GLOO_SOCKET_IFNAME": "eth0"},
+                       **(access or {})},
             "slurm": block,
         }
         prov.update(extra_provider_fields or {})
