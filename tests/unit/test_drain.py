@@ -82,7 +82,8 @@ def fail(node: str, code: str, severity: str = "FAIL", step: str = "health",
                    severity=severity, message=f"{code} on {node}")  # type: ignore[arg-type]
 
 
-def _drain(tmp_path: Path, findings: Sequence[Finding], slurm: Slurm) -> D.DrainReport:
+def _drain(tmp_path: Path, findings: Sequence[Finding], slurm: D.SlurmRunner
+           ) -> D.DrainReport:
     return D.drain_failed(RUN, tmp_path, findings, _nodes(tmp_path), lambda p: slurm,
                           {"lab": {"nodes": 2}})
 
@@ -251,3 +252,25 @@ def test_gpuvet_slurm_resume_works_from_the_run_alone(
     r = gpuvet(capsys, "slurm", "resume", "20990101-000000-ab99", "--results",
                tmp_path / "results")
     assert r.returncode == 2 and re.match(r"error: no run 20990101-000000-ab99", r.stderr)
+
+
+def test_through_the_real_client_the_reason_reaches_scontrol_as_one_word(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SlurmClient running the shipped scripted Slurm (fake scontrol on PATH): the reason,
+    spaces and all, is one argument of `scontrol update`."""
+    import os
+
+    from orchestrator.executors import ExecutorOptions
+    from orchestrator.executors.slurm import SlurmClient
+    from orchestrator.inventory import SlurmOptions
+    from orchestrator.testing import SlurmDouble
+
+    double = SlurmDouble(tmp_path / "slurm").on("scontrol -o show", stdout=IDLE)
+    monkeypatch.setenv("PATH", double.env(dict(os.environ))["PATH"])
+    client = SlurmClient("lab", SlurmOptions(), ExecutorOptions())
+    report = _drain(tmp_path, [fail("node2", "GPU_XID")], client)
+    assert report.lines == [f"drained node2: gpuvet GPU_XID run {RUN}"]
+    assert [c.argv for c in double.calls("scontrol")] == [
+        ["scontrol", "-o", "show", "node", "node2"],
+        ["scontrol", "update", "NodeName=node2", "State=DRAIN",
+         f"Reason=gpuvet GPU_XID run {RUN}"]]
