@@ -5,7 +5,7 @@ Only nodes of `executor: slurm` providers (their names are Slurm's, from the all
 and only a FAIL the outcome rule puts on the provider's side (`provider_side_fail`: never
 a setup code, such as an allocation that reached its time limit) drain a node. A FAIL
 that says the node was not measured (gpuvet could not reach it, or a step could not run
-there: `NODE_UNREACHABLE`, `<STEP>_FAILED`) drains nothing, and a controller that does
+there: `NODE_UNREACHABLE`, `FLEET_NODE_DROPPED`, `<STEP>_FAILED`) drains nothing, and a controller that does
 not answer drains nothing: each is said, the run's verdict stands.
 
 The reason is `gpuvet <CODE>[,<CODE>...] run <RUN_ID>`, the codes cut (with `+N` for
@@ -37,8 +37,9 @@ from orchestrator.records import Finding
 
 DRAINS_FILE = "slurm-drains.json"
 REASON_MAX = 64  # the same cap as the node check's (payload.nodecheck.REASON_MAX)
-# FAILs that say the node was not measured, not that it is faulty
-NOT_MEASURED_CODES = frozenset({"NODE_UNREACHABLE"})
+# FAILs that say the node was not measured, not that it is faulty: gpuvet could not reach
+# it, or the fleet plan went on without it (unreachable or killed mid-plan)
+NOT_MEASURED_CODES = frozenset({"NODE_UNREACHABLE", "FLEET_NODE_DROPPED"})
 TIMEOUT_S = 30.0
 _STATE = re.compile(r"\bState=(\S+)")
 _REASON = re.compile(r"\bReason=(.*?)(?: \[[^\]]*\])?\s*$")

@@ -114,6 +114,7 @@ def test_a_setup_problem_drains_nothing(tmp_path: Path, code: str) -> None:
 
 
 @pytest.mark.parametrize(("code", "step"), [("NODE_UNREACHABLE", "health"),
+                                            ("FLEET_NODE_DROPPED", "fleet"),
                                             ("HEALTH_FAILED", "health"),
                                             ("PREFLIGHT_FAILED", "preflight")])
 def test_a_node_that_was_not_measured_is_not_drained(tmp_path: Path, code: str,
