@@ -163,6 +163,25 @@ class CommandFailed(StepError):
         super().__init__(what, node=node, command=command, hint=hint)
 
 
+class AllocationEnded(StepError):
+    """The Slurm allocation a node was reached through ended under the work (its time limit,
+    a preemption, an scancel): the scheduler's doing, not the node's. `state` is Slurm's
+    job state (TIMEOUT, PREEMPTED, CANCELLED, ...), `job` the job id."""
+
+    def __init__(self, what: str, *, job: str, state: str, node: str | None = None,
+                 command: str | None = None, hint: str | None = None) -> None:
+        self.job = job
+        self.state = state
+        super().__init__(what, node=node, command=command, hint=hint)
+
+    @property
+    def code(self) -> str:
+        """The finding code the step driver gives it: SLURM_JOB_TIMEOUT, SLURM_JOB_PREEMPTED,
+        else SLURM_JOB_ENDED."""
+        return f"SLURM_JOB_{self.state}" if self.state in ("TIMEOUT", "PREEMPTED") else \
+            "SLURM_JOB_ENDED"
+
+
 class StoreError(GpuvetError):
     """The controller could not write its own results: not a node's fault (exit 3).
     `full`: the write failed for want of space (ENOSPC, EDQUOT)."""

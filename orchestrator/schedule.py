@@ -1,8 +1,11 @@
-"""`gpuvet schedule print`: the systemd units and the crontab line that run the pipeline.
+"""`gpuvet schedule print`: the systemd units and the crontab line that run the pipeline,
+and on a Slurm cluster the scrontab entry and a self-resubmitting sbatch script that run it
+as a batch job, on nodes the scheduler gives it to itself (docs/slurm.md).
 
 An interval is accepted only where systemd's OnCalendar and cron both express
 it exactly; arguments are quoted for each (systemd's specifiers and variables,
-the shell's words and cron's '%'). Nothing is installed without the user's hand.
+the shell's words, cron's '%' and the '%' of Slurm's file name patterns). Nothing
+is installed or submitted without the user's hand.
 """
 
 from __future__ import annotations
@@ -106,11 +109,93 @@ class Schedule:
     timer: str
     cron: str
     name: str
+    scrontab: str = ""
+    sbatch: str = ""
+
+
+# Slurm options every scheduled batch job has: a node of its own (the measurements are the
+# nodes', not another job's load), its output appended to one log
+_OPTION_RE = re.compile(r"^--?[A-Za-z][A-Za-z0-9-]*(?:=[^\s#]*)?$|^-[A-Za-z]$")
+
+
+def slurm_options(options: Sequence[str]) -> list[str]:
+    """The user's `--sbatch-option`s, each one `--name=value` (or `-x`) as sbatch takes it on
+    an `#SBATCH` line; anything else is refused."""
+    for opt in options:
+        if not _OPTION_RE.match(opt):
+            raise UsageError(f"--sbatch-option {opt!r} is not one sbatch option as "
+                             "--name=value (no spaces, no '#')",
+                             hint="e.g. --sbatch-option=--partition=gpu "
+                                  "--sbatch-option=--nodes=2")
+    return list(options)
+
+
+def slurm_path(path: Path) -> str:
+    """A path in a Slurm file name pattern: '%' doubled, quoted where it has a space."""
+    text = str(path).replace("%", "%%")
+    return f'"{text}"' if re.search(r"\s", text) else text
+
+
+def _directives(prefix: str, every: Every, name: str, log_file: Path,
+                options: Sequence[str]) -> list[str]:
+    return [f"{prefix} --job-name={name}", f"{prefix} --time={timeout_min(every)}",
+            f"{prefix} --exclusive", f"{prefix} --output={slurm_path(log_file)}",
+            f"{prefix} --open-mode=append", *(f"{prefix} {o}" for o in options)]
+
+
+def scrontab(every: Every, argv: Sequence[str], *, name: str, workdir: Path, log_file: Path,
+             options: Sequence[str]) -> str:
+    """The scrontab entry (`scrontab -e`): #SCRON options, then the crontab line. Slurm's
+    time limit ends a run (SIGTERM, then SIGKILL), and the next one is queued only once
+    the one before has ended."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in ENVIRONMENT)
+    return "\n".join([
+        f"# scrontab -e (needs ScronParameters=enable in slurm.conf); first: mkdir -p "
+        f"{shlex.quote(str(log_file.parent))}",
+        *_directives("#SCRON", every, name, log_file, options),
+        f"{every.cron} cd {shlex.quote(str(workdir))} && {env} {shlex.join(argv)}",
+        "",
+    ])
+
+
+def sbatch_script(every: Every, argv: Sequence[str], *, name: str, workdir: Path,
+                  log_file: Path, options: Sequence[str], path: Path) -> str:
+    """A batch script that queues its own next run (`--begin` at the next multiple of the
+    interval since midnight, `--dependency=singleton`: never two at once) before it runs
+    the pipeline, so a run its time limit, a node failure or a FAIL ended still has its
+    successor queued."""
+    script = shlex.quote(str(path))
+    env = [f"export {k}={shlex.quote(v)}" for k, v in ENVIRONMENT]
+    return "\n".join([
+        "#!/bin/bash",
+        f"# gpuvet pipeline every {every} as a Slurm batch job that queues its next run.",
+        f"# Save as {path}, then submit it once:",
+        f"#   mkdir -p {shlex.quote(str(log_file.parent))} && sbatch {script}",
+        f"# Stop the series: scancel --name={name} (the run queued next; a running one ends",
+        "# at its time limit or its own end). Exit 1 of a run: a check FAILed or a provider",
+        "# regressed (sacct shows the job FAILED); the next run is queued all the same.",
+        *_directives("#SBATCH", every, name, log_file, options),
+        "set -u",
+        f"period={every.minutes * 60}",
+        "midnight=$(date -d 'today 00:00' +%s)",
+        "now=$(date +%s)",
+        "next=$(( midnight + ((now - midnight) / period + 1) * period ))",
+        'if ! sbatch --begin="$(date -d "@$next" +%Y-%m-%dT%H:%M:%S)" --dependency=singleton '
+        f"{script}; then",
+        f'    echo "gpuvet: the next run was not queued; submit {script} again" >&2',
+        "fi",
+        f"cd {shlex.quote(str(workdir))} || exit 2",
+        *env,
+        f"exec {shlex.join(argv)}",
+        "",
+    ])
 
 
 def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, user: str | None,
-             log_file: Path, inventory: Path) -> Schedule:
-    """The systemd service + timer pair and the crontab line that run `argv` every `every`."""
+             log_file: Path, inventory: Path, sbatch_options: Sequence[str] = (),
+             sbatch_file: Path | None = None) -> Schedule:
+    """The systemd service + timer pair and the crontab line that run `argv` every `every`,
+    and the scrontab entry and self-resubmitting sbatch script that do it on Slurm."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise UsageError(f"--name {name!r}: a unit name is letters, digits, '_', '.' and '-'")
     exec_start = " ".join(systemd_quote(a) for a in argv)
@@ -160,4 +245,10 @@ def schedule(every: Every, argv: Sequence[str], *, name: str, workdir: Path, use
             f"&& {env} timeout --kill-after=90s {timeout_min(every)}m {shlex.join(argv)} >> "
             f"{shlex.quote(str(log_file))} 2>&1")
     cron = f"{every.cron} {line.replace('%', chr(92) + '%')}"
-    return Schedule(service, timer, cron, name)
+    options = slurm_options(sbatch_options)
+    return Schedule(service, timer, cron, name,
+                    scrontab(every, argv, name=name, workdir=workdir, log_file=log_file,
+                             options=options),
+                    sbatch_script(every, argv, name=name, workdir=workdir, log_file=log_file,
+                                  options=options,
+                                  path=sbatch_file or workdir / f"{name}.sbatch"))

@@ -241,3 +241,118 @@ def scripted_pool(scripts: Mapping[str, Script] | None = None, *, default: Scrip
                   files: Mapping[str, Mapping[str, bytes]] | None = None) -> ScriptedPool:
     """A pool whose node NAME answers from scripts[NAME], any other node from `default`."""
     return ScriptedPool(scripts or {}, default, files or {})
+
+
+# --- a scripted Slurm ---------------------------------------------------------------------
+
+SLURM_COMMANDS = ("srun", "salloc", "sbatch", "squeue", "scontrol", "scancel", "sacct",
+                  "sbcast")
+
+# One /bin/sh program for every command: record the argv, then answer from the canned
+# replies (the most specific key first: "scontrol show job", "scontrol show", "scontrol").
+# srun without a canned reply records its step (for squeue --steps and scancel J.S) and
+# runs what it was given (its last three words: /bin/sh -c SCRIPT) here, so the
+# executor's commands and copies really run; scancel of a step kills that run.
+_FAKE = r"""#!/bin/sh
+d=__ROOT__
+name=$(basename "$0")
+{ printf '%s\037' "$name"; for a in "$@"; do printf '%s\037' "$a"; done; printf '\036'; } \
+    >> "$d/calls"
+for key in "$name $1 $2" "$name $1" "$name"; do
+  if [ -f "$d/canned/$key.rc" ]; then
+    [ -f "$d/canned/$key.out" ] && cat "$d/canned/$key.out"
+    [ -f "$d/canned/$key.err" ] && cat "$d/canned/$key.err" >&2
+    exit "$(cat "$d/canned/$key.rc")"
+  fi
+done
+case "$name" in
+srun)
+  job=0; step=""; node=""
+  for a in "$@"; do
+    case "$a" in
+      --jobid=*) job=${a#--jobid=} ;;
+      --job-name=*) step=${a#--job-name=} ;;
+      --nodelist=*) node=${a#--nodelist=} ;;
+    esac
+  done
+  n=$(wc -l < "$d/steps" 2>/dev/null || echo 0)
+  echo "$job.$n|$node|$step|$$" >> "$d/steps"
+  while [ $# -gt 3 ]; do shift; done
+  exec 3<&0
+  "$@" <&3 3<&- &
+  child=$!
+  echo "$child" > "$d/step-$job.$n.pid"
+  wait "$child"
+  rc=$?
+  grep -v "^$job\.$n|" "$d/steps" > "$d/steps.new"; mv "$d/steps.new" "$d/steps"
+  exit $rc ;;
+squeue)
+  [ -f "$d/steps" ] && cut -d'|' -f1-3 "$d/steps"
+  exit 0 ;;
+scancel)
+  for a in "$@"; do
+    if [ -f "$d/step-$a.pid" ]; then kill -9 "$(cat "$d/step-$a.pid")" 2>/dev/null; fi
+  done
+  exit 0 ;;
+esac
+exit 0
+"""
+
+
+@dataclass
+class SlurmCall:
+    argv: list[str]
+
+    @property
+    def command(self) -> str:
+        return self.argv[0]
+
+
+class SlurmDouble:
+    """A scripted Slurm for unit tests: fake `srun`, `salloc`, `sbatch`, `squeue`, `scontrol`,
+    `scancel`, `sacct` and `sbcast` in `root/bin`, put first on PATH with `env()`.
+
+    Each records its argv (`calls()`) and prints the reply canned for it (`on`), keyed by
+    the command and up to two first words; captured real outputs live in
+    tests/fixtures/slurm. `srun` without a canned reply runs its command here, as a step
+    `squeue --steps` lists and `scancel J.S` kills.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.bin = root / "bin"
+        (root / "canned").mkdir(parents=True, exist_ok=True)
+        self.bin.mkdir(exist_ok=True)
+        program = _FAKE.replace("__ROOT__", _sh_quote(str(root)))
+        for name in SLURM_COMMANDS:
+            path = self.bin / name
+            path.write_text(program)
+            path.chmod(0o755)
+
+    def on(self, key: str, *, stdout: str = "", stderr: str = "", rc: int = 0) -> SlurmDouble:
+        """Answer `key` ("scontrol show job", "salloc") with this output and exit code."""
+        base = self.root / "canned" / key
+        base.with_name(key + ".out").write_text(stdout)
+        base.with_name(key + ".err").write_text(stderr)
+        base.with_name(key + ".rc").write_text(str(rc))
+        return self
+
+    def calls(self, command: str | None = None) -> list[SlurmCall]:
+        path = self.root / "calls"
+        if not path.exists():
+            return []
+        out = []
+        for record in path.read_text().split("\036"):
+            if record:
+                call = SlurmCall(record.split("\037")[:-1])
+                if command is None or call.command == command:
+                    out.append(call)
+        return out
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """`base` with the fake commands first on PATH."""
+        return {**base, "PATH": f"{self.bin}:{base.get('PATH', '/usr/bin:/bin')}"}
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"

@@ -23,6 +23,8 @@ SUBCOMMANDS: List[Tuple[str, str, str]] = [
      "run one phase of the training step, sample GPU telemetry, SIGKILL it at a chosen point"),
     ("train-probe", "payload.train.probe",
      "where the checkpoint directory lives and which nodes share it"),
+    ("nodecheck", "payload.nodecheck",
+     "is this node fit for a job, in seconds (Slurm's HealthCheckProgram or a Prolog)"),
     ("health", "payload.health.node",
      "test every GPU of this node at once: bandwidth, products, memory, links, counters"),
     ("health-gpu", "payload.health.gpu",

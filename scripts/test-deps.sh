@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Install what the integration tests need (sshd, network namespaces, Open MPI,
+# Slurm's daemons and client with munge for the namespace Slurm cluster,
 # and headless Chromium with a font for the report's browser test)
 # on a Debian/Ubuntu machine. Idempotent: does nothing when all is installed.
 # Without root (or without apt) it only reports what is missing; the
@@ -7,7 +8,7 @@
 set -euo pipefail
 
 PACKAGES=(openssh-server openssh-client iproute2 openmpi-bin libopenmpi-dev procps util-linux passwd
-          chromium fonts-dejavu-core)
+          chromium fonts-dejavu-core slurmctld slurmd slurm-client munge)
 
 installed() {
     [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = "installed" ]
@@ -20,7 +21,7 @@ if command -v dpkg-query >/dev/null 2>&1; then
     done
 else
     for tool in /usr/sbin/sshd ssh ssh-keygen ip mpirun pgrep nsenter unshare runuser useradd \
-                chromium; do
+                chromium slurmctld slurmd srun munged; do
         command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
     done
 fi

@@ -57,6 +57,11 @@ SETUP_CODES = {
                             "`gpuvet train`",
     "TRAIN_OOM": "choose a smaller preset (train.preset in the suite) or more GPUs, and rerun "
                  "`gpuvet train`",
+    "SLURM_JOB_TIMEOUT": "raise slurm.time_limit in the inventory and rerun with --resume "
+                         "(the Slurm allocation reached its time limit)",
+    "SLURM_JOB_PREEMPTED": "rerun with --resume (the Slurm allocation was preempted), or ask "
+                           "for a qos that is not preempted",
+    "SLURM_JOB_ENDED": "rerun with --resume (the Slurm allocation ended under the run)",
 }
 
 

@@ -6,7 +6,8 @@ module imports what its commands need inside them, so `gpuvet --help` stays
 fast. `run(argv)` does the work and returns the exit code; `main()` only
 exits with it. Every error and usage mistake is mapped to an `ExitCode` here
 and nowhere else: 0 all good, 1 something FAILed, 2 bad input, 3 gpuvet's own
-failure, 130/143 interrupted. Tracebacks only with --debug.
+failure, 4 nothing to check (`gpuvet nodecheck` on a node without NVIDIA driver or
+GPU), 130/143 interrupted. Tracebacks only with --debug.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ GROUPS = (
     "orchestrator.cli.regress",
     "orchestrator.cli.pipeline",
     "orchestrator.cli.train",
+    "orchestrator.cli.nodecheck",
+    "orchestrator.cli.slurm",
 )
 
 

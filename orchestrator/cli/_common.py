@@ -36,6 +36,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1  # a node or a check FAILed (regress: a regression)
     USAGE = 2  # bad input: arguments, inventory, files
     INTERNAL = 3  # gpuvet's own failure (a bug, the results disk)
+    NOTHING_CHECKED = 4  # nodecheck: no NVIDIA driver and no NVIDIA GPU on this node
     INTERRUPTED = 130  # SIGINT
     TERMINATED = 143  # SIGTERM
 
@@ -211,12 +212,18 @@ def fleet(inventory: Path, nodes: Sequence[str], providers: Sequence[str], label
     """The opening every fleet command shares: load, select, connect lazily, show progress."""
     from orchestrator import inventory as inv_mod
     from orchestrator.executors import ExecutorPool, options_for
+    from orchestrator.executors.slurm import allocations
 
-    inv = inv_mod.load(inventory)
-    selected = inv.select(list(nodes) or None, list(providers) or None)
-    with ExecutorPool(options_for(inv, accept_new_host_keys)) as pool, \
-            progress(label, len(selected)) as hook:
-        yield Fleet(inv, selected, pool, hook, accept_new_host_keys)
+    loaded = inv_mod.load(inventory)
+    options = options_for(loaded, accept_new_host_keys)
+    # executor slurm providers: their nodes come from an allocation, released on the way
+    # out however the command ends (one named in the inventory is never released)
+    with allocations(loaded, options, list(providers) or None,
+                     warn=lambda text: err.print(f"warning: {text}")) as inv:
+        selected = inv.select(list(nodes) or None, list(providers) or None)
+        options.nodes = {n.name: n for n in inv.nodes}
+        with ExecutorPool(options) as pool, progress(label, len(selected)) as hook:
+            yield Fleet(inv, selected, pool, hook, accept_new_host_keys)
 
 
 @contextlib.contextmanager

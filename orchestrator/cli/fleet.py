@@ -14,7 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.cli._steps import drain_option, open_run, show_outcome
 from orchestrator.verdicts import rails_table
 
 
@@ -39,11 +39,13 @@ def register(root: click.Group) -> None:
                        "between first-round partners with NCCL_IB_HCA set to that HCA "
                        "(nccl-tests engine; the suite's fleet.rails_nccl).")
     @verbose_option
+    @drain_option
     @json_option
     def fleet_cmd(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                   accept_new_host_keys: bool, results: Path, suite: Path | None,
                   engine: str | None, plan: str | None, partners: int | None,
-                  rails_nccl: bool | None, verbose: bool, as_json: bool) -> int:
+                  rails_nccl: bool | None, verbose: bool, drain_on_fail: bool,
+                  as_json: bool) -> int:
         """Find the one bad node or link among a provider's nodes.
 
         Disjoint pairs of nodes run a two-node all_reduce at once, round after
@@ -75,4 +77,5 @@ def register(root: click.Group) -> None:
             fs = run.findings()
             return show_outcome(run, fs, [n.name for n in f.nodes], verbose=verbose,
                                 as_json=as_json, n_measurements=len(run.measurements()),
-                                tables=[rails_table(fs)])
+                                tables=[rails_table(fs)],
+                                drain_from=f if drain_on_fail else None)

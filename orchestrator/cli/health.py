@@ -14,7 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.cli._steps import drain_option, open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -31,10 +31,12 @@ def register(root: click.Group) -> None:
                   help="Finish an interrupted run: nodes it completed are kept, the others "
                        "run again.")
     @verbose_option
+    @drain_option
     @json_option
     def health(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                accept_new_host_keys: bool, results: Path, suite: Path | None,
-               level: str | None, resume: str | None, verbose: bool, as_json: bool) -> int:
+               level: str | None, resume: str | None, verbose: bool, drain_on_fail: bool,
+               as_json: bool) -> int:
         """Measure every GPU of every node under load: memory bandwidth, matrix
         throughput per precision (burst and sustained), silent data corruption, a
         memory test, PCIe and peer bandwidth, ECC, remapped rows and Xid events
@@ -55,4 +57,5 @@ def register(root: click.Group) -> None:
                 open_run(results, "health", the_suite, inventory, f.nodes, resume) as run:
             step.run_health(f.inv, f.nodes, run, the_suite, pool=f.pool, progress=f.progress)
             return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, n_measurements=len(run.measurements()))
+                                as_json=as_json, n_measurements=len(run.measurements()),
+                                drain_from=f if drain_on_fail else None)

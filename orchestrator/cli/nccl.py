@@ -14,7 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.cli._steps import drain_option, open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -40,11 +40,12 @@ def register(root: click.Group) -> None:
     @click.option("--resume", metavar="RUN_ID",
                   help="Finish an interrupted run: nodes and series it completed are kept.")
     @verbose_option
+    @drain_option
     @json_option
     def nccl(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
              accept_new_host_keys: bool, results: Path, suite: Path | None, single: bool,
              multi: bool, torch_: bool, ring_only: bool, network: bool, resume: str | None,
-             verbose: bool, as_json: bool) -> int:
+             verbose: bool, drain_on_fail: bool, as_json: bool) -> int:
         """Build nccl-tests at the suite's commit and run its collectives (all_reduce unless
         it names more): single- and multi-node, in each of the suite's modes.
 
@@ -66,4 +67,5 @@ def register(root: click.Group) -> None:
             step.run_nccl(f.inv, f.nodes, run, the_suite, single=single, multi=multi,
                           torch=torch_, pool=f.pool, progress=f.progress)
             return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, n_measurements=len(run.measurements()))
+                                as_json=as_json, n_measurements=len(run.measurements()),
+                                drain_from=f if drain_on_fail else None)

@@ -21,7 +21,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run
+from orchestrator.cli._steps import drain_option, open_run, write_back
 from orchestrator.cli.regress import prom_option, regress_options, settings_from, show_evaluation
 
 
@@ -49,13 +49,14 @@ def register(root: click.Group) -> None:
     @regress_options
     @prom_option
     @verbose_option
+    @drain_option
     @json_option
     def pipeline(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                  accept_new_host_keys: bool, results: Path, suite: Path | None, torch_: bool,
                  train: bool | None, health: bool, fleet_step: bool | None,
                  resume: str | None, test_: str, alpha: float, min_effect: float,
                  min_size: int, last: int, prom_file: Path | None, verbose: bool,
-                 as_json: bool) -> int:
+                 drain_on_fail: bool, as_json: bool) -> int:
         """Preflight, health, nccl, fleet and train where asked, then regress: one run.
 
         Holds a lock on RESULTS while it runs: a second pipeline on the same results
@@ -85,6 +86,7 @@ def register(root: click.Group) -> None:
                                       min_size=min_size)
             findings = run.findings()
             status = run_status(findings)
+            drains = write_back(run, findings, f) if drain_on_fail else None
             run.finish(status)
             ev = outcome.evaluation
             assert ev is not None
@@ -104,12 +106,15 @@ def register(root: click.Group) -> None:
                            "verdicts": verdicts(findings, names),
                            "findings": [fd.model_dump(mode="json") for fd in findings],
                            "measurements": len(run.measurements()),
-                           "regress": regress.as_json(ev)})
+                           "regress": regress.as_json(ev),
+                           **(drains.as_json() if drains is not None else {})})
             else:
                 render(findings_table(findings, f"findings — pipeline run {run.run_id}",
                                       verbose))
                 render(verdict_table(findings, names))
                 show_evaluation(ev, verbose=verbose, as_json=False)
+                for line in drains.lines if drains is not None else []:
+                    out.print(line)
                 out.print(f"pipeline verdict: {verdict} ({'; '.join(why)}); steps "
                           f"{', '.join(outcome.steps)}; results: {run.dir}")
             return 1 if failed else 0
@@ -135,16 +140,30 @@ def register(root: click.Group) -> None:
                        "~/.local/state/gpuvet/pipeline.log: writable without root].")
     @click.option("--user", "user", default=None,
                   help="User= of the system service [default: you].")
+    @click.option("--sbatch-option", "sbatch_options", multiple=True, metavar="OPTION",
+                  help="An sbatch option for the Slurm forms, as --name=value (repeat it): "
+                       "--sbatch-option=--partition=gpu --sbatch-option=--nodes=2. Each run "
+                       "has --exclusive, the interval less 5 minutes as --time, --job-name "
+                       "NAME and its output appended to --log-file.")
+    @click.option("--sbatch-file", type=click.Path(path_type=Path, dir_okay=False),
+                  default=None, metavar="PATH",
+                  help="Where the sbatch script is to be saved; it resubmits itself from "
+                       "there [default: ./NAME.sbatch].")
     @json_option
     def schedule_print(every: str, inventory: Path, results: Path, suite: Path | None,
                        prom_file: Path | None, name: str, log_file: Path | None,
-                       user: str | None, as_json: bool) -> int:
-        """Print a systemd service and timer pair, and the equivalent crontab line.
+                       user: str | None, sbatch_options: tuple[str, ...],
+                       sbatch_file: Path | None, as_json: bool) -> int:
+        """Print a systemd service and timer pair, the equivalent crontab line, and for a
+        Slurm cluster a scrontab entry and a self-resubmitting sbatch script.
 
-        Both run `gpuvet pipeline` with absolute paths; systemd logs to the journal
-        (journalctl -u NAME), cron appends to --log-file. Nothing is installed: copy
-        the units to /etc/systemd/system/ and enable the timer, or add the line with
-        `crontab -e`.
+        All run `gpuvet pipeline` with absolute paths; systemd logs to the journal
+        (journalctl -u NAME), cron and Slurm append to --log-file. The Slurm forms run
+        the pipeline as a batch job on nodes the scheduler gives it alone (--exclusive),
+        so a regression run measures idle nodes, not other jobs' load (docs/slurm.md).
+        Nothing is installed or submitted: copy the units to /etc/systemd/system/ and
+        enable the timer, add the line with `crontab -e` or the entry with
+        `scrontab -e`, or save the script and `sbatch` it once.
         """
         from orchestrator import prom
         from orchestrator import schedule as sc
@@ -163,16 +182,22 @@ def register(root: click.Group) -> None:
             argv += ["--suite", str(suite.resolve())]
         if prom_file is not None:
             argv += ["--prom-file", str(prom_file.resolve())]
+        sbatch_path = (sbatch_file or Path(f"{name}.sbatch")).resolve()
         sched = sc.schedule(when, argv, name=name, workdir=Path.cwd(),
                             user=user or getpass.getuser(), log_file=log_file.resolve(),
-                            inventory=inventory)
+                            inventory=inventory, sbatch_options=sbatch_options,
+                            sbatch_file=sbatch_path)
         if as_json:
             emit_json({"service": sched.service, "timer": sched.timer, "cron": sched.cron,
-                       "name": sched.name})
+                       "name": sched.name, "scrontab": sched.scrontab,
+                       "sbatch": sched.sbatch, "sbatch_file": str(sbatch_path)})
             return 0
         out.print(f"# --- {name}.service\n{sched.service}")
         out.print(f"# --- {name}.timer\n{sched.timer}")
         out.print(f"# --- or one crontab line (crontab -e); output appends to {log_file}\n"
                   f"{sched.cron}")
+        out.print(f"# --- on a Slurm cluster: a scrontab entry (scrontab -e)\n{sched.scrontab}")
+        out.print(f"# --- or a batch script that queues its next run: {sbatch_path}\n"
+                  f"{sched.sbatch}")
         return 0
 

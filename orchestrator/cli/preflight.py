@@ -16,7 +16,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.cli._steps import drain_option, open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -31,10 +31,12 @@ def register(root: click.Group) -> None:
     @results_option
     @suite_option
     @verbose_option
+    @drain_option
     @json_option
     def preflight(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                   accept_new_host_keys: bool, from_: Path | None, resume: str | None,
-                  results: Path, suite: Path | None, verbose: bool, as_json: bool) -> int:
+                  results: Path, suite: Path | None, verbose: bool,
+                  drain_on_fail: bool, as_json: bool) -> int:
         """Record every node's environment and check it against the order.
 
         Writes raw outputs, facts and findings to RESULTS/<run_id>/. Exit code 0
@@ -79,7 +81,8 @@ def register(root: click.Group) -> None:
                                  progress=f.progress)
             findings = run.findings()
             return show_outcome(run, findings, [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, title="preflight findings")
+                                as_json=as_json, title="preflight findings",
+                                drain_from=f if drain_on_fail else None)
 
     @root.command("payload")
     @click.argument("dest", type=click.Path(path_type=Path, dir_okay=False))

@@ -14,7 +14,7 @@ from orchestrator.cli._common import (
     suite_option,
     verbose_option,
 )
-from orchestrator.cli._steps import open_run, show_outcome
+from orchestrator.cli._steps import drain_option, open_run, show_outcome
 
 
 def register(root: click.Group) -> None:
@@ -31,10 +31,11 @@ def register(root: click.Group) -> None:
     @click.option("--resume", metavar="RUN_ID",
                   help="Finish an interrupted run: units it completed are kept.")
     @verbose_option
+    @drain_option
     @json_option
     def train(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
               accept_new_host_keys: bool, results: Path, suite: Path | None, single: bool,
-              multi: bool, resume: str | None, verbose: bool, as_json: bool) -> int:
+              multi: bool, resume: str | None, verbose: bool, drain_on_fail: bool, as_json: bool) -> int:
         """Train the suite's GPT under torchrun, checkpoint it, SIGKILL it, restore it.
 
         Reference run, killed run (checkpoint at step K, killed later or inside a
@@ -53,4 +54,5 @@ def register(root: click.Group) -> None:
             step.run_train(f.inv, f.nodes, run, the_suite, single=single, multi=multi,
                            pool=f.pool, progress=f.progress)
             return show_outcome(run, run.findings(), [n.name for n in f.nodes], verbose=verbose,
-                                as_json=as_json, n_measurements=len(run.measurements()))
+                                as_json=as_json, n_measurements=len(run.measurements()),
+                                drain_from=f if drain_on_fail else None)

@@ -20,6 +20,7 @@ from orchestrator.executors.base import (
 register("ssh", "orchestrator.executors.ssh:SshExecutor")
 register("local", "orchestrator.executors.local:LocalExecutor")
 register("ray", "orchestrator.executors.ray:RayExecutor")
+register("slurm", "orchestrator.executors.slurm:SlurmExecutor")
 
 __all__ = [
     "CommandResult", "ConnectionInfo", "Executor", "ExecutorOptions", "GroupResult",

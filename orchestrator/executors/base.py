@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from orchestrator.command import CommandResult as CommandRecord
 from orchestrator.errors import (
@@ -32,7 +32,7 @@ from orchestrator.errors import (
     StoreError,
     UsageError,
 )
-from orchestrator.inventory import Inventory, Node
+from orchestrator.inventory import Inventory, Node, SlurmOptions
 
 
 class CommandResult(CommandRecord):
@@ -88,6 +88,10 @@ class ExecutorOptions:
     # are closed, least recently handed out first (each open SSH connection is a
     # socket and a transport thread for as long as it stays open)
     keep_open: int = 64
+    # executor slurm providers: their `slurm:` blocks, and the client each provider's
+    # nodes share (made on first use, or handed over by `slurm.allocations`)
+    slurm: Mapping[str, SlurmOptions] = field(default_factory=dict)
+    slurm_clients: dict[str, Any] = field(default_factory=dict)
 
 
 KEEP_OPEN_MIN = 64
@@ -126,6 +130,7 @@ def options_for(inv: Inventory, accept_new_host_keys: bool = False) -> ExecutorO
         nodes={n.name: n for n in inv.nodes},
         ray_address=ray,
         keep_open=max(KEEP_OPEN_MIN, 2 * inv.settings.concurrency),
+        slurm={p.name: p.slurm for p in inv.providers.values() if p.slurm is not None},
     )
 
 

@@ -48,6 +48,8 @@ from orchestrator.inventory.model import (
     Provider,
     RayOptions,
     Settings,
+    SlurmLogin,
+    SlurmOptions,
     UserStr,
 )
 from orchestrator.inventory.nodes import Inventory, Node, checked_name
@@ -70,7 +72,8 @@ __all__ = [
     "DEFAULT_KNOWN_HOSTS", "MAX_BYTES", "MAX_DEPTH", "MAX_VALUES", "NAME_PATTERN", "Access",
     "EnvName", "ExecutorName", "Expectations", "Fabric", "HostStr", "Inventory", "InventoryFile",
     "JumpHost", "Loc", "Name", "Node", "NodeSpec", "PathStr", "PcieExpectation", "Pricing",
-    "Problem", "Provider", "RayOptions", "Settings", "Source", "Span", "UserStr", "load",
+    "Problem", "Provider", "RayOptions", "Settings", "SlurmLogin", "SlurmOptions", "Source",
+    "Span", "UserStr", "load",
     "checked_name", "scrubbed_copy",
 ]
 

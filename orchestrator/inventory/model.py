@@ -30,7 +30,7 @@ from pydantic import (
 
 from orchestrator.bands import Band
 
-ExecutorName = Literal["ssh", "local", "ray"]
+ExecutorName = Literal["ssh", "local", "ray", "slurm"]
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
@@ -122,6 +122,39 @@ def _ray_address(v: str) -> str:
     _host(host[1:-1] if host.startswith("[") and host.endswith("]") else host)
     return v
 
+
+def _slurm_word(v: str) -> str:
+    """A partition, account, qos or reservation name (a comma list for several): the
+    characters Slurm's names use. It reaches srun/salloc as one argv word, quoted where it
+    passes a shell (the SSH hop to a login node)."""
+    _not_blank(v)
+    if not _SLURM_WORD_RE.match(v):
+        raise ValueError(f"{v!r} is not a Slurm name (letters, digits, '_', '.', '-'; "
+                         "several separated by ','; not starting with '-')")
+    return v
+
+
+def _slurm_constraint(v: str) -> str:
+    """A --constraint expression: features joined by & | , with [ ] ( ) and *N counts."""
+    _not_blank(v)
+    if not _SLURM_CONSTRAINT_RE.match(v):
+        raise ValueError(f"{v!r} is not a Slurm constraint (feature names joined by "
+                         "'&', '|' or ',', with '[ ]', '( )' and '*N' counts)")
+    return v
+
+
+def _slurm_time(v: str) -> str:
+    """A time limit as Slurm writes one: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    _not_blank(v)
+    if not _SLURM_TIME_RE.match(v):
+        raise ValueError(f"{v!r} is not a Slurm time limit (minutes, MM:SS, HH:MM:SS, D-HH, "
+                         "D-HH:MM or D-HH:MM:SS)")
+    return v
+
+
+_SLURM_WORD_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}(?:,[A-Za-z0-9_][A-Za-z0-9_.-]{0,63})*\Z")
+_SLURM_CONSTRAINT_RE = re.compile(r"[A-Za-z0-9_\[(][A-Za-z0-9_.&|,\[\]()*-]{0,255}\Z")
+_SLURM_TIME_RE = re.compile(r"(?:\d{1,4}-\d{1,2}(?::\d{1,2}){0,2}|\d{1,7}(?::\d{1,2}){0,2})\Z")
 
 Name = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 PathStr = Annotated[str, AfterValidator(path_like)]
@@ -218,6 +251,51 @@ class RayOptions(_Model):
     address: Annotated[str, AfterValidator(_ray_address)] = "auto"
 
 
+SlurmWord = Annotated[str, AfterValidator(_slurm_word)]
+
+
+class SlurmLogin(_Model):
+    """The login node Slurm's client commands run on, reached over SSH (as a node is)."""
+
+    host: HostStr
+    port: int = Field(default=22, ge=1, le=65535)
+    user: UserStr | None = None
+    identity_file: PathStr | None = None
+    proxy_jump: Name | None = None
+    connect_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+
+
+class SlurmOptions(_Model):
+    """How an ``executor: slurm`` provider reaches its scheduler and what it asks for.
+
+    Without ``login`` the client commands run where gpuvet runs (a login node). Without
+    ``job_id`` gpuvet asks for an allocation (salloc) and releases it when the run ends,
+    unless it runs inside one (SLURM_JOB_ID, with a local client): that one is used, and
+    like ``job_id``'s it is never cancelled.
+    """
+
+    login: SlurmLogin | None = None
+    slurm_conf: PathStr | None = None  # SLURM_CONF for the client commands
+    partition: SlurmWord | None = None
+    account: SlurmWord | None = None
+    qos: SlurmWord | None = None
+    reservation: SlurmWord | None = None
+    constraint: Annotated[str, AfterValidator(_slurm_constraint)] | None = None
+    nodes: int | None = Field(default=None, ge=1, le=100000)
+    gpus_per_node: int | None = Field(default=None, ge=1, le=64)
+    time_limit: Annotated[str, AfterValidator(_slurm_time)] | None = None
+    job_id: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}$")] | None = None
+
+    @model_validator(mode="after")
+    def _existing_or_asked(self) -> SlurmOptions:
+        asked = [k for k in ("partition", "account", "qos", "reservation", "constraint",
+                             "nodes", "gpus_per_node", "time_limit") if getattr(self, k)]
+        if self.job_id is not None and asked:
+            raise ValueError(f"job_id names an existing allocation; {', '.join(asked)} "
+                             "would ask for a new one: keep one or the other")
+        return self
+
+
 class NodeSpec(Access):
     """A node as written: its name and the Access keys it sets over its provider's."""
 
@@ -233,7 +311,26 @@ class Provider(_Model):
     expect: Expectations = Expectations()
     pricing: Pricing | None = None
     ray: RayOptions | None = None
-    nodes: list[NodeSpec] = Field(min_length=1)
+    slurm: SlurmOptions | None = None
+    # required except for ``executor: slurm``, whose nodes come from the allocation
+    nodes: list[NodeSpec] = []
+
+    @model_validator(mode="after")
+    def _nodes_or_allocation(self) -> Provider:
+        if self.executor == "slurm":
+            if self.slurm is None:
+                raise ValueError("executor slurm needs a `slurm:` block (at least `{}` for a "
+                                 "local client and an allocation of the defaults)")
+            if self.nodes:
+                raise ValueError("the nodes of an executor slurm provider come from its "
+                                 "allocation: drop `nodes:` (ask for a count with "
+                                 "slurm.nodes)")
+        elif self.slurm is not None:
+            raise ValueError(f"a `slurm:` block needs `executor: slurm` (this provider's is "
+                             f"{self.executor})")
+        elif not self.nodes:
+            raise ValueError("at least one node is needed under `nodes:`")
+        return self
 
 
 class JumpHost(_Model):

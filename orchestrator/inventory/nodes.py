@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -62,6 +62,8 @@ class Node(BaseModel):
     ckpt_dir: str | None
     env: dict[str, str]
     connect_timeout_s: float
+    # the Slurm job whose allocation holds this node (executor slurm), else None
+    slurm_job: str | None = None
 
     @property
     def target(self) -> str:
@@ -79,12 +81,34 @@ class Node(BaseModel):
 class Inventory:
     """The parsed inventory plus the merged view of every node."""
 
-    def __init__(self, doc: InventoryFile, path: Path) -> None:
+    def __init__(self, doc: InventoryFile, path: Path,
+                 allocated: Mapping[str, tuple[str, Sequence[str]]] | None = None) -> None:
         self.doc = doc
         self.path = path
-        self.nodes: list[Node] = [
-            _merge(prov, spec) for prov in doc.providers.values() for spec in prov.nodes
-        ]
+        # provider -> (job id, node names) of executor slurm providers, once allocated
+        self.allocated: dict[str, tuple[str, list[str]]] = {
+            k: (job, list(names)) for k, (job, names) in (allocated or {}).items()}
+        self.nodes: list[Node] = []
+        for prov in doc.providers.values():
+            if prov.name in self.allocated:
+                job, names = self.allocated[prov.name]
+                self.nodes += [_allocated(prov, job, name) for name in names]
+            else:
+                self.nodes += [_merge(prov, spec) for spec in prov.nodes]
+        seen: dict[str, str] = {}
+        for n in self.nodes:
+            if n.name in seen:
+                raise UsageError(f"node {n.name!r} of provider {n.provider} (its Slurm "
+                                 f"allocation) has the name of a node of {seen[n.name]}",
+                                 hint="rename the inventory's node, or run the providers "
+                                      "apart with -p")
+            seen[n.name] = n.provider
+
+    def with_allocations(self, allocated: Mapping[str, tuple[str, Sequence[str]]]
+                         ) -> Inventory:
+        """This inventory with the nodes of the executor slurm providers' allocations
+        (provider -> job id and node names, as `scontrol show hostnames` gives them)."""
+        return Inventory(self.doc, self.path, {**self.allocated, **allocated})
 
     @property
     def providers(self) -> dict[str, Provider]:
@@ -150,6 +174,14 @@ def _no_such(kind: str, unknown: list[str], known: list[str], path: Path) -> str
         parts.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     listed = ", ".join(known[:20]) + (f", ... ({len(known)} in all)" if len(known) > 20 else "")
     return f"no {kind} named {', '.join(parts)} in {path} ({kind}s: {listed})"
+
+
+def _allocated(prov: Provider, job: str, name: str) -> Node:
+    """A node of a Slurm allocation: its name is Slurm's (a folder of the results, so
+    held to the inventory's name rule), the rest the provider's access defaults."""
+    checked_name(name, f"node of Slurm job {job}")
+    return _merge(prov, NodeSpec(name=name)).model_copy(
+        update={"slurm_job": job, "host": name})
 
 
 def _merge(prov: Provider, spec: NodeSpec) -> Node:

@@ -55,6 +55,7 @@ _MODULES = (
     "orchestrator.parsers.fabric",
     "orchestrator.parsers.nvbandwidth",
     "orchestrator.parsers.p2p_latency",
+    "orchestrator.parsers.slurm",
 )
 _loaded = False
 

@@ -18,45 +18,16 @@ from pydantic import BaseModel, ConfigDict
 
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
+from payload.nodecheck import XID_CATALOG as NODE_XID_CATALOG
+from payload.nodecheck import xid_is_bad
 
 XID_KIND = "xid"
 PCIE_KIND = "pcie-bandwidth"
 
-# What NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors) says each common Xid
-# means, and whether it points at the GPU, its memory or its links rather than at the
-# application: (meaning, category, bad).
-XID_CATALOG: dict[int, tuple[str, str, bool]] = {
-    8: ("GPU stopped processing (timeout)", "driver", False),
-    13: ("graphics engine exception", "application", False),
-    31: ("GPU memory page fault", "application", False),
-    32: ("invalid or corrupted push buffer stream", "application", False),
-    38: ("driver firmware error", "driver", False),
-    43: ("GPU stopped processing", "application", False),
-    45: ("preemptive cleanup, due to previous errors", "application", False),
-    48: ("double bit ECC error", "memory", True),
-    61: ("internal micro-controller breakpoint/warning", "firmware", True),
-    62: ("internal micro-controller halt", "firmware", True),
-    63: ("ECC page retirement or row remapping recording event", "memory", True),
-    64: ("ECC page retirement or row remapper recording failure", "memory", True),
-    69: ("graphics engine class error", "application", False),
-    74: ("NVLink error", "link", True),
-    79: ("GPU has fallen off the bus", "bus", True),
-    92: ("high single-bit ECC error rate", "memory", True),
-    94: ("contained ECC error", "memory", True),
-    95: ("uncontained ECC error", "memory", True),
-    109: ("context switch timeout", "application", False),
-    119: ("GSP RPC timeout", "firmware", True),
-    120: ("GSP error", "firmware", True),
-    140: ("unrecovered ECC error", "memory", True),
-    143: ("GPU initialization failure", "firmware", True),
-    144: ("NVLink SAW error", "link", True),
-    145: ("NVLink RLW error", "link", True),
-    146: ("NVLink TLW error", "link", True),
-    147: ("NVLink TREX error", "link", True),
-    148: ("NVLink NVLPW control error", "link", True),
-    149: ("NVLink NETIR error", "link", True),
-    150: ("NVLink MSE error", "link", True),
-}
+# What NVIDIA's Xid catalog says each common Xid means, and whether it points at the GPU,
+# its memory or its links: the payload's (`payload.nodecheck`), so the node check judges an
+# Xid on the node as this parser does on the controller.
+XID_CATALOG: dict[int, tuple[str, str, bool]] = NODE_XID_CATALOG
 
 _MONO = re.compile(r"\[\s*(\d+\.\d+)\]")
 _WALL = re.compile(r"\[([A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
@@ -191,11 +162,10 @@ def _xid_event(no: int, line: str, idx: int) -> XidEvent:
         process = None if name in ("", "<unknown>") else name
         rest = rest[pm.end():]
     xid = int(m.group("xid"))
-    meaning, category, bad = XID_CATALOG.get(xid, (None, None, False))
+    meaning, category, _ = XID_CATALOG.get(xid, (None, None, False))
     cause = _CAUSE.search(rest)
     caused_by = int(cause.group(1)) if cause else None
-    if caused_by is not None:
-        bad = bad or XID_CATALOG.get(caused_by, ("", "", False))[2]
+    bad = xid_is_bad(xid, caused_by)
     return XidEvent(line_no=no, xid=xid, pci=pci_key(m.group("pci")), pid=pid, process=process,
                     message=rest.strip(), stamp=stamp_of(line[:idx]), meaning=meaning,
                     category=category, bad=bad, caused_by=caused_by, line=line.strip())

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from orchestrator.errors import ParseError
 from orchestrator.parsers import register
 from orchestrator.parsers._smi_warnings import SmiWarning, split_warnings
+from payload.nodecheck import fabric_problem
 
 # What nvidia-smi prints when it has no value; compared without brackets.
 _NA = {"n/a", "not supported", "unknown error", "insufficient permissions", "",
@@ -131,15 +132,9 @@ class FabricState(BaseModel):
 
     @property
     def problem(self) -> str | None:
-        """What is wrong, in nvidia-smi's own words; None when registration succeeded."""
-        if self.state is not None and self.state.lower() != "completed":
-            return f"State {self.state}" + (f", Status {self.status}" if self.status else "")
-        if self.status is not None and self.status.lower() != "success":
-            return f"Status {self.status}"
-        if self.health_summary is not None and self.health_summary.lower() not in (
-                "healthy", "not supported"):
-            return f"Health Summary {self.health_summary}"
-        return None
+        """What is wrong, in nvidia-smi's own words; None when registration succeeded. The
+        rule is the node check's (`payload.nodecheck.fabric_problem`)."""
+        return fabric_problem(self.state, self.status, self.health_summary)
 
 
 def reasons_mask(value: str) -> ClockEventReasons | None:

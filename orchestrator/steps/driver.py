@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from orchestrator.errors import GpuvetError, StepError, StoreError
+from orchestrator.errors import AllocationEnded, GpuvetError, StepError, StoreError
 from orchestrator.executors import ExecutorPool, fanout, options_for
 from orchestrator.executors.base import ProgressHook, interrupted, is_unreachable
 from orchestrator.inventory import Inventory, Node
@@ -105,6 +105,8 @@ def step_pool(inv: Inventory, pool: ExecutorPool | None,
 
 
 def failure_code(step: str, exc: GpuvetError) -> str:
+    if isinstance(exc, AllocationEnded):
+        return exc.code
     if isinstance(exc, UnitFailed):
         return exc.code
     if is_unreachable(exc):
@@ -149,7 +151,10 @@ def drive(run: Run, step: str, units: Sequence[Unit], *, concurrency: int,
         if isinstance(exc, StoreError):
             raise exc  # the controller's own disk, not the node: stop, say so
         tracker = trackers.get(u.key) or StageTracker()
-        f = finding(run.run_id, step, provider=u.provider, node=u.node,
+        # a Slurm allocation ended under the unit (time limit, preemption): the scheduler's
+        # doing, filed on the provider with Slurm's state, never as the node's FAIL
+        ended = isinstance(exc, AllocationEnded)
+        f = finding(run.run_id, step, provider=u.provider, node=None if ended else u.node,
                     code=failure_code(step, exc), severity="FAIL", message=exc.what,
                     evidence=getattr(exc, "evidence", ()), stage=tracker.stage, unit_key=u.key,
                     failed_after_s=round(time.time() - tracker.started, 1),

@@ -18,6 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from cluster import Cluster, missing_prerequisites  # noqa: E402
+from slurm_cluster import SlurmCluster, missing_slurm  # noqa: E402
 
 REQUIRE_ENV = "GPUVET_REQUIRE_CLUSTER"
 DEFAULT_NODES = 3
@@ -73,3 +74,27 @@ def cluster(cluster_prerequisites: None) -> Iterator[Cluster]:
     finally:
         if previous in (signal.SIG_DFL, None):
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+_slurm_problems: list[str] | None = None
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """A 3-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
+    session's Slurm tests: node1 and node2 for the steps, node3 for the drain test, which
+    takes it out of service and back; skipped, or failed under GPUVET_REQUIRE_CLUSTER=1,
+    when this machine cannot run one; torn down with every process in its namespaces."""
+    global _slurm_problems
+    if _slurm_problems is None:
+        _slurm_problems = missing_slurm()
+    if _slurm_problems:
+        reason = "real Slurm test cluster unavailable: " + "; ".join(_slurm_problems)
+        if os.environ.get(REQUIRE_ENV) == "1":
+            pytest.fail(f"{reason} ({REQUIRE_ENV}=1 makes this a failure)", pytrace=False)
+        pytest.skip(reason)
+    c = SlurmCluster.start(3)
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -25,7 +25,7 @@ LOG = str(ROOT / "tests/fixtures/h200x2/nccl-tests/all_reduce_8B-128M_g2_round1.
     (["inventory", "check", INV, "extra"], "unexpected extra argument (extra)"),
     (["import", "nccl-tests", LOG], "Missing option '-p'"),
     (["exec", "-i", INV], "Missing argument 'COMMAND...'"),
-    (["nccl", "-i", INV, "--ring-onyl"], "Did you mean one of: '--ring-only'"),
+    (["nccl", "-i", INV, "--ring-onyl"], "'--ring-only'"),  # among click's suggestions
 ])
 def test_usage_mistakes_exit_2_with_one_line_and_a_hint(capsys: pytest.CaptureFixture[str],
                                                          argv: list[str], says: str) -> None:

@@ -79,7 +79,7 @@ def test_every_command_has_an_example_in_docs_commands() -> None:
     assert every - shown == set()
 
 
-GROUPS = ("inventory", "import", "baseline", "schedule", "index")
+GROUPS = ("inventory", "import", "baseline", "schedule", "index", "slurm")
 
 
 def test_a_wrong_command_line_is_caught() -> None:

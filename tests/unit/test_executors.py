@@ -126,7 +126,7 @@ def test_registry_and_pool(tmp_path: Path) -> None:
         info = probe(pool(n))
     assert info.hostname == os.uname().nodename and info.python_version
     bad = n.model_copy(update={"executor": "telnet"})
-    with pytest.raises(UsageError, match="known executors: local, ray, ssh"):
+    with pytest.raises(UsageError, match="known executors: local, ray, slurm, ssh"):
         make_executor(bad, ExecutorOptions())
 
 

@@ -45,7 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("steps", ("orchestrator.steps.*",)),
     ("analysis", ("orchestrator.analysis.*",)),
     ("answers", ("orchestrator.report.*", "orchestrator.render", "orchestrator.prom",
-                 "orchestrator.pipeline.*", "orchestrator.schedule")),
+                 "orchestrator.pipeline.*", "orchestrator.schedule",
+                 "orchestrator.drain")),
     ("cli", ("orchestrator.cli.*", "orchestrator.__main__")),
 )
 NAMES = [name for name, _ in LAYERS]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import shlex
 import shutil
@@ -132,3 +133,99 @@ def test_schedule_print_refuses_bad_input(tmp_path: Path, capsys: pytest.Capture
         res = gpuvet(capsys, "schedule", "print", *args)
         assert res.returncode == 2, res.output
         assert msg in res.stderr
+
+
+# ---------------------------------------------------------------- on a Slurm cluster
+
+
+def _slurm(tmp_path: Path, every: str = "6h", options: tuple[str, ...] = ("--nodes=2",),
+           argv: list[str] | None = None) -> tuple[str, str, Path]:
+    path = tmp_path / "gv.sbatch"
+    s = schedule(Every.parse(every), argv or ["/opt/gpuvet", "pipeline", "-i", "/x/inv 1.yaml"],
+                 name="gv", workdir=tmp_path, user=None, log_file=Path("/logs/g%v.log"),
+                 inventory=Path("/x/inv 1.yaml"), sbatch_options=options, sbatch_file=path)
+    return s.scrontab, s.sbatch, path
+
+
+def test_the_scrontab_entry_has_its_options_before_the_line(tmp_path: Path) -> None:
+    entry, _, _ = _slurm(tmp_path)
+    lines = entry.splitlines()
+    assert lines[1:8] == ["#SCRON --job-name=gv", "#SCRON --time=355", "#SCRON --exclusive",
+                          "#SCRON --output=/logs/g%%v.log", "#SCRON --open-mode=append",
+                          "#SCRON --nodes=2",
+                          f"0 */6 * * * cd {tmp_path} && COLUMNS=160 /opt/gpuvet pipeline -i "
+                          "'/x/inv 1.yaml'"]
+    assert lines[0].startswith("# scrontab -e (needs ScronParameters=enable")
+
+
+def test_the_sbatch_script_is_bash_and_says_how_to_submit_and_stop_it(tmp_path: Path) -> None:
+    _, script, path = _slurm(tmp_path)
+    assert script.startswith("#!/bin/bash\n")
+    assert f"#   mkdir -p /logs && sbatch {path}" in script
+    assert "# Stop the series: scancel --name=gv" in script
+    directives = [ln for ln in script.splitlines() if ln.startswith("#SBATCH")]
+    assert directives == ["#SBATCH --job-name=gv", "#SBATCH --time=355", "#SBATCH --exclusive",
+                          "#SBATCH --output=/logs/g%%v.log", "#SBATCH --open-mode=append",
+                          "#SBATCH --nodes=2"]
+    # sbatch reads #SBATCH lines only before the first command
+    first_command = next(i for i, ln in enumerate(script.splitlines())
+                         if ln and not ln.startswith("#"))
+    assert all(script.splitlines().index(d) < first_command for d in directives)
+    path.write_text(script)
+    res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.parametrize(("every", "hours"), [("6h", {0, 6, 12, 18}), ("1d", {0})])
+def test_the_script_queues_its_next_run_first_then_runs_the_pipeline(
+        tmp_path: Path, every: str, hours: set[int]) -> None:
+    """Run as Slurm would run it, with sbatch and gpuvet standing in: the next run is
+    queued at the next multiple of the interval since midnight, never beside this one
+    (singleton), and then the pipeline runs in the working folder with its environment."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path}/sbatch.args\n')
+    gpuvet_fake = bin_dir / "gpuvet"
+    gpuvet_fake.write_text(f'#!/bin/sh\npwd > {tmp_path}/ran\nprintf "%s\\n" "$COLUMNS" "$@" '
+                           f'>> {tmp_path}/ran\nexit 1\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    _, script, path = _slurm(tmp_path, every, argv=[str(gpuvet_fake), "pipeline", "-i",
+                                                    "/x/inv 1.yaml"])
+    path.write_text(script)
+    started = datetime.datetime.now().replace(microsecond=0)
+    res = subprocess.run(["bash", str(path)], cwd="/", capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=30)
+    assert res.returncode == 1, res.stderr  # the pipeline's own exit code
+    begin, dependency, again = (tmp_path / "sbatch.args").read_text().splitlines()
+    assert (dependency, again) == ("--dependency=singleton", str(path))
+    when = datetime.datetime.strptime(begin, "--begin=%Y-%m-%dT%H:%M:%S")
+    assert (when.hour, when.minute, when.second) in {(h, 0, 0) for h in hours}
+    assert started < when <= started + datetime.timedelta(minutes=Every.parse(every).minutes)
+    assert (tmp_path / "ran").read_text().splitlines() == [
+        str(tmp_path), "160", "pipeline", "-i", "/x/inv 1.yaml"]
+
+
+@pytest.mark.parametrize("bad", ["--comment=a b", "partition=gpu", "--x=#1", "--nodes=2\n#X"])
+def test_an_sbatch_option_that_is_not_one_option_is_refused(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(UsageError, match="is not one sbatch option"):
+        _slurm(tmp_path, options=(bad,))
+
+
+def test_schedule_print_gives_the_slurm_forms_too(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    inv = REPO / "inventories" / "local.yaml"
+    res = gpuvet(capsys, "schedule", "print", "--every", "1h", "-i", inv, "--sbatch-option",
+                 "--partition=gpu", "--json")
+    assert res.returncode == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["sbatch_file"] == str(tmp_path / "gpuvet-pipeline.sbatch")
+    assert "#SCRON --partition=gpu" in doc["scrontab"] and "#SBATCH --time=55" in doc["sbatch"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written or submitted
+    r = gpuvet(capsys, "schedule", "print", "--every", "1h", "-i", inv, "--sbatch-option",
+               "--partition gpu")
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.splitlines()[0] == ("error: --sbatch-option '--partition gpu' is not one "
+                                        "sbatch option as --name=value (no spaces, no '#')")

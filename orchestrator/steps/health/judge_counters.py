@@ -16,8 +16,8 @@ from pathlib import Path
 from orchestrator.judging.sink import Sink
 from orchestrator.steps.health.counters import CountersDelta, delta
 from orchestrator.steps.health.output import NodeOutput
-from orchestrator.steps.preflight.busy import BUSY_FAIL_MIB
 from payload.health import protocol
+from payload.nodecheck import BUSY_FAIL_MIB
 
 
 def _files(out: NodeOutput, *names: str) -> list[Path]:

@@ -9,7 +9,9 @@ provider's problem (GPU_BUSY) and every figure measured on that GPU is not the c
 Thresholds (docs/health.md, "A busy GPU"): FAIL when a GPU has more than
 `BUSY_FAIL_MIB` in use by processes or, with no process visible, in memory used; WARN
 for a process holding less (a monitoring agent's context); nothing below
-`IDLE_USED_MIB` of memory used with no process (the driver's own reserve).
+`IDLE_USED_MIB` of memory used with no process (the driver's own reserve). The rule is
+the payload's (`payload.nodecheck.busy_severity`), which the node check runs on the node
+itself, so preflight, health and `gpuvet nodecheck` judge a busy GPU alike.
 """
 
 from __future__ import annotations
@@ -22,9 +24,7 @@ from orchestrator.parsers.nvidia_smi_health import ComputeAppsFacts
 from orchestrator.parsers.nvidia_smi_table import NvidiaSmiTableFacts
 from orchestrator.steps.preflight.facts import NodeFacts, Result
 from orchestrator.suite import PreflightParams
-
-BUSY_FAIL_MIB = 1024  # more than this held on a rented GPU: another job is on it
-IDLE_USED_MIB = 512  # memory.used of an idle GPU stays under this (driver reserve)
+from payload.nodecheck import BUSY_FAIL_MIB, IDLE_USED_MIB, busy_severity  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -110,9 +110,9 @@ def _busy(nf: NodeFacts, *, saved: bool) -> list[Result]:
         details = {"gpu": gpu, "processes": [{"pid": pr.pid, "name": pr.name,
                                               "used_mib": pr.mib} for pr in mine],
                    "held_mib": held, "memory_used_mib": in_use}
+        severity = busy_severity(held, in_use, len(mine), any(pr.mib is None for pr in mine))
         if mine:
-            big = held > BUSY_FAIL_MIB or (in_use or 0) > BUSY_FAIL_MIB \
-                or any(pr.mib is None for pr in mine)
+            big = severity == "FAIL"
             why = ("the tester's own load or another job's: figures saved then are not the "
                    "card's alone" if saved else
                    "another job holds this GPU; every figure measured on it is not the "
@@ -122,7 +122,7 @@ def _busy(nf: NodeFacts, *, saved: bool) -> list[Result]:
             out.append(Result("GPU_BUSY", "FAIL" if big and not saved else "WARN",
                               f"{gpu} is in use {when}: {shown}{of}: {why}", ev + used_ev,
                               details))
-        elif in_use is not None and in_use > BUSY_FAIL_MIB:
+        elif severity == "FAIL":
             out.append(Result(
                 "GPU_BUSY", "WARN" if saved else "FAIL", f"{gpu} has {in_use} MiB in use "
                 f"{when} and no process this node can see holds it (another container's "

@@ -101,6 +101,12 @@ SEEDS: dict[str, list[str]] = {
     "p2pBandwidthLatencyTest": ["synthetic/p2pBandwidthLatencyTest_2x-h100-nvlink-complete.txt",
                                 "public/p2pBandwidthLatencyTest_2x-rtx4090-cut_tinygrad44.txt"],
     "sysfs-fabric": ["synthetic/sysfs-fabric_h100-8x-ndr-roce.json"],
+    "scontrol-show-hostnames": ["slurm/scontrol_show_hostnames.txt"],
+    "scontrol-show-job": ["slurm/scontrol_show_job_running.txt",
+                          "slurm/scontrol_show_job_running_oneliner.txt",
+                          "slurm/scontrol_show_job_timeout.txt"],
+    "squeue": ["slurm/squeue_jobs.txt", "slurm/squeue_steps.txt"],
+    "sacct": ["slurm/sacct_ended.txt"],
 }
 _TEXT: dict[str, str] = {}
 

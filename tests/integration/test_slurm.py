@@ -1,0 +1,161 @@
+"""gpuvet through a real Slurm cluster (slurm_cluster.py): every command a job step.
+
+One 2-node cluster for the module. Each test's gpuvet asks for its own allocation
+(`salloc --no-shell`, unique job name) and must leave `squeue` empty however it ends:
+success, a FAIL, a usage error after the allocation, SIGINT, SIGTERM. An allocation
+made outside gpuvet (`job_id`) is used and left running. The nodes have no GPU: health
+is NOT MEASURED and nccl falls back to the torch benchmark over gloo (`--torch`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from slurm_cluster import SlurmCluster
+
+GPUVET = [sys.executable, "-m", "orchestrator"]
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = """name: slurm-test
+nccl:
+  min_bytes: 256K
+  max_bytes: 512K
+  step_factor: 2
+  iters: 3
+  warmup_iters: 1
+  rounds: 1
+health:
+  level: quick
+"""
+
+
+def gpuvet(*args: str | Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*GPUVET, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT,
+                          env={**os.environ, "COLUMNS": "250", "PYTHONPATH": str(ROOT)})
+
+
+@pytest.fixture(scope="module")
+def lab(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
+        ) -> tuple[SlurmCluster, Path, Path]:
+    d = tmp_path_factory.mktemp("slurm")
+    inv = slurm_cluster.write_inventory(d / "inv.yaml")
+    suite = d / "suite.yaml"
+    suite.write_text(SUITE)
+    return slurm_cluster, inv, suite
+
+
+def _no_jobs_left(c: SlurmCluster) -> None:
+    assert c.wait_no_jobs() == [], c.client("squeue").stdout
+
+
+def test_pipeline_runs_every_step_through_the_scheduler_and_releases_the_allocation(
+        lab: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    c, inv, suite = lab
+    res = gpuvet("pipeline", "-i", inv, "--suite", suite, "--results", tmp_path / "r",
+                 "--torch", "--min-size", "256K", "--json")
+    assert res.returncode == 1, res.stderr[-3000:]  # no NVIDIA driver on the test nodes
+    doc = json.loads(res.stdout)
+    assert doc["steps"] == ["preflight", "health", "nccl", "regress"]
+    codes = {(f["code"], f["node"]) for f in doc["findings"]}
+    # the nodes are named as Slurm allocated them
+    assert {("NVIDIA_DRIVER_MISSING", "node1"), ("NVIDIA_DRIVER_MISSING", "node2")} <= codes
+    assert any(code == "NCCL_TORCH_ONLY" for code, _ in codes), codes
+    health = [f for f in doc["findings"] if f["step"] == "health"]
+    assert health and not any(f["code"].endswith("_FAILED") for f in health), health
+    run = json.loads((tmp_path / "r" / doc["run_id"] / "run.json").read_text())
+    assert run["nodes"] == ["node1", "node2"] and run["status"] == "failed"
+    _no_jobs_left(c)
+
+
+def test_an_existing_allocation_is_used_and_left_running(
+        lab: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    c, _, _ = lab
+    job = c.hold(2, name="not-gpuvet")
+    try:
+        inv = c.write_inventory(tmp_path / "inv.yaml", slurm={"job_id": job, "nodes": None,
+                                                               "time_limit": None})
+        res = gpuvet("exec", "-i", inv, "--", "echo $SLURM_JOB_ID on $(hostname)")
+        assert res.returncode == 0, res.stderr
+        assert f"{job} on node1" in res.stdout and f"{job} on node2" in res.stdout
+        assert c.jobs() == [job]
+        assert c.steps() == []
+    finally:
+        c.client("scancel", job)
+    _no_jobs_left(c)
+
+
+def test_a_usage_error_after_the_allocation_still_releases_it(
+        lab: tuple[SlurmCluster, Path, Path]) -> None:
+    c, inv, _ = lab
+    res = gpuvet("exec", "-i", inv, "-n", "node9", "--", "true")
+    assert res.returncode == 2, res.stderr
+    assert "no node named 'node9'" in res.stderr and "Traceback" not in res.stderr
+    _no_jobs_left(c)
+
+
+def test_a_timed_out_command_is_killed_with_its_step(
+        lab: tuple[SlurmCluster, Path, Path]) -> None:
+    c, inv, _ = lab
+    res = gpuvet("exec", "-i", inv, "-n", "node2", "--timeout", "1", "--", "sleep 60")
+    assert res.returncode == 1, res.stderr
+    assert "--- node2 (timed out" in res.stdout
+    _no_jobs_left(c)
+    assert not c.netns_exec("node2", ["pgrep", "-f", "sleep 60"]).stdout.strip()
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_run_releases_its_allocation_and_resume_asks_for_a_new_one(
+        lab: tuple[SlurmCluster, Path, Path], tmp_path: Path, sig: signal.Signals,
+        code: int) -> None:
+    c, _, suite = lab
+    # node2's python waits while the flag file exists: preflight is in flight there
+    flag = c.base / f"slow-{sig.name}"
+    flag.touch()
+    wrapper = c.base / f"python-{sig.name}"
+    wrapper.write_text(f"#!/bin/sh\nif [ \"$(hostname)\" = node2 ]; then\n"
+                       f"  while [ -e {flag} ]; do sleep 0.1; done\nfi\n"
+                       f"exec {c.python} \"$@\"\n")
+    wrapper.chmod(0o755)
+    inv = c.write_inventory(tmp_path / "inv.yaml", access={"python": str(wrapper)})
+    results = tmp_path / "r"
+    proc = subprocess.Popen([*GPUVET, "preflight", "-i", str(inv), "--suite", str(suite),
+                             "--results", str(results), "--json"], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            done = list(results.glob("*/nodes/node1/preflight/facts.json"))
+            steps = c.steps() if done else []
+            if done and any(s.split(".")[-1].isdigit() for s in steps):
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"node2's preflight step never ran; squeue: {c.steps()}")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == code, err[-3000:]
+    _no_jobs_left(c)
+    (run_dir,) = results.glob("*/run.json")
+    run = json.loads(run_dir.read_text())
+    assert run["status"] == "interrupted"
+    flag.unlink()
+    again = gpuvet("preflight", "-i", inv, "--suite", suite, "--results", results,
+                   "--resume", run["run_id"], "--json")
+    assert again.returncode == 1, again.stderr[-3000:]  # no NVIDIA driver
+    assert "node:node1" not in again.stderr  # node1's unit was kept, not run again
+    doc = json.loads(again.stdout)
+    assert {f["node"] for f in doc["findings"] if f["code"] == "NVIDIA_DRIVER_MISSING"} == {
+        "node1", "node2"}
+    _no_jobs_left(c)
