@@ -379,6 +379,11 @@ def main(args: Any) -> int:
                 time.sleep(POLL_S)
                 _reap_orphans()
             shutil.rmtree(tmp_dir, ignore_errors=True)  # the job's temp files: none stay
+            if getattr(args, "stop_file", None):
+                try:  # the controller's stop file, read: it does not stay either
+                    os.unlink(args.stop_file)
+                except OSError:
+                    pass
     doc["rc"] = proc.returncode
     doc["end_time"] = time.time()
     doc["wall_s"] = round(doc["end_time"] - start, 3)

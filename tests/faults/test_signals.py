@@ -202,4 +202,6 @@ def test_pipeline_killed_with_sigkill_is_shown_interrupted_and_resumed(tmp_path:
     assert (run / "nodes" / "n1" / "preflight" / "collect.json").stat().st_mtime_ns == collected
     codes = [f["code"] for f in doc["findings"]]
     # each step judged once: the nccl step ran to its end (no CUDA here: its build fails)
-    assert sorted(codes) == ["NCCL_BUILD_FAILED", "NVIDIA_DRIVER_MISSING", "REGRESS_VERDICT"]
+    # (RDMA_NONE: preflight states that the node has no InfiniBand or RoCE port)
+    assert sorted(codes) == ["NCCL_BUILD_FAILED", "NVIDIA_DRIVER_MISSING", "RDMA_NONE",
+                            "REGRESS_VERDICT"]

@@ -249,9 +249,8 @@ def test_a_failed_part_of_a_multi_node_job_stops_the_others(
     stops = [(n, c) for n, c in pool.commands if "printf" in c]
     assert sorted(n for n, _ in stops) == ["b", "c"]  # never the node that failed
     assert all("the part on a failed" in c for _, c in stops)
-    # every part's stop file is removed afterwards, written or not
-    removed = {n for n, c in pool.commands if c.startswith("rm -f ")}
-    assert removed == {"a", "b", "c"}
+    # nothing else was asked of the nodes (the supervisors remove the stop files)
+    assert len(pool.commands) == 2
     # the stop files are the attempt's own: another attempt gets other names
     first = {j.stop for j in jobs}
     launch.run_phase(pool, run, Suite(), jobs, grace_s=0.05)  # type: ignore[arg-type]

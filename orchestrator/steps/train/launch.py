@@ -171,13 +171,9 @@ class _Peers:
         fanout([j.node for j in left], one, concurrency=max(1, len(left)))
 
     def close(self) -> None:
+        # a stop file written is removed by its supervisor when the job ends
         if self.timer is not None:
             self.timer.cancel()
-        for j in self.jobs:  # the stop files (written or not) do not stay on the nodes
-            try:
-                self.pool(j.node).run(f"rm -f {shlex.quote(str(j.stop))}", timeout=60)
-            except GpuvetError:
-                pass
 
 
 def run_phase(pool: ExecutorPool, run: Run, suite: Suite, jobs: list[Job], *,

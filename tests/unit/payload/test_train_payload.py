@@ -375,6 +375,7 @@ def test_a_stop_file_ends_the_job_with_its_reason(tmp_path: Path) -> None:
     doc = json.loads(out)
     assert doc["stopped"] == "the part on b failed" and doc["killed"] is True
     assert doc["rc"] != 0 and not doc["timed_out"] and doc["kill_event"] is None
+    assert not stop.exists()  # read and removed: it does not stay on the node
 
 
 def _alive(pid: int) -> bool:
