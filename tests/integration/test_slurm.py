@@ -33,6 +33,7 @@ nccl:
 health:
   level: quick
 """
+TRAIN = (ROOT / "suites" / "train-cpu.yaml").read_text().split("train:", 1)[1]
 
 
 def gpuvet(*args: str | Path, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -45,9 +46,12 @@ def gpuvet(*args: str | Path, timeout: float = 180) -> subprocess.CompletedProce
 def lab(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory
         ) -> tuple[SlurmCluster, Path, Path]:
     d = tmp_path_factory.mktemp("slurm")
-    inv = slurm_cluster.write_inventory(d / "inv.yaml")
+    # one checkpoint folder every node sees (the shared filesystem stands in for NFS)
+    ckpt = slurm_cluster.base / "ckpt"
+    ckpt.mkdir(exist_ok=True)
+    inv = slurm_cluster.write_inventory(d / "inv.yaml", access={"ckpt_dir": str(ckpt)})
     suite = d / "suite.yaml"
-    suite.write_text(SUITE)
+    suite.write_text(SUITE + "train:" + TRAIN)
     return slurm_cluster, inv, suite
 
 
@@ -59,19 +63,39 @@ def test_pipeline_runs_every_step_through_the_scheduler_and_releases_the_allocat
         lab: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
     c, inv, suite = lab
     res = gpuvet("pipeline", "-i", inv, "--suite", suite, "--results", tmp_path / "r",
-                 "--torch", "--min-size", "256K", "--json")
+                 "--torch", "--min-size", "256K", "--no-train", "--json")
     assert res.returncode == 1, res.stderr[-3000:]  # no NVIDIA driver on the test nodes
     doc = json.loads(res.stdout)
     assert doc["steps"] == ["preflight", "health", "nccl", "regress"]
-    codes = {(f["code"], f["node"]) for f in doc["findings"]}
+    found = {(f["code"], f["node"]): f for f in doc["findings"]}
     # the nodes are named as Slurm allocated them
-    assert {("NVIDIA_DRIVER_MISSING", "node1"), ("NVIDIA_DRIVER_MISSING", "node2")} <= codes
-    assert any(code == "NCCL_TORCH_ONLY" for code, _ in codes), codes
+    assert {("NVIDIA_DRIVER_MISSING", "node1"), ("NVIDIA_DRIVER_MISSING", "node2")} <= set(found)
+    assert any(code == "NCCL_TORCH_ONLY" for code, _ in found), sorted(found)
     health = [f for f in doc["findings"] if f["step"] == "health"]
     assert health and not any(f["code"].endswith("_FAILED") for f in health), health
+    assert not any(f["code"] in ("PREFLIGHT_FAILED", "HEALTH_FAILED", "NCCL_FAILED")
+                   for f in doc["findings"]), sorted(found)
     run = json.loads((tmp_path / "r" / doc["run_id"] / "run.json").read_text())
     assert run["nodes"] == ["node1", "node2"] and run["status"] == "failed"
     _no_jobs_left(c)
+    assert c.steps() == []
+
+
+def test_train_restores_each_nodes_checkpoint_on_the_other_allocated_node(
+        lab: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    c, inv, suite = lab
+    res = gpuvet("train", "-i", inv, "--suite", suite, "--results", tmp_path / "r",
+                 "--no-multi", "--json")
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = {(f["code"], f["node"]): f for f in json.loads(res.stdout)["findings"]}
+    # torchrun on each node through srun, the supervisor's SIGKILL inside the step
+    for saved, restored in (("node1", "node2"), ("node2", "node1")):
+        ok = found[("TRAIN_RESTORE_OK", saved)]
+        assert ok["details"]["exact"] is True, ok["message"]
+        assert ok["details"]["restored_on"] == [restored]
+        assert ("TRAIN_KILLED", saved) in found
+    _no_jobs_left(c)
+    assert c.steps() == []
 
 
 def test_an_existing_allocation_is_used_and_left_running(
@@ -151,6 +175,8 @@ def test_an_interrupted_run_releases_its_allocation_and_resume_asks_for_a_new_on
     run = json.loads(run_dir.read_text())
     assert run["status"] == "interrupted"
     flag.unlink()
+    if sig == signal.SIGTERM:
+        return  # the resume is the same after either signal: once is enough
     again = gpuvet("preflight", "-i", inv, "--suite", suite, "--results", results,
                    "--resume", run["run_id"], "--json")
     assert again.returncode == 1, again.stderr[-3000:]  # no NVIDIA driver
