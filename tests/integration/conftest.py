@@ -81,7 +81,7 @@ _slurm_problems: list[str] | None = None
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A 2-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
+    """A 4-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
     session's Slurm tests; skipped, or failed under GPUVET_REQUIRE_CLUSTER=1, when this
     machine cannot run one; torn down with every process in its namespaces."""
     global _slurm_problems
@@ -92,7 +92,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_ENV}=1 makes this a failure)", pytrace=False)
         pytest.skip(reason)
-    c = SlurmCluster.start(2)
+    c = SlurmCluster.start(4)
     try:
         yield c
     finally:

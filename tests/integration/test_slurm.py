@@ -1,6 +1,6 @@
 """gpuvet through a real Slurm cluster (slurm_cluster.py): every command a job step.
 
-One 2-node cluster for the module. Each test's gpuvet asks for its own allocation
+One 4-node cluster for the module; the tests ask for 2 nodes, the fleet test for 4. Each test's gpuvet asks for its own allocation
 (`salloc --no-shell`, unique job name) and must leave `squeue` empty however it ends:
 success, a FAIL, a usage error after the allocation, SIGINT, SIGTERM. An allocation
 made outside gpuvet (`job_id`) is used and left running. The nodes have no GPU: health
@@ -184,4 +184,47 @@ def test_an_interrupted_run_releases_its_allocation_and_resume_asks_for_a_new_on
     doc = json.loads(again.stdout)
     assert {f["node"] for f in doc["findings"] if f["code"] == "NVIDIA_DRIVER_MISSING"} == {
         "node1", "node2"}
+    _no_jobs_left(c)
+
+
+FLEET = """name: slurm-fleet
+fleet:
+  engine: torch
+  plan: pairs
+  repair_partners: 1
+  min_bytes: 4M
+  max_bytes: 4M
+  iters: 3
+  warmup_iters: 1
+  check: 0
+  min_judged_bytes: 4M
+  tolerance: 0.6
+  timeout_s: 90
+  collective_timeout_s: 20
+"""
+
+
+def test_fleet_pairs_are_job_steps_of_one_allocation_and_name_the_slowed_node(
+        lab: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    c, _, _ = lab
+    inv = c.write_inventory(tmp_path / "inv.yaml", slurm={"nodes": 4})
+    suite = tmp_path / "fleet.yaml"
+    suite.write_text(FLEET)
+    bad = "node3"
+    shaped = c.netns_exec(bad, ["tc", "qdisc", "add", "dev", "eth0", "root", "tbf", "rate",
+                                "50mbit", "burst", "32kbit", "latency", "50ms"])
+    assert shaped.returncode == 0, shaped.stderr
+    try:
+        res = gpuvet("fleet", "-i", inv, "--suite", suite, "--results", tmp_path / "r",
+                     "--json")
+    finally:
+        c.netns_exec(bad, ["tc", "qdisc", "del", "dev", "eth0", "root"])
+    assert res.returncode == 1, res.stderr[-3000:]
+    doc = json.loads(res.stdout)
+    shown = "\n".join(f"{f['severity']} {f['code']} {f['node']}: {f['message']}"
+                      for f in doc["findings"])
+    sus = [f for f in doc["findings"] if f["code"] == "FLEET_SUSPECT_NODE"]
+    assert [(f["node"], f["severity"]) for f in sus] == [(bad, "FAIL")], shown
+    assert sus[0]["details"]["status"] == "confirmed", shown
+    assert all(v != "FAIL" for n, v in doc["verdicts"].items() if n != bad), doc["verdicts"]
     _no_jobs_left(c)
