@@ -1,6 +1,7 @@
 """gpuvet through a real Slurm cluster (slurm_cluster.py): every command a job step.
 
-One 4-node cluster for the module; the tests ask for 2 nodes, the fleet test for 4. Each test's gpuvet asks for its own allocation
+One 4-node cluster for the module; the tests ask for 2 nodes, the fleet test for 4.
+Each test's gpuvet asks for its own allocation
 (`salloc --no-shell`, unique job name) and must leave `squeue` empty however it ends:
 success, a FAIL, a usage error after the allocation, SIGINT, SIGTERM. An allocation
 made outside gpuvet (`job_id`) is used and left running. The nodes have no GPU: health

@@ -4,6 +4,7 @@ word, the outputs parsed, what is cancelled and what is never cancelled."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from orchestrator.records import Finding
 from orchestrator.steps.driver import drive, node_unit
 from orchestrator.store import Run
 from orchestrator.testing import SlurmDouble
+from tests.unit.clirun import gpuvet
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 RUNNING = (FIX / "scontrol_show_job_running_oneliner.txt").read_text()
@@ -283,3 +285,18 @@ def test_through_a_login_node_the_argv_is_quoted_for_its_shell(tmp_path: Path) -
     assert shlex.split(call.command) == ["salloc", "--no-shell", "--job-name=gpuvet-alloc-x",
                                          "--partition=gpu", "--constraint=a100&(ib|roce)"]
     assert call.env == {"SLURM_CONF": "/etc/slurm-b/slurm.conf"}  # on the channel, not argv
+
+
+def test_inventory_check_shows_a_slurm_provider_and_a_bad_value_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _inv(tmp_path, "      login: {host: login1, user: alice}\n      nodes: 4\n")
+    ok = gpuvet(capsys, "inventory", "check", tmp_path / "inv.yaml", "--json")
+    assert ok.returncode == 0, ok.stderr
+    (row,) = json.loads(ok.stdout)["rows"]
+    assert [row[k] for k in ("provider", "node", "executor", "target")] == [
+        "lab", "(salloc: 4 node(s))", "slurm", "slurm via alice@login1"]
+    (tmp_path / "inv.yaml").write_text("providers:\n  lab:\n    executor: slurm\n"
+                                       "    slurm:\n      qos: 'a b'\n")
+    bad = gpuvet(capsys, "inventory", "check", tmp_path / "inv.yaml")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "inv.yaml:5: providers.lab.slurm.qos: 'a b' is not a Slurm name" in bad.stderr
