@@ -71,7 +71,8 @@ def test_pipeline_runs_every_step_through_the_scheduler_and_releases_the_allocat
     found = {(f["code"], f["node"]): f for f in doc["findings"]}
     # the nodes are named as Slurm allocated them
     assert {("NVIDIA_DRIVER_MISSING", "node1"), ("NVIDIA_DRIVER_MISSING", "node2")} <= set(found)
-    assert any(code == "NCCL_TORCH_ONLY" for code, _ in found), sorted(found)
+    torch_only = found[("NCCL_TORCH_ONLY", None)]["message"]
+    assert "each node's ranks a job step (srun) of Slurm job" in torch_only
     health = [f for f in doc["findings"] if f["step"] == "health"]
     assert health and not any(f["code"].endswith("_FAILED") for f in health), health
     assert not any(f["code"] in ("PREFLIGHT_FAILED", "HEALTH_FAILED", "NCCL_FAILED")
@@ -111,6 +112,19 @@ def test_an_existing_allocation_is_used_and_left_running(
         assert f"{job} on node1" in res.stdout and f"{job} on node2" in res.stdout
         assert c.jobs() == [job]
         assert c.steps() == []
+        # the launcher of multi-node nccl-tests here: one srun --mpi=pmix step from the
+        # first node across both (nccltests.srun_mpi_command; the nodes cannot build
+        # nccl-tests, so the ranks are `hostname`)
+        from orchestrator import nccltests
+        from orchestrator.inventory import load
+
+        nodes = load(inv).with_allocations({"slurmlab": (job, ["node1", "node2"])}).nodes
+        step = nccltests.srun_mpi_command([(n, ["hostname"], 1) for n in nodes], {})
+        assert step is not None
+        pmix = gpuvet("exec", "-i", inv, "-n", "node1", "--",
+                      f"srun --mpi=list 2>&1 | grep -qw pmix && {step}")
+        assert pmix.returncode == 0, pmix.stderr
+        assert sorted(pmix.stdout.split()[-2:]) == ["node1", "node2"], pmix.stdout
     finally:
         c.client("scancel", job)
     _no_jobs_left(c)

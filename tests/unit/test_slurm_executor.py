@@ -300,3 +300,27 @@ def test_inventory_check_shows_a_slurm_provider_and_a_bad_value_exits_2(
     bad = gpuvet(capsys, "inventory", "check", tmp_path / "inv.yaml")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "inv.yaml:5: providers.lab.slurm.qos: 'a b' is not a Slurm name" in bad.stderr
+
+
+def test_multi_node_nccl_tests_is_one_srun_pmix_step_across_the_allocation(
+        tmp_path: Path) -> None:
+    import shlex
+
+    from orchestrator import nccltests
+
+    inv = _inv(tmp_path, "      nodes: 2\n", access="    access:\n      env: {A: '1 2'}\n")
+    n1, n2 = inv.with_allocations({"lab": ("7", ["node1", "node2"])}).nodes
+    argv = ["/w/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", "128M", "-g", "1"]
+    step = nccltests.srun_mpi_command([(n1, argv, 8), (n2, argv, 8)], {"NCCL_DEBUG": "INFO"})
+    assert step is not None and step.env == {"NCCL_DEBUG": "INFO", "A": "1 2"}
+    words = shlex.split(step.split("done; ", 1)[1])
+    assert words == ["srun", "--jobid=7", "--overlap", "--mpi=pmix", "--nodes=2",
+                     "--ntasks=16", "--ntasks-per-node=8", "--nodelist=node1,node2",
+                     "--kill-on-bad-exit=1", "--quiet", *argv]
+    # the step it runs in must not shape it: its SLURM_* variables are dropped first
+    assert step.startswith(nccltests.STEP_ENV_RESET)
+    # nodes needing other programs or rank counts: mpirun's MPMD instead
+    assert nccltests.srun_mpi_command([(n1, argv, 8), (n2, argv, 4)], {}) is None
+    assert nccltests.srun_mpi_command([(n1, argv, 8), (n2, [*argv, "-c", "1"], 8)], {}) is None
+    ssh_node = n1.model_copy(update={"slurm_job": None})
+    assert nccltests.srun_mpi_command([(ssh_node, argv, 8), (n2, argv, 8)], {}) is None

@@ -15,6 +15,7 @@ streamed into the run directory; everything else is derived from them.
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 import socket
 import statistics
@@ -138,9 +139,17 @@ def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
     return _rounds(ex, run, suite, out_dir, label, cmd)
 
 
+def slurm_launcher(head: Executor) -> str:
+    """How the ranks of a multi-node run start in a Slurm allocation: `srun --mpi=pmix`
+    where the cluster's srun has PMIx (Slurm starts and wires every rank), else mpirun
+    from the first node. Asked of srun on that node (`srun --mpi=list`)."""
+    res = head.run("srun --mpi=list 2>&1", timeout=60)
+    return "srun --mpi=pmix" if res.ok and re.search(r"\bpmix\b", res.stdout) else "mpirun"
+
+
 def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: Mapping[str, BuildDoc], collective: str = "all_reduce"
-           ) -> list[tuple[int, Path, bool]]:
+           builds: Mapping[str, BuildDoc], collective: str = "all_reduce",
+           launcher: str = "mpirun") -> list[tuple[int, Path, bool]]:
     head = pool(nodes[0])
     local = nodes[0].executor == "local"
     out_dir = run.provider_dir(nodes[0].provider, STEP)
@@ -153,8 +162,12 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
             plan = nccltests.perf_argv(nccltests.collective_binary(str(b.binary), collective),
                                        suite.nccl, 1, set(b.flags), None)
             contexts.append((n, plan.argv, g))
-        return nccltests.mpirun_command(contexts, nccltests.run_env(suite.nccl),
-                                        local=local), None
+        env = nccltests.run_env(suite.nccl)
+        if launcher.startswith("srun"):
+            step = nccltests.srun_mpi_command(contexts, env)
+            if step is not None:
+                return step, None
+        return nccltests.mpirun_command(contexts, env, local=local), None
 
     return _rounds(head, run, suite, out_dir, nccltests.log_label("multi", collective), cmd)
 
@@ -251,13 +264,23 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         prov = members[0].provider
         mpi = all(builds[n.name].mpi for n in members)
         out_dir = run.provider_dir(prov, STEP)
+        launcher = "mpirun"
+        if members[0].slurm_job is not None:
+            launcher = slurm_launcher(pool(members[0])) if mpi else "srun"
+            how = (f"ranks started with {launcher} across the nodes of Slurm job "
+                   f"{members[0].slurm_job}" if mpi else
+                   f"each node's torch ranks a job step (srun) of Slurm job "
+                   f"{members[0].slurm_job}")
+            outcome.findings.append(_f(run, None, prov, "NCCL_LAUNCHER", "INFO",
+                                       f"[multi] {how}", launcher=launcher))
         if mpi:
             for coll in suite.nccl.collectives:
                 if len(suite.nccl.collectives) > 1:
                     stage.note(coll)
                 with stage("execute"):
                     try:
-                        logs = _multi(pool, members, run, suite, inv, builds, coll)
+                        logs = _multi(pool, members, run, suite, inv, builds, coll,
+                                      launcher)
                     except GpuvetError as exc:
                         raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [],
                                          hint=exc.hint) from exc
