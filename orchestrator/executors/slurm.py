@@ -89,6 +89,7 @@ class SlurmClient:
         self._hop: Executor | None = None  # the SSH executor to the login node, once opened
         self._lock = threading.Lock()
         self._inflight: set[subprocess.Popen[bytes]] = set()
+        self._cpus: dict[str, int | None] = {}  # job id -> CPUs it holds on each node
 
     # --- running a command ----------------------------------------------------------------
     @property
@@ -263,6 +264,27 @@ class SlurmClient:
         return parse.SlurmJob(job_id=job_id, state=r.state, reason=reason,
                               exit_code=r.exit_code, fields={"JobState": r.state_text})
 
+    def cpus_per_node(self, job_id: str) -> int | None:
+        """The CPUs the job holds on each of its nodes (NumCPUs / NumNodes when even), so
+        a step can ask for all of them: a step's task gets one CPU otherwise, and where
+        Slurm confines tasks to their cores (task/affinity, task/cgroup) a health or
+        training step would run on one core. None when unknown or uneven."""
+        with self._lock:
+            if job_id in self._cpus:
+                return self._cpus[job_id]
+        per: int | None = None
+        try:
+            job = self.job(job_id)
+        except GpuvetError:
+            job = None
+        if job is not None:
+            cpus, nodes = job.fields.get("NumCPUs", ""), job.num_nodes
+            if cpus.isdigit() and nodes and int(cpus) % nodes == 0:
+                per = int(cpus) // nodes or None
+        with self._lock:
+            self._cpus[job_id] = per
+        return per
+
     def job_state(self, job_id: str) -> str | None:
         """Slurm's state of the job (RUNNING, PENDING, TIMEOUT, PREEMPTED, ...), None if
         unknown to both slurmctld and accounting."""
@@ -384,9 +406,10 @@ class SlurmExecutor:
         self._inflight: set[str] = set()  # the step names running now
 
     def _srun(self, name: str, script: str) -> list[str]:
+        cpus = self.client.cpus_per_node(self.job)
         return ["srun", f"--jobid={self.job}", "--overlap", "--nodes=1", "--ntasks=1",
                 f"--nodelist={self.node.name}", f"--job-name={name}", "--chdir=/", "--quiet",
-                "/bin/sh", "-c", script]
+                *([f"--cpus-per-task={cpus}"] if cpus else []), "/bin/sh", "-c", script]
 
     def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:

@@ -197,6 +197,8 @@ def test_a_command_is_a_job_step_and_its_environment_stays_off_the_command_line(
     assert srun.argv[6].startswith("--job-name=gpuvet-") and srun.argv[-3:-1] == ["/bin/sh",
                                                                                   "-c"]
     assert not any("s3cr3t" in a for a in srun.argv)
+    # all the CPUs the job holds on the node (NumCPUs=2 over NumNodes=2), not one core
+    assert "--cpus-per-task=1" in srun.argv
     assert (tmp_path / "c").is_dir()
 
 
@@ -324,3 +326,14 @@ def test_multi_node_nccl_tests_is_one_srun_pmix_step_across_the_allocation(
     assert nccltests.srun_mpi_command([(n1, argv, 8), (n2, [*argv, "-c", "1"], 8)], {}) is None
     ssh_node = n1.model_copy(update={"slurm_job": None})
     assert nccltests.srun_mpi_command([(ssh_node, argv, 8), (n2, argv, 8)], {}) is None
+
+
+def test_a_step_asks_for_every_cpu_the_job_holds_on_its_node(tmp_path: Path,
+                                                              slurm: SlurmDouble) -> None:
+    ex = _executor(tmp_path, slurm)
+    slurm.on("scontrol show job", stdout=RUNNING.replace("NumCPUs=2", "NumCPUs=64"))
+    ex.run("true")
+    ex.run("true")
+    assert [a for a in slurm.calls("srun")[0].argv if a.startswith("--cpus")] == [
+        "--cpus-per-task=32"]
+    assert len(slurm.calls("scontrol")) == 1  # asked once per job
