@@ -206,6 +206,7 @@ FLEET = """name: slurm-fleet
 fleet:
   engine: torch
   plan: pairs
+  partners: 1
   repair_partners: 1
   min_bytes: 4M
   max_bytes: 4M
