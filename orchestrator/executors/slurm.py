@@ -63,6 +63,7 @@ from orchestrator.parsers import slurm as parse
 STEP_PREFIX = "gpuvet-"
 ALLOC_PREFIX = "gpuvet-alloc-"
 CLIENT_TIMEOUT_S = 60.0
+COMPLETING_WAIT_S = 5.0
 _GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation) (\d+)")
 _lock = threading.Lock()
 
@@ -445,9 +446,16 @@ class SlurmExecutor:
         """A failed step whose allocation is gone is the scheduler's doing: say so."""
         try:
             job = self.client.job(self.job)
+            # a job being ended shows COMPLETING first: its final state (TIMEOUT,
+            # PREEMPTED, CANCELLED) follows within moments
+            deadline = time.monotonic() + COMPLETING_WAIT_S
+            while job is not None and job.state == "COMPLETING" and \
+                    time.monotonic() < deadline:
+                time.sleep(0.1)
+                job = self.client.job(self.job)
         except GpuvetError:
             return
-        if job is None or job.state in ("RUNNING", "COMPLETING") or not job.ended:
+        if job is None or not (job.ended or job.state == "COMPLETING"):
             if job is None:
                 raise AllocationEnded(f"Slurm job {self.job} is gone (neither scontrol nor "
                                       "sacct knows it)", job=self.job, state="UNKNOWN",
@@ -571,10 +579,20 @@ def allocations(inv: Inventory, options: ExecutorOptions,
             res = None
             with contextlib.suppress(Exception):
                 res = client.cancel(job)
+            if res is not None and not res.ok and _ended(client, job):
+                continue  # Slurm ended it already (time limit, preemption, an operator)
             if (res is None or not res.ok) and warn is not None:
                 warn(f"could not cancel Slurm job {job} that gpuvet asked for: "
                      f"{_last_line(res) if res else 'scancel did not run'}; "
                      f"cancel it with `scancel {job}`")
+
+
+def _ended(client: SlurmClient, job: str) -> bool:
+    try:
+        state = client.job_state(job)
+    except GpuvetError:
+        return False
+    return state is not None and (state in parse.ENDED_STATES or state == "COMPLETING")
 
 
 def _inside_job() -> bool:

@@ -149,35 +149,72 @@ def test_a_timed_out_command_is_killed_with_its_step(
     assert not c.netns_exec("node2", ["pgrep", "-f", "sleep 60"]).stdout.strip()
 
 
+def _slow_node2(c: SlurmCluster, tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A flag file and an inventory whose python waits on node2 while the flag exists."""
+    flag = c.base / f"slow-{name}"
+    flag.touch()
+    wrapper = c.base / f"python-{name}"
+    wrapper.write_text(f"#!/bin/sh\nif [ \"$(hostname)\" = node2 ]; then\n"
+                       f"  while [ -e {flag} ]; do sleep 0.1; done\nfi\n"
+                       f"exec {c.python} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return flag, c.write_inventory(tmp_path / "inv.yaml", access={"python": str(wrapper)})
+
+
+def _preflight_in_flight_on_node2(c: SlurmCluster, inv: Path, suite: Path,
+                                  results: Path) -> subprocess.Popen[str]:
+    """`gpuvet preflight`, once node1 is done and node2's step runs."""
+    proc = subprocess.Popen([*GPUVET, "preflight", "-i", str(inv), "--suite", str(suite),
+                             "--results", str(results), "--json"], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done = list(results.glob("*/nodes/node1/preflight/facts.json"))
+        if done and any(s.split(".")[-1].isdigit() for s in c.steps()):
+            return proc
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait()
+    pytest.fail(f"node2's preflight step never ran; squeue: {c.steps()}")
+
+
+def test_an_allocation_ended_by_slurm_is_a_finding_on_the_provider_not_a_node_fail(
+        lab: tuple[SlurmCluster, Path, Path], tmp_path: Path) -> None:
+    c, _, suite = lab
+    flag, inv = _slow_node2(c, tmp_path, "ended")
+    proc = _preflight_in_flight_on_node2(c, inv, suite, tmp_path / "r")
+    try:
+        (job,) = c.jobs()
+        c.client("scancel", job)  # an operator, a preemption: the job ends under the run
+        out, err = proc.communicate(timeout=60)
+    finally:
+        flag.unlink()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1, err[-3000:]
+    doc = json.loads(out)
+    ended = [f for f in doc["findings"] if f["code"].startswith("SLURM_JOB_")]
+    assert [(f["code"], f["node"], f["provider"]) for f in ended] == [
+        ("SLURM_JOB_ENDED", None, "slurmlab")], [(f["code"], f["node"], f["message"])
+                                                 for f in doc["findings"]]
+    assert f"Slurm job {job} ended as CANCELLED" in ended[0]["message"]
+    # node2 itself is not failed: its one finding is the scheduler's
+    assert not [f for f in doc["findings"] if f["node"] == "node2"]
+    assert "warning" not in err  # the ended job needs no scancel: no complaint
+    _no_jobs_left(c)
+
+
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_an_interrupted_run_releases_its_allocation_and_resume_asks_for_a_new_one(
         lab: tuple[SlurmCluster, Path, Path], tmp_path: Path, sig: signal.Signals,
         code: int) -> None:
     c, _, suite = lab
-    # node2's python waits while the flag file exists: preflight is in flight there
-    flag = c.base / f"slow-{sig.name}"
-    flag.touch()
-    wrapper = c.base / f"python-{sig.name}"
-    wrapper.write_text(f"#!/bin/sh\nif [ \"$(hostname)\" = node2 ]; then\n"
-                       f"  while [ -e {flag} ]; do sleep 0.1; done\nfi\n"
-                       f"exec {c.python} \"$@\"\n")
-    wrapper.chmod(0o755)
-    inv = c.write_inventory(tmp_path / "inv.yaml", access={"python": str(wrapper)})
+    flag, inv = _slow_node2(c, tmp_path, sig.name)
     results = tmp_path / "r"
-    proc = subprocess.Popen([*GPUVET, "preflight", "-i", str(inv), "--suite", str(suite),
-                             "--results", str(results), "--json"], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = _preflight_in_flight_on_node2(c, inv, suite, results)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            done = list(results.glob("*/nodes/node1/preflight/facts.json"))
-            steps = c.steps() if done else []
-            if done and any(s.split(".")[-1].isdigit() for s in steps):
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"node2's preflight step never ran; squeue: {c.steps()}")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:

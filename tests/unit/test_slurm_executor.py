@@ -337,3 +337,34 @@ def test_a_step_asks_for_every_cpu_the_job_holds_on_its_node(tmp_path: Path,
     assert [a for a in slurm.calls("srun")[0].argv if a.startswith("--cpus")] == [
         "--cpus-per-task=32"]
     assert len(slurm.calls("scontrol")) == 1  # asked once per job
+
+
+def test_a_preemption_slurmctld_forgot_is_read_from_accounting(
+        tmp_path: Path, slurm: SlurmDouble) -> None:
+    ex = _executor(tmp_path, slurm)
+    ex.client.cpus_per_node("1")  # asked while the job ran
+    slurm.on("srun", stderr="srun: error: Unable to confirm allocation for job 1\n", rc=1)
+    slurm.on("scontrol show job", stderr="slurm_load_jobs error: Invalid job id specified\n",
+             rc=1)
+    slurm.on("sacct", stdout="1|PREEMPTED|0:15|None\n")
+    with pytest.raises(AllocationEnded) as exc:
+        ex.run("true")
+    assert (exc.value.state, exc.value.code) == ("PREEMPTED", "SLURM_JOB_PREEMPTED")
+    (sacct,) = slurm.calls("sacct")
+    assert sacct.argv[-2:] == ["-j", "1"] and "--parsable2" in sacct.argv
+
+
+def test_a_job_still_completing_is_an_ended_allocation(
+        tmp_path: Path, slurm: SlurmDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    import orchestrator.executors.slurm as mod
+
+    monkeypatch.setattr(mod, "COMPLETING_WAIT_S", 0.3)
+    ex = _executor(tmp_path, slurm)
+    ex.client.cpus_per_node("1")
+    slurm.on("srun", stderr="srun: error: node2: task 0: Terminated\n", rc=143)
+    slurm.on("scontrol show job", stdout=RUNNING.replace("JobState=RUNNING",
+                                                         "JobState=COMPLETING"))
+    with pytest.raises(AllocationEnded) as exc:
+        ex.run("true")
+    assert (exc.value.state, exc.value.code) == ("COMPLETING", "SLURM_JOB_ENDED")
+    assert len(slurm.calls("scontrol")) > 2  # it waited for a final state
