@@ -144,8 +144,8 @@ class SlurmClient:
                 proc = subprocess.Popen(argv, env={**os.environ, **self._env(env)},
                                         stdin=stdin, stdout=out_f or subprocess.PIPE,
                                         stderr=subprocess.PIPE, start_new_session=True)
-            except OSError as exc:
-                raise ConnectionFailed(f"cannot run {argv[0]} on {self.where}: "
+            except OSError as exc:  # not installed here: the inventory's setting to fix
+                raise UsageError(f"cannot run {argv[0]} on {self.where}: "
                                        f"{exc.strerror or exc}", command=command,
                                        hint="install Slurm's client commands here (or set "
                                             "slurm.login to run them on a login node)"
@@ -569,10 +569,14 @@ def allocations(inv: Inventory, options: ExecutorOptions,
             job = prov.slurm.job_id
             if job is None and prov.slurm.login is None and _inside_job():
                 job = os.environ["SLURM_JOB_ID"]
-            if job is None:
-                job = client.allocate(f"{ALLOC_PREFIX}{uuid.uuid4().hex[:12]}")
-                created.append((client, job))
-            found[prov.name] = (job, client.hostnames(job))
+            try:
+                if job is None:
+                    job = client.allocate(f"{ALLOC_PREFIX}{uuid.uuid4().hex[:12]}")
+                    created.append((client, job))
+                found[prov.name] = (job, client.hostnames(job))
+            except ConnectionFailed as exc:  # nothing ran yet: the setup to fix (exit 2)
+                raise UsageError(f"provider {prov.name}: {exc.what}", command=exc.command,
+                                 hint=exc.hint) from None
         yield inv.with_allocations(found)
     finally:
         for client, job in created:

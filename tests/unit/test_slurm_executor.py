@@ -368,3 +368,26 @@ def test_a_job_still_completing_is_an_ended_allocation(
         ex.run("true")
     assert (exc.value.state, exc.value.code) == ("COMPLETING", "SLURM_JOB_ENDED")
     assert len(slurm.calls("scontrol")) > 2  # it waited for a final state
+
+
+def test_no_slurm_client_here_is_the_setups_mistake(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    inv = _inv(tmp_path, "      nodes: 2\n")
+    with pytest.raises(UsageError, match="cannot run salloc on this machine") as exc, \
+            allocations(inv, options_for(inv)):
+        pass
+    assert "slurm.login" in (exc.value.hint or "")
+
+
+def test_a_scheduler_that_does_not_answer_is_exit_2_before_anything_runs(
+        tmp_path: Path, slurm: SlurmDouble) -> None:
+    inv = _inv(tmp_path, "      job_id: '1'\n")
+    slurm.on("scontrol show job", stdout=RUNNING)
+    slurm.on("scontrol show hostnames",
+             stderr="slurm_load_partitions: Unable to contact slurm controller\n", rc=1)
+    with pytest.raises(UsageError, match="provider lab: scontrol show hostnames node.1-2. "
+                                         "failed on this machine: slurm_load_partitions"), \
+            allocations(inv, options_for(inv)):
+        pass
