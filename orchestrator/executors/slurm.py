@@ -162,6 +162,9 @@ class SlurmClient:
                         on_timeout()
                 kill_group(proc)
                 out, err = proc.communicate()
+            except BaseException:  # an interrupt: the command goes with it (salloc waiting)
+                kill_group(proc)
+                raise
             finally:
                 with self._lock:
                     self._inflight.discard(proc)

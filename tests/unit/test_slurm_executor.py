@@ -391,3 +391,22 @@ def test_a_scheduler_that_does_not_answer_is_exit_2_before_anything_runs(
                                          "failed on this machine: slurm_load_partitions"), \
             allocations(inv, options_for(inv)):
         pass
+
+
+def test_an_interrupt_while_the_request_waits_cancels_it_by_name(
+        tmp_path: Path, slurm: SlurmDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    inv = _inv(tmp_path, "      nodes: 2\n")
+    real = subprocess.Popen.communicate
+
+    def interrupted(self: subprocess.Popen[bytes], *a: object, **k: object) -> object:
+        if self.args[0] == "salloc":
+            raise KeyboardInterrupt  # Ctrl-C while the job is pending
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt), allocations(inv, options_for(inv)):
+        pass
+    (scancel,) = slurm.calls("scancel")  # the job of that unique name, pending or granted
+    assert scancel.argv[1].startswith("--name=gpuvet-alloc-")
