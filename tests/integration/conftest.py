@@ -92,8 +92,19 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_ENV}=1 makes this a failure)", pytrace=False)
         pytest.skip(reason)
-    c = SlurmCluster.start(4)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt("SIGTERM")  # so teardown below still runs
+
+    if previous in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _on_term)
     try:
-        yield c
+        c = SlurmCluster.start(4)
+        try:
+            yield c
+        finally:
+            c.stop()
     finally:
-        c.stop()
+        if previous in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
