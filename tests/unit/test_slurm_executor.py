@@ -410,3 +410,43 @@ def test_an_interrupt_while_the_request_waits_cancels_it_by_name(
         pass
     (scancel,) = slurm.calls("scancel")  # the job of that unique name, pending or granted
     assert scancel.argv[1].startswith("--name=gpuvet-alloc-")
+
+
+def test_through_a_login_node_files_are_staged_there_and_the_steps_read_and_write_them(
+        tmp_path: Path) -> None:
+    import shlex
+
+    from orchestrator.executors.slurm import _login_node
+    from orchestrator.testing import Call, Reply, ScriptedExecutor
+
+    inv = _inv(tmp_path, "      login: {host: login1}\n      job_id: '5'\n")
+    got = inv.with_allocations({"lab": ("5", ["gpu-1"])})
+    slurm = got.providers["lab"].slurm
+    assert slurm is not None
+    hop = ScriptedExecutor(_login_node("lab", slurm))
+    staged: list[str] = []
+
+    def step(call: Call) -> Reply:
+        words = shlex.split(call.command.replace('"$HOME"/', "HOME/"))
+        if "<" in words:  # a put: the step reads the staged copy on its stdin
+            staged.append(words[words.index("<") + 1])
+        elif ">" in words:  # a get: the step writes into the login node's stage folder
+            hop.files["~/" + words[words.index(">") + 1][len("HOME/"):]] = b"result"
+        return Reply(stdout="NumNodes=1\n" if words[0] == "scontrol" else "")
+
+    hop.on(lambda c: True, reply=step)
+    options = options_for(got)
+    ex = SlurmExecutor(got.nodes[0], options)
+    ex.client._hop = hop
+    local = tmp_path / "in.bin"
+    local.write_bytes(b"payload")
+    ex.put(local, "/w/in.bin")
+    (put,) = hop.puts
+    assert put.startswith("~/.gpuvet-stage/") and staged == ["HOME/" + put[2:]]
+    assert any(c.command == f"rm -f \"$HOME\"/{shlex.quote(put[2:])}" for c in hop.calls)
+    ex.get("/w/out.bin", tmp_path / "out.bin")
+    assert (tmp_path / "out.bin").read_bytes() == b"result"
+    srun = [shlex.split(c.command[c.command.index("srun "):].replace('"$HOME"/', "HOME/"))
+            for c in hop.calls if "srun " in c.command]
+    assert len(srun) == 2
+    assert all("--jobid=5" in w and "--nodelist=gpu-1" in w for w in srun), srun
