@@ -110,6 +110,16 @@ def test_an_existing_allocation_is_used_and_left_running(
         res = gpuvet("exec", "-i", inv, "--", "echo $SLURM_JOB_ID on $(hostname)")
         assert res.returncode == 0, res.stderr
         assert f"{job} on node1" in res.stdout and f"{job} on node2" in res.stdout
+        # files over the steps' stdin and stdout, every byte value, sha256-verified
+        blob = tmp_path / "blob.bin"
+        blob.write_bytes(bytes(range(256)) * 4096 + b"\r\n\x00")
+        put = gpuvet("put", "-i", inv, blob, "blob.bin")
+        assert put.returncode == 0, put.stderr
+        back = gpuvet("get", "-i", inv, "blob.bin", tmp_path / "back")
+        assert back.returncode == 0, back.stderr
+        for node in ("node1", "node2"):
+            assert (tmp_path / "back" / node / "blob.bin").read_bytes() == blob.read_bytes()
+            assert (c.node_tmp(node) / "gpuvet" / "blob.bin").is_file()  # its own /tmp
         assert c.jobs() == [job]
         assert c.steps() == []
         # the launcher of multi-node nccl-tests here: one srun --mpi=pmix step from the
