@@ -450,3 +450,12 @@ def test_through_a_login_node_files_are_staged_there_and_the_steps_read_and_writ
             for c in hop.calls if "srun " in c.command]
     assert len(srun) == 2
     assert all("--jobid=5" in w and "--nodelist=gpu-1" in w for w in srun), srun
+
+
+def test_a_job_id_and_a_time_limit_may_be_written_as_numbers(tmp_path: Path) -> None:
+    slurm = _inv(tmp_path, "      job_id: 123456\n").providers["lab"].slurm
+    assert slurm is not None and slurm.job_id == "123456"
+    slurm = _inv(tmp_path, "      time_limit: 90\n").providers["lab"].slurm
+    assert slurm is not None and allocation_args(slurm) == ["--time=90"]
+    with pytest.raises(InventoryError, match="job_id"):
+        _inv(tmp_path, "      job_id: true\n")
