@@ -459,3 +459,12 @@ def test_a_job_id_and_a_time_limit_may_be_written_as_numbers(tmp_path: Path) -> 
     assert slurm is not None and allocation_args(slurm) == ["--time=90"]
     with pytest.raises(InventoryError, match="job_id"):
         _inv(tmp_path, "      job_id: true\n")
+
+
+def test_a_login_nodes_key_file_and_jump_host_are_checked_as_a_nodes(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError) as exc:
+        _inv(tmp_path, f"      login: {{host: login1, identity_file: {tmp_path / 'nokey'},"
+                       " proxy_jump: bastoin}\n")
+    text = str(exc.value)
+    assert "providers.lab.slurm.login.identity_file" in text and "nokey" in text
+    assert "unknown jump host 'bastoin'" in text
