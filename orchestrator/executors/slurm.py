@@ -520,7 +520,9 @@ class SlurmExecutor:
             there = f"~/.gpuvet-stage/{uuid.uuid4().hex}"
             res = self._step_to(script, there)
             if res.ok:
-                self.client.fetch(there, part)
+                self.client.fetch(there, part)  # and removes it there
+            else:
+                self.client._ssh().run(f"rm -f {shell_path(there)}", timeout=60)
         if not res.ok:
             part.unlink(missing_ok=True)
             raise StepError(f"cannot copy {self.node.name}:{path} to {local}: "
