@@ -281,6 +281,42 @@ def mpirun_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, s
     return EnvCommand(cmd + " " + " : ".join(ctxs), mpirun_env)
 
 
+def srun_mpi_command(contexts: list[tuple[Node, list[str], int]], env: dict[str, str],
+                     *, mpi: str = "pmix") -> EnvCommand | None:
+    """One `srun --mpi=pmix` step across the nodes of their Slurm allocation: Slurm
+    starts every rank and wires them (PMIx), no ssh between the nodes. Run it on the first
+    node (a step of the same job). None when the nodes need different programs or rank
+    counts (a one-program step cannot say so): mpirun's MPMD does that.
+
+    The values travel as the command's `env` (srun's own environment, `--export=ALL`),
+    never on its command line.
+    """
+    nodes = [node for node, _, _ in contexts]
+    job = nodes[0].slurm_job
+    if job is None or any(n.slurm_job != job for n in nodes):
+        return None
+    if len({tuple(argv) for _, argv, _ in contexts}) != 1 or \
+            len({ranks for _, _, ranks in contexts}) != 1:
+        return None
+    want = {**env}
+    for node in nodes:
+        want.update(node.env)
+    check_env_names(want)
+    argv, ranks = contexts[0][1], contexts[0][2]
+    parts = ["srun", f"--jobid={job}", "--overlap", f"--mpi={mpi}", f"--nodes={len(nodes)}",
+             f"--ntasks={len(nodes) * ranks}", f"--ntasks-per-node={ranks}",
+             f"--nodelist={','.join(n.name for n in nodes)}",
+             "--kill-on-bad-exit=1", "--quiet", *argv]
+    # the step this runs in exports its own shape (SLURM_NNODES=1, SLURM_JOB_NODELIST of
+    # its one node, SLURM_NTASKS=1), which srun would read as this job's: drop it first
+    return EnvCommand(STEP_ENV_RESET + " ".join(shlex.quote(p) for p in parts), want)
+
+
+# the SLURM_* variables of the step a command runs in, but SLURM_CONF
+STEP_ENV_RESET = ("for v in $(env | sed -n 's/^\\(SLURM_[A-Za-z0-9_]*\\)=.*/\\1/p'); do "
+                  '[ "$v" = SLURM_CONF ] || unset "$v"; done; ')
+
+
 # nccl-tests' -J output carries the node's whole environment, secrets included.
 # Kept: what explains a run; everything kept is scrubbed again by value.
 KEPT_ENV_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "OMPI_", "PMIX_", "TORCH_", "GLOO_")

@@ -253,11 +253,14 @@ def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Sui
             with stage("judge"):
                 fs, ms = judge_series(Series("multi", members, logs, engine="torch"), run, inv,
                                       suite)
+            job = members[0].slurm_job
+            how = (f"; each node's ranks a job step (srun) of Slurm job {job}" if job else "")
             fs.append(finding(run.run_id, nccl_step.STEP, provider=prov, node=None,
                               code="NCCL_TORCH_ONLY", severity="WARN",
                               message="[torch multi] nccl-tests could not run across the nodes "
                                       "(no build): the fabric was measured with the "
-                                      f"torch.distributed benchmark only, {len(logs)} round(s)",
+                                      f"torch.distributed benchmark only, {len(logs)} round(s)"
+                                      + how,
                               evidence=[run.rel(p) for _, p, _ in logs]))
             return UnitResult(fs, ms)
 

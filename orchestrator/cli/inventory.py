@@ -15,19 +15,29 @@ def inventory_table(path: Path) -> Table:
 
     inv = inv_mod.load(path)
     rows = []
-    for node in inv.nodes:
-        prov = inv.provider_of(node)
+    for prov in inv.providers.values():
         e = prov.expect
         ordered = " ".join(str(x) for x in (
             f"{e.gpus_per_node}x" if e.gpus_per_node else None, e.gpu_model,
             f"{e.memory_per_gpu_gb:g}GB" if e.memory_per_gpu_gb else None, e.form_factor,
             e.interconnect, e.fabric.type if e.fabric.type != "none" else None) if x)
         price = (f"{prov.pricing.gpu_hour:g} {prov.pricing.currency}" if prov.pricing else "-")
-        target = node.target if node.executor == "ssh" else node.executor
-        if node.proxy_jump:
-            target += f" via {node.proxy_jump}"
-        rows.append((node.provider, node.name, node.executor, target, node.python,
-                     node.work_dir, ordered or "-", price))
+        if prov.slurm is not None:  # its nodes come from the allocation, at run time
+            s = prov.slurm
+            nodes = (f"(job {s.job_id})" if s.job_id else
+                     f"(salloc: {s.nodes or 'default'} node(s))")
+            target = "slurm " + (f"via {s.login.user + '@' if s.login.user else ''}"
+                                 f"{s.login.host}" if s.login else "here")
+            node = inv_mod.allocated_node(prov, "-", "node")  # the access every node gets
+            rows.append((prov.name, nodes, "slurm", target, node.python, node.work_dir,
+                         ordered or "-", price))
+            continue
+        for node in (n for n in inv.nodes if n.provider == prov.name):
+            target = node.target if node.executor == "ssh" else node.executor
+            if node.proxy_jump:
+                target += f" via {node.proxy_jump}"
+            rows.append((node.provider, node.name, node.executor, target, node.python,
+                         node.work_dir, ordered or "-", price))
     return Table(f"{path} — {len(inv.providers)} provider(s), {len(inv.nodes)} node(s)",
                  ("provider", "node", "executor", "target", "python", "work dir", "ordered",
                   "price/GPU-h"), rows)

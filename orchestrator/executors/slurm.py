@@ -63,6 +63,7 @@ from orchestrator.parsers import slurm as parse
 STEP_PREFIX = "gpuvet-"
 ALLOC_PREFIX = "gpuvet-alloc-"
 CLIENT_TIMEOUT_S = 60.0
+COMPLETING_WAIT_S = 5.0
 _GRANTED = re.compile(r"(?:Granted job allocation|Pending job allocation) (\d+)")
 _lock = threading.Lock()
 
@@ -89,6 +90,7 @@ class SlurmClient:
         self._hop: Executor | None = None  # the SSH executor to the login node, once opened
         self._lock = threading.Lock()
         self._inflight: set[subprocess.Popen[bytes]] = set()
+        self._cpus: dict[str, int | None] = {}  # job id -> CPUs it holds on each node
 
     # --- running a command ----------------------------------------------------------------
     @property
@@ -142,8 +144,8 @@ class SlurmClient:
                 proc = subprocess.Popen(argv, env={**os.environ, **self._env(env)},
                                         stdin=stdin, stdout=out_f or subprocess.PIPE,
                                         stderr=subprocess.PIPE, start_new_session=True)
-            except OSError as exc:
-                raise ConnectionFailed(f"cannot run {argv[0]} on {self.where}: "
+            except OSError as exc:  # not installed here: the inventory's setting to fix
+                raise UsageError(f"cannot run {argv[0]} on {self.where}: "
                                        f"{exc.strerror or exc}", command=command,
                                        hint="install Slurm's client commands here (or set "
                                             "slurm.login to run them on a login node)"
@@ -160,6 +162,9 @@ class SlurmClient:
                         on_timeout()
                 kill_group(proc)
                 out, err = proc.communicate()
+            except BaseException:  # an interrupt: the command goes with it (salloc waiting)
+                kill_group(proc)
+                raise
             finally:
                 with self._lock:
                     self._inflight.discard(proc)
@@ -262,6 +267,27 @@ class SlurmClient:
         reason = r.columns[0] if r.columns and r.columns[0] not in ("", "None") else None
         return parse.SlurmJob(job_id=job_id, state=r.state, reason=reason,
                               exit_code=r.exit_code, fields={"JobState": r.state_text})
+
+    def cpus_per_node(self, job_id: str) -> int | None:
+        """The CPUs the job holds on each of its nodes (NumCPUs / NumNodes when even), so
+        a step can ask for all of them: a step's task gets one CPU otherwise, and where
+        Slurm confines tasks to their cores (task/affinity, task/cgroup) a health or
+        training step would run on one core. None when unknown or uneven."""
+        with self._lock:
+            if job_id in self._cpus:
+                return self._cpus[job_id]
+        per: int | None = None
+        try:
+            job = self.job(job_id)
+        except GpuvetError:
+            job = None
+        if job is not None:
+            cpus, nodes = job.fields.get("NumCPUs", ""), job.num_nodes
+            if cpus.isdigit() and nodes and int(cpus) % nodes == 0:
+                per = int(cpus) // nodes or None
+        with self._lock:
+            self._cpus[job_id] = per
+        return per
 
     def job_state(self, job_id: str) -> str | None:
         """Slurm's state of the job (RUNNING, PENDING, TIMEOUT, PREEMPTED, ...), None if
@@ -384,9 +410,10 @@ class SlurmExecutor:
         self._inflight: set[str] = set()  # the step names running now
 
     def _srun(self, name: str, script: str) -> list[str]:
+        cpus = self.client.cpus_per_node(self.job)
         return ["srun", f"--jobid={self.job}", "--overlap", "--nodes=1", "--ntasks=1",
                 f"--nodelist={self.node.name}", f"--job-name={name}", "--chdir=/", "--quiet",
-                "/bin/sh", "-c", script]
+                *([f"--cpus-per-task={cpus}"] if cpus else []), "/bin/sh", "-c", script]
 
     def run(self, command: str, *, env: Mapping[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, stdout_path: Path | None = None) -> CommandResult:
@@ -422,9 +449,16 @@ class SlurmExecutor:
         """A failed step whose allocation is gone is the scheduler's doing: say so."""
         try:
             job = self.client.job(self.job)
+            # a job being ended shows COMPLETING first: its final state (TIMEOUT,
+            # PREEMPTED, CANCELLED) follows within moments
+            deadline = time.monotonic() + COMPLETING_WAIT_S
+            while job is not None and job.state == "COMPLETING" and \
+                    time.monotonic() < deadline:
+                time.sleep(0.1)
+                job = self.client.job(self.job)
         except GpuvetError:
             return
-        if job is None or job.state in ("RUNNING", "COMPLETING") or not job.ended:
+        if job is None or not (job.ended or job.state == "COMPLETING"):
             if job is None:
                 raise AllocationEnded(f"Slurm job {self.job} is gone (neither scontrol nor "
                                       "sacct knows it)", job=self.job, state="UNKNOWN",
@@ -486,7 +520,9 @@ class SlurmExecutor:
             there = f"~/.gpuvet-stage/{uuid.uuid4().hex}"
             res = self._step_to(script, there)
             if res.ok:
-                self.client.fetch(there, part)
+                self.client.fetch(there, part)  # and removes it there
+            else:
+                self.client._ssh().run(f"rm -f {shell_path(there)}", timeout=60)
         if not res.ok:
             part.unlink(missing_ok=True)
             raise StepError(f"cannot copy {self.node.name}:{path} to {local}: "
@@ -538,20 +574,34 @@ def allocations(inv: Inventory, options: ExecutorOptions,
             job = prov.slurm.job_id
             if job is None and prov.slurm.login is None and _inside_job():
                 job = os.environ["SLURM_JOB_ID"]
-            if job is None:
-                job = client.allocate(f"{ALLOC_PREFIX}{uuid.uuid4().hex[:12]}")
-                created.append((client, job))
-            found[prov.name] = (job, client.hostnames(job))
+            try:
+                if job is None:
+                    job = client.allocate(f"{ALLOC_PREFIX}{uuid.uuid4().hex[:12]}")
+                    created.append((client, job))
+                found[prov.name] = (job, client.hostnames(job))
+            except ConnectionFailed as exc:  # nothing ran yet: the setup to fix (exit 2)
+                raise UsageError(f"provider {prov.name}: {exc.what}", command=exc.command,
+                                 hint=exc.hint) from None
         yield inv.with_allocations(found)
     finally:
         for client, job in created:
             res = None
             with contextlib.suppress(Exception):
                 res = client.cancel(job)
+            if res is not None and not res.ok and _ended(client, job):
+                continue  # Slurm ended it already (time limit, preemption, an operator)
             if (res is None or not res.ok) and warn is not None:
                 warn(f"could not cancel Slurm job {job} that gpuvet asked for: "
                      f"{_last_line(res) if res else 'scancel did not run'}; "
                      f"cancel it with `scancel {job}`")
+
+
+def _ended(client: SlurmClient, job: str) -> bool:
+    try:
+        state = client.job_state(job)
+    except GpuvetError:
+        return False
+    return state is not None and (state in parse.ENDED_STATES or state == "COMPLETING")
 
 
 def _inside_job() -> bool:

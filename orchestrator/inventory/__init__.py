@@ -52,7 +52,7 @@ from orchestrator.inventory.model import (
     SlurmOptions,
     UserStr,
 )
-from orchestrator.inventory.nodes import Inventory, Node, checked_name
+from orchestrator.inventory.nodes import Inventory, Node, allocated_node, checked_name
 from orchestrator.inventory.problems import semantic_problems, validation_problems
 from orchestrator.inventory.reader import (
     MAX_BYTES,
@@ -74,7 +74,7 @@ __all__ = [
     "JumpHost", "Loc", "Name", "Node", "NodeSpec", "PathStr", "PcieExpectation", "Pricing",
     "Problem", "Provider", "RayOptions", "Settings", "SlurmLogin", "SlurmOptions", "Source",
     "Span", "UserStr", "load",
-    "checked_name", "scrubbed_copy",
+    "allocated_node", "checked_name", "scrubbed_copy",
 ]
 
 

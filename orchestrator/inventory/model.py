@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -251,6 +252,14 @@ class RayOptions(_Model):
     address: Annotated[str, AfterValidator(_ray_address)] = "auto"
 
 
+def _whole_number_as_text(v: Any) -> Any:
+    """`job_id: 123456` and `time_limit: 90` as people write them: a whole number is
+    the same text (never a boolean: `true` stays an error)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return str(v)
+    return v
+
+
 SlurmWord = Annotated[str, AfterValidator(_slurm_word)]
 
 
@@ -283,8 +292,10 @@ class SlurmOptions(_Model):
     constraint: Annotated[str, AfterValidator(_slurm_constraint)] | None = None
     nodes: int | None = Field(default=None, ge=1, le=100000)
     gpus_per_node: int | None = Field(default=None, ge=1, le=64)
-    time_limit: Annotated[str, AfterValidator(_slurm_time)] | None = None
-    job_id: Annotated[str, StringConstraints(pattern=r"^[0-9]{1,12}$")] | None = None
+    time_limit: Annotated[str, BeforeValidator(_whole_number_as_text),
+                          AfterValidator(_slurm_time)] | None = None  # minutes, or D-HH:MM:SS
+    job_id: Annotated[str, BeforeValidator(_whole_number_as_text),
+                      StringConstraints(pattern=r"^[0-9]{1,12}$")] | None = None
 
     @model_validator(mode="after")
     def _existing_or_asked(self) -> SlurmOptions:

@@ -92,7 +92,7 @@ class Inventory:
         for prov in doc.providers.values():
             if prov.name in self.allocated:
                 job, names = self.allocated[prov.name]
-                self.nodes += [_allocated(prov, job, name) for name in names]
+                self.nodes += [allocated_node(prov, job, name) for name in names]
             else:
                 self.nodes += [_merge(prov, spec) for spec in prov.nodes]
         seen: dict[str, str] = {}
@@ -176,7 +176,7 @@ def _no_such(kind: str, unknown: list[str], known: list[str], path: Path) -> str
     return f"no {kind} named {', '.join(parts)} in {path} ({kind}s: {listed})"
 
 
-def _allocated(prov: Provider, job: str, name: str) -> Node:
+def allocated_node(prov: Provider, job: str, name: str) -> Node:
     """A node of a Slurm allocation: its name is Slurm's (a folder of the results, so
     held to the inventory's name rule), the rest the provider's access defaults."""
     checked_name(name, f"node of Slurm job {job}")

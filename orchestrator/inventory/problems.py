@@ -236,6 +236,9 @@ def semantic_problems(source: Source) -> Iterator[Problem]:
                                                                  "settings"))
     ssh_providers = [k for k, v in providers.items()
                      if isinstance(v, dict) and v.get("executor", "ssh") == "ssh"]
+    # executor slurm providers whose client commands run on a login node over SSH
+    slurm_logins = {k: _dict(_dict(v, "slurm"), "login") for k, v in providers.items()
+                    if isinstance(v, dict) and _dict(_dict(v, "slurm"), "login")}
 
     specs: list[tuple[Any, int, dict[Any, Any]]] = []  # every node as written: provider, index
     nodes: dict[str, tuple[Any, int, dict[Any, Any]]] = {}  # each name's first node
@@ -284,6 +287,9 @@ def semantic_problems(source: Source) -> Iterator[Problem]:
         if pkey in ssh_providers:
             yield from _ssh_values(source, ("providers", pkey, "access"), access, nodes,
                                    jump_hosts)
+        if pkey in slurm_logins:
+            yield from _ssh_values(source, ("providers", pkey, "slurm", "login"),
+                                   slurm_logins[pkey], nodes, jump_hosts)
         for nkey, i, spec in specs:
             if nkey != pkey:
                 continue
@@ -299,7 +305,7 @@ def semantic_problems(source: Source) -> Iterator[Problem]:
                               f"ray node {name!r} needs host (its Ray node IP)")
     yield from _jump_cycles(source, providers, nodes, jump_hosts)
 
-    if not ssh_providers:
+    if not ssh_providers and not slurm_logins:
         return
     for jname, jump in jump_hosts.items():
         ident = _str(jump, "identity_file")

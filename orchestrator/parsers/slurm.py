@@ -213,7 +213,7 @@ def parse_sacct(text: str, source: str | None = None) -> Acct:
 # Registered without decorating, as dmon is: mutmut leaves decorated functions alone.
 register(KIND_HOSTNAMES, "Slurm: the nodes of an allocation, one name per line",
          example="scontrol show hostnames node[1-4]")(parse_hostnames)
-register(KIND_JOB, "Slurm: a job's state, reason, nodes and limits (Key=Value words)",
+register(KIND_JOB, "Slurm: a job's state, reason, nodes and limits (JobState, Reason, NodeList, ...)",
          example="scontrol show job 1234")(parse_job)
 register(KIND_SQUEUE, "Slurm: jobs or steps, one '|'-separated row each, the id first",
          example="squeue --noheader --steps --format='%i|%j|%N'")(parse_squeue)

@@ -81,10 +81,10 @@ _slurm_problems: list[str] | None = None
 
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """A 3-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
-    session's Slurm tests: node1 and node2 for the steps, node3 for the drain test, which
-    takes it out of service and back; skipped, or failed under GPUVET_REQUIRE_CLUSTER=1,
-    when this machine cannot run one; torn down with every process in its namespaces."""
+    """A 4-node Slurm cluster (slurmctld, munged, a slurmd per node namespace) shared by the
+    session's Slurm tests (the fleet's pairs take all four; the drain test takes node3 out
+    of service and back); skipped, or failed under GPUVET_REQUIRE_CLUSTER=1, when this
+    machine cannot run one; torn down with every process in its namespaces."""
     global _slurm_problems
     if _slurm_problems is None:
         _slurm_problems = missing_slurm()
@@ -93,8 +93,19 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         if os.environ.get(REQUIRE_ENV) == "1":
             pytest.fail(f"{reason} ({REQUIRE_ENV}=1 makes this a failure)", pytrace=False)
         pytest.skip(reason)
-    c = SlurmCluster.start(3)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def _on_term(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt("SIGTERM")  # so teardown below still runs
+
+    if previous in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, _on_term)
     try:
-        yield c
+        c = SlurmCluster.start(4)
+        try:
+            yield c
+        finally:
+            c.stop()
     finally:
-        c.stop()
+        if previous in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -4,6 +4,7 @@ word, the outputs parsed, what is cancelled and what is never cancelled."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -25,6 +26,7 @@ from orchestrator.records import Finding
 from orchestrator.steps.driver import drive, node_unit
 from orchestrator.store import Run
 from orchestrator.testing import SlurmDouble
+from tests.unit.clirun import gpuvet
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "slurm"
 RUNNING = (FIX / "scontrol_show_job_running_oneliner.txt").read_text()
@@ -195,6 +197,8 @@ def test_a_command_is_a_job_step_and_its_environment_stays_off_the_command_line(
     assert srun.argv[6].startswith("--job-name=gpuvet-") and srun.argv[-3:-1] == ["/bin/sh",
                                                                                   "-c"]
     assert not any("s3cr3t" in a for a in srun.argv)
+    # all the CPUs the job holds on the node (NumCPUs=2 over NumNodes=2), not one core
+    assert "--cpus-per-task=1" in srun.argv
     assert (tmp_path / "c").is_dir()
 
 
@@ -283,3 +287,184 @@ def test_through_a_login_node_the_argv_is_quoted_for_its_shell(tmp_path: Path) -
     assert shlex.split(call.command) == ["salloc", "--no-shell", "--job-name=gpuvet-alloc-x",
                                          "--partition=gpu", "--constraint=a100&(ib|roce)"]
     assert call.env == {"SLURM_CONF": "/etc/slurm-b/slurm.conf"}  # on the channel, not argv
+
+
+def test_inventory_check_shows_a_slurm_provider_and_a_bad_value_exits_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _inv(tmp_path, "      login: {host: login1, user: alice}\n      nodes: 4\n")
+    ok = gpuvet(capsys, "inventory", "check", tmp_path / "inv.yaml", "--json")
+    assert ok.returncode == 0, ok.stderr
+    (row,) = json.loads(ok.stdout)["rows"]
+    assert [row[k] for k in ("provider", "node", "executor", "target")] == [
+        "lab", "(salloc: 4 node(s))", "slurm", "slurm via alice@login1"]
+    (tmp_path / "inv.yaml").write_text("providers:\n  lab:\n    executor: slurm\n"
+                                       "    slurm:\n      qos: 'a b'\n")
+    bad = gpuvet(capsys, "inventory", "check", tmp_path / "inv.yaml")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "inv.yaml:5: providers.lab.slurm.qos: 'a b' is not a Slurm name" in bad.stderr
+
+
+def test_multi_node_nccl_tests_is_one_srun_pmix_step_across_the_allocation(
+        tmp_path: Path) -> None:
+    import shlex
+
+    from orchestrator import nccltests
+
+    inv = _inv(tmp_path, "      nodes: 2\n", access="    access:\n      env: {A: '1 2'}\n")
+    n1, n2 = inv.with_allocations({"lab": ("7", ["node1", "node2"])}).nodes
+    argv = ["/w/nccl-tests/build/all_reduce_perf", "-b", "8", "-e", "128M", "-g", "1"]
+    step = nccltests.srun_mpi_command([(n1, argv, 8), (n2, argv, 8)], {"NCCL_DEBUG": "INFO"})
+    assert step is not None and step.env == {"NCCL_DEBUG": "INFO", "A": "1 2"}
+    words = shlex.split(step.split("done; ", 1)[1])
+    assert words == ["srun", "--jobid=7", "--overlap", "--mpi=pmix", "--nodes=2",
+                     "--ntasks=16", "--ntasks-per-node=8", "--nodelist=node1,node2",
+                     "--kill-on-bad-exit=1", "--quiet", *argv]
+    # the step it runs in must not shape it: its SLURM_* variables are dropped first
+    assert step.startswith(nccltests.STEP_ENV_RESET)
+    # nodes needing other programs or rank counts: mpirun's MPMD instead
+    assert nccltests.srun_mpi_command([(n1, argv, 8), (n2, argv, 4)], {}) is None
+    assert nccltests.srun_mpi_command([(n1, argv, 8), (n2, [*argv, "-c", "1"], 8)], {}) is None
+    ssh_node = n1.model_copy(update={"slurm_job": None})
+    assert nccltests.srun_mpi_command([(ssh_node, argv, 8), (n2, argv, 8)], {}) is None
+
+
+def test_a_step_asks_for_every_cpu_the_job_holds_on_its_node(tmp_path: Path,
+                                                              slurm: SlurmDouble) -> None:
+    ex = _executor(tmp_path, slurm)
+    slurm.on("scontrol show job", stdout=RUNNING.replace("NumCPUs=2", "NumCPUs=64"))
+    ex.run("true")
+    ex.run("true")
+    assert [a for a in slurm.calls("srun")[0].argv if a.startswith("--cpus")] == [
+        "--cpus-per-task=32"]
+    assert len(slurm.calls("scontrol")) == 1  # asked once per job
+
+
+def test_a_preemption_slurmctld_forgot_is_read_from_accounting(
+        tmp_path: Path, slurm: SlurmDouble) -> None:
+    ex = _executor(tmp_path, slurm)
+    ex.client.cpus_per_node("1")  # asked while the job ran
+    slurm.on("srun", stderr="srun: error: Unable to confirm allocation for job 1\n", rc=1)
+    slurm.on("scontrol show job", stderr="slurm_load_jobs error: Invalid job id specified\n",
+             rc=1)
+    slurm.on("sacct", stdout="1|PREEMPTED|0:15|None\n")
+    with pytest.raises(AllocationEnded) as exc:
+        ex.run("true")
+    assert (exc.value.state, exc.value.code) == ("PREEMPTED", "SLURM_JOB_PREEMPTED")
+    (sacct,) = slurm.calls("sacct")
+    assert sacct.argv[-2:] == ["-j", "1"] and "--parsable2" in sacct.argv
+
+
+def test_a_job_still_completing_is_an_ended_allocation(
+        tmp_path: Path, slurm: SlurmDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    import orchestrator.executors.slurm as mod
+
+    monkeypatch.setattr(mod, "COMPLETING_WAIT_S", 0.3)
+    ex = _executor(tmp_path, slurm)
+    ex.client.cpus_per_node("1")
+    slurm.on("srun", stderr="srun: error: node2: task 0: Terminated\n", rc=143)
+    slurm.on("scontrol show job", stdout=RUNNING.replace("JobState=RUNNING",
+                                                         "JobState=COMPLETING"))
+    with pytest.raises(AllocationEnded) as exc:
+        ex.run("true")
+    assert (exc.value.state, exc.value.code) == ("COMPLETING", "SLURM_JOB_ENDED")
+    assert len(slurm.calls("scontrol")) > 2  # it waited for a final state
+
+
+def test_no_slurm_client_here_is_the_setups_mistake(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    inv = _inv(tmp_path, "      nodes: 2\n")
+    with pytest.raises(UsageError, match="cannot run salloc on this machine") as exc, \
+            allocations(inv, options_for(inv)):
+        pass
+    assert "slurm.login" in (exc.value.hint or "")
+
+
+def test_a_scheduler_that_does_not_answer_is_exit_2_before_anything_runs(
+        tmp_path: Path, slurm: SlurmDouble) -> None:
+    inv = _inv(tmp_path, "      job_id: '1'\n")
+    slurm.on("scontrol show job", stdout=RUNNING)
+    slurm.on("scontrol show hostnames",
+             stderr="slurm_load_partitions: Unable to contact slurm controller\n", rc=1)
+    with pytest.raises(UsageError, match="provider lab: scontrol show hostnames node.1-2. "
+                                         "failed on this machine: slurm_load_partitions"), \
+            allocations(inv, options_for(inv)):
+        pass
+
+
+def test_an_interrupt_while_the_request_waits_cancels_it_by_name(
+        tmp_path: Path, slurm: SlurmDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    import subprocess
+
+    inv = _inv(tmp_path, "      nodes: 2\n")
+    real = subprocess.Popen.communicate
+
+    def interrupted(self: subprocess.Popen[bytes], *a: object, **k: object) -> object:
+        if self.args[0] == "salloc":
+            raise KeyboardInterrupt  # Ctrl-C while the job is pending
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(subprocess.Popen, "communicate", interrupted)
+    with pytest.raises(KeyboardInterrupt), allocations(inv, options_for(inv)):
+        pass
+    (scancel,) = slurm.calls("scancel")  # the job of that unique name, pending or granted
+    assert scancel.argv[1].startswith("--name=gpuvet-alloc-")
+
+
+def test_through_a_login_node_files_are_staged_there_and_the_steps_read_and_write_them(
+        tmp_path: Path) -> None:
+    import shlex
+
+    from orchestrator.executors.slurm import _login_node
+    from orchestrator.testing import Call, Reply, ScriptedExecutor
+
+    inv = _inv(tmp_path, "      login: {host: login1}\n      job_id: '5'\n")
+    got = inv.with_allocations({"lab": ("5", ["gpu-1"])})
+    slurm = got.providers["lab"].slurm
+    assert slurm is not None
+    hop = ScriptedExecutor(_login_node("lab", slurm))
+    staged: list[str] = []
+
+    def step(call: Call) -> Reply:
+        words = shlex.split(call.command.replace('"$HOME"/', "HOME/"))
+        if "<" in words:  # a put: the step reads the staged copy on its stdin
+            staged.append(words[words.index("<") + 1])
+        elif ">" in words:  # a get: the step writes into the login node's stage folder
+            hop.files["~/" + words[words.index(">") + 1][len("HOME/"):]] = b"result"
+        return Reply(stdout="NumNodes=1\n" if words[0] == "scontrol" else "")
+
+    hop.on(lambda c: True, reply=step)
+    options = options_for(got)
+    ex = SlurmExecutor(got.nodes[0], options)
+    ex.client._hop = hop
+    local = tmp_path / "in.bin"
+    local.write_bytes(b"payload")
+    ex.put(local, "/w/in.bin")
+    (put,) = hop.puts
+    assert put.startswith("~/.gpuvet-stage/") and staged == ["HOME/" + put[2:]]
+    assert any(c.command == f"rm -f \"$HOME\"/{shlex.quote(put[2:])}" for c in hop.calls)
+    ex.get("/w/out.bin", tmp_path / "out.bin")
+    assert (tmp_path / "out.bin").read_bytes() == b"result"
+    srun = [shlex.split(c.command[c.command.index("srun "):].replace('"$HOME"/', "HOME/"))
+            for c in hop.calls if "srun " in c.command]
+    assert len(srun) == 2
+    assert all("--jobid=5" in w and "--nodelist=gpu-1" in w for w in srun), srun
+
+
+def test_a_job_id_and_a_time_limit_may_be_written_as_numbers(tmp_path: Path) -> None:
+    slurm = _inv(tmp_path, "      job_id: 123456\n").providers["lab"].slurm
+    assert slurm is not None and slurm.job_id == "123456"
+    slurm = _inv(tmp_path, "      time_limit: 90\n").providers["lab"].slurm
+    assert slurm is not None and allocation_args(slurm) == ["--time=90"]
+    with pytest.raises(InventoryError, match="job_id"):
+        _inv(tmp_path, "      job_id: true\n")
+
+
+def test_a_login_nodes_key_file_and_jump_host_are_checked_as_a_nodes(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError) as exc:
+        _inv(tmp_path, f"      login: {{host: login1, identity_file: {tmp_path / 'nokey'},"
+                       " proxy_jump: bastoin}\n")
+    text = str(exc.value)
+    assert "providers.lab.slurm.login.identity_file" in text and "nokey" in text
+    assert "unknown jump host 'bastoin'" in text

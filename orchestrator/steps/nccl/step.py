@@ -17,6 +17,7 @@ an error counter that grew, a port that went down, is a finding naming the port.
 from __future__ import annotations
 
 import functools
+import re
 import shlex
 import socket
 import statistics
@@ -144,9 +145,17 @@ def _single(ex: Executor, run: Run, suite: Suite, inv: Inventory,
                    nccltests.run_env(suite.nccl, mode=mode))
 
 
+def slurm_launcher(head: Executor) -> str:
+    """How the ranks of a multi-node run start in a Slurm allocation: `srun --mpi=pmix`
+    where the cluster's srun has PMIx (Slurm starts and wires every rank), else mpirun
+    from the first node. Asked of srun on that node (`srun --mpi=list`)."""
+    res = head.run("srun --mpi=list 2>&1", timeout=60)
+    return "srun --mpi=pmix" if res.ok and re.search(r"\bpmix\b", res.stdout) else "mpirun"
+
+
 def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
            builds: Mapping[str, BuildDoc], collective: str = "all_reduce",
-           mode: str = "normal") -> list[tuple[int, Path, bool]]:
+           mode: str = "normal", launcher: str = "mpirun") -> list[tuple[int, Path, bool]]:
     head = pool(nodes[0])
     local = nodes[0].executor == "local"
     out_dir = run.provider_dir(nodes[0].provider, STEP)
@@ -160,6 +169,10 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
             plan = nccltests.perf_argv(nccltests.collective_binary(str(b.binary), collective),
                                        suite.nccl, 1, set(b.flags), None)
             contexts.append((n, plan.argv, g))
+        if launcher.startswith("srun"):
+            step = nccltests.srun_mpi_command(contexts, env)
+            if step is not None:
+                return step, None
         return nccltests.mpirun_command(contexts, env, local=local), None
 
     return _rounds(head, run, suite, out_dir, nccltests.log_label("multi", collective, mode),
@@ -271,13 +284,23 @@ def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         fabric = Around(run, STEP, "multi")
         with stage("execute"):
             fabric.take(pool, members, "before")
+        launcher = "mpirun"
+        if members[0].slurm_job is not None:
+            launcher = slurm_launcher(pool(members[0])) if mpi else "srun"
+            how = (f"ranks started with {launcher} across the nodes of Slurm job "
+                   f"{members[0].slurm_job}" if mpi else
+                   f"each node's torch ranks a job step (srun) of Slurm job "
+                   f"{members[0].slurm_job}")
+            outcome.findings.append(_f(run, None, prov, "NCCL_LAUNCHER", "INFO",
+                                       f"[multi] {how}", launcher=launcher))
         if mpi:
             for mode, coll in series_plan(suite):
                 if _several(suite):
                     stage.note(_what(mode, coll))
                 with stage("execute"):
                     try:
-                        logs = _multi(pool, members, run, suite, inv, builds, coll, mode)
+                        logs = _multi(pool, members, run, suite, inv, builds, coll, mode,
+                                      launcher)
                     except GpuvetError as exc:
                         raise UnitFailed(exc.what, "NCCL_RUN_FAILED", [],
                                          hint=exc.hint) from exc
