@@ -143,6 +143,9 @@ def test_a_slow_node_is_named_and_confirmed_by_the_re_pairs(tmp_path: Path) -> N
     assert len(sus[0].details["repaired_with"]) == 2
     assert not set(sus[0].details["repaired_with"]) & set(sus[0].details["partners"])
     assert not by_code(fs, "FLEET_SUSPECT_LINK")
+    # the others are cleared by name: each node has its own verdict
+    assert sorted(f.node for f in by_code(fs, "FLEET_NODE_CLEARED")) == [
+        f"n{i}" for i in range(8) if i != 5]
     table = json.loads((run.dir / sus[0].evidence[0]).read_text())
     assert {tuple(p["nodes"]) for p in table["pairs"] if p["slow"]} == {
         tuple(p["nodes"]) for p in table["pairs"] if "n5" in p["nodes"]}

@@ -119,6 +119,16 @@ def judge(run: Run, inv: Inventory, pf: ProviderFleet) -> list[Finding]:
         passed = [n for n in loc.passed if n not in pf.dropped]
         add("FLEET_NO_SUSPECT", "PASS", f"no slow node or link among {len(passed)} nodes "
             f"(every pair within {loc.tolerance:.0%} of the median pair)", evidence=[rel])
+    elif loc.suspects or loc.links:
+        # a suspect named: say which nodes the plan cleared, so each has its own verdict
+        # (a node measured in good pairs is not "not measured")
+        named = {s.node for s in loc.suspects if s.status != "cleared"}
+        for n in loc.passed:
+            if n in pf.dropped or n in named:
+                continue
+            add("FLEET_NODE_CLEARED", "PASS", f"{n}: its pairs with nodes other than the "
+                f"suspects are within {loc.tolerance:.0%} of the median pair", node=n,
+                evidence=[rel])
     _transports(inv, pf, add, rel)
     _groups(pf, add)
     _stragglers(run, pf, add)
