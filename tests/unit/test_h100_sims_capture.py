@@ -128,3 +128,49 @@ def test_an_interrupted_pipeline_over_simulated_nodes_was_finished_by_its_resume
     fs = _lines(PIPE2 / "findings.jsonl")
     assert [f["code"] for f in fs if f["code"] == "FLEET_PAIRS"] == ["FLEET_PAIRS"]
     assert not [f for f in fs if f["severity"] == "FAIL"]
+
+
+COLL = FIX / "h100x1-sims" / "20261206-091857-f1b9"
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+
+
+def _log(mode: str, coll: str, r: int) -> Path:
+    parts = ["multi"] + (["network"] if mode == "network" else []) + (
+        [coll] if coll != "all_reduce" else [])
+    return COLL / "providers" / "sim" / "nccl" / f"{'_'.join(parts)}_round{r}.log"
+
+
+def test_every_collective_ran_across_the_simulated_nodes_in_both_modes() -> None:
+    """all_reduce, all_gather, reduce_scatter and alltoall, three rounds each, normal and
+    network mode, two ranks on two simulated nodes over NET/Socket: each log's busbw is
+    its algbw times that collective's own factor (nccl-tests' formula, 1 for all_reduce
+    and 1/2 for the others over two ranks), row by row."""
+    from orchestrator.parsers.nccl_tests import parse_nccl_tests
+    from payload.allreduce import busbw_factor
+
+    for mode in ("normal", "network"):
+        for coll in COLLECTIVES:
+            for r in (1, 2, 3):
+                path = _log(mode, coll, r)
+                parsed = parse_nccl_tests(path.read_text(), source=path.name)
+                assert len(parsed.ranks) == 2 and {x.host for x in parsed.ranks} == {"vm"}
+                factor = busbw_factor(coll, 2)
+                big = [row for row in parsed.rows if row.size_bytes >= 1 << 20]
+                assert big and parsed.rows[-1].size_bytes == 16 << 20
+                for row in big:
+                    for res in (row.out_of_place, row.in_place):
+                        assert abs(res.algbw_gbs * factor - res.busbw_gbs) <= 0.011, (
+                            path.name, row.size_bytes)
+
+
+def test_the_network_mode_says_the_socket_transport_and_judges_no_line_rate() -> None:
+    fs = _lines(COLL / "findings.jsonl")
+    sockets = [f for f in fs if f["code"] == "NCCL_NET_SOCKET"]
+    assert len(sockets) == len(COLLECTIVES)  # one per collective, network mode only
+    assert all("per-NIC line-rate judge does not apply" in f["message"] for f in sockets)
+    assert not [f for f in fs if f["code"] in ("NCCL_NET_PER_NIC", "NCCL_GPUDIRECT")
+                and f["severity"] in ("FAIL", "WARN")]
+    labels = {f["message"].split("]")[0] + "]" for f in fs if f["code"] == "NCCL_BUSBW"}
+    assert labels == {"[" + " ".join(["multi"] + (["network"] if m == "network" else [])
+                                     + ([c] if c != "all_reduce" else [])) + "]"
+                      for c in COLLECTIVES for m in ("normal", "network")}
