@@ -25,9 +25,11 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,6 +54,18 @@ from cluster import (
     cleanup_stale,
     missing_prerequisites,
 )
+
+# the nodes run the controller machine's python and this checkout (the venv's python, the
+# payload): both must be visible inside a node whatever its own /tmp hides
+_SHARED = (Path(__file__).resolve().parents[2], Path(sys.prefix).resolve())
+
+
+def _under_tmp(paths: Sequence[Path]) -> list[Path]:
+    """The paths under /tmp, outermost only (a venv inside the checkout comes with it)."""
+    tmp = Path("/tmp")
+    inside = sorted({p for p in paths if tmp in p.parents})
+    return [p for p in inside if not any(q in p.parents for q in inside)]
+
 
 DAEMONS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld",
            "slurmd": "/usr/sbin/slurmd"}
@@ -180,9 +194,17 @@ class SlurmCluster:
                     self.base / "slurmctld.out")
         for node in self.nodes:
             d = self.node_dir(node.name)
+            slash = d / "slash-tmp"
+            # what the nodes run from (the checkout and its venv) stays visible when it
+            # lives under /tmp (a CI checkout often does): bound into the node's own /tmp at
+            # the same path before that is mounted over /tmp (recursively, with it)
+            keep = "".join(
+                f"mkdir -p {shlex.quote(str(slash / p.relative_to('/tmp')))} && mount --bind "
+                f"{shlex.quote(str(p))} {shlex.quote(str(slash / p.relative_to('/tmp')))}; "
+                for p in _under_tmp(_SHARED))
             script = (f"hostname {node.name}; mount --bind {self.base / 'hosts'} /etc/hosts; "
                       f"mount --bind {self.base / 'resolv.conf'} /etc/resolv.conf; "
-                      f"mount --bind {d / 'slash-tmp'} /tmp; "
+                      f"{keep}mount --rbind {slash} /tmp; "
                       f"exec /usr/sbin/slurmd -D -f {self.conf} -N {node.name}")
             self._spawn("slurmd", ["ip", "netns", "exec", node.netns, "unshare", "--uts",
                                    "--mount", "--propagation", "private", "sh", "-c", script],
