@@ -48,7 +48,7 @@ def setup(cluster: Cluster, tmp_path: Path) -> tuple[Path, Path, Path]:
 
 
 def _throttle(cluster: Cluster, on: bool) -> None:
-    argv = (["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "40mbit",
+    argv = (["tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", "rate", "200mbit",
              "burst", "64kb", "latency", "200ms"] if on else
             ["tc", "qdisc", "del", "dev", "eth0", "root"])
     res = cluster.netns_exec("node2", argv)
