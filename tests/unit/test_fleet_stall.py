@@ -79,3 +79,27 @@ def test_the_stall_bound_keeps_the_hash_of_suites_that_leave_it_alone() -> None:
     assert fleet.hash == Suite(fleet=FleetParams(partners=3, stall_timeout_s=120)).hash
     assert fleet.hash != Suite(fleet=FleetParams(partners=3, stall_timeout_s=30)).hash
     assert Suite().hash == Suite(fleet=None).hash
+
+
+def test_the_fleet_collectives_keep_the_hash_of_suites_that_leave_them_alone() -> None:
+    """fleet.collectives left at [all_reduce] keeps the hash runs stored before it existed
+    (pinned: the hashes of the commit before the key)."""
+    assert Suite().hash == "719fcba1d20e5499"
+    assert Suite(fleet=FleetParams()).hash == "4e4113d0e0f6422c"
+    assert Suite(fleet=FleetParams(partners=3)).hash == "9e8cd215068738b4"
+    assert Suite(fleet=FleetParams(partners=3, collectives=("all_reduce",))).hash \
+        == "9e8cd215068738b4"
+    assert Suite(fleet=FleetParams(partners=3, collectives=("all_reduce", "alltoall"))).hash \
+        != "9e8cd215068738b4"
+    # the order is the order they run in: another suite
+    assert Suite(fleet=FleetParams(collectives=("alltoall", "all_reduce"))).hash != Suite(
+        fleet=FleetParams(collectives=("all_reduce", "alltoall"))).hash
+
+
+@pytest.mark.parametrize("bad", [[], ["alltoall", "alltoall"], ["sendrecv"]])
+def test_fleet_collectives_are_named_once_each_from_those_both_engines_have(
+        bad: list[str]) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        FleetParams.model_validate({"collectives": bad})
