@@ -229,6 +229,12 @@ def test_a_node_slow_in_alltoall_only_is_named_there_and_cleared_in_all_reduce(
     assert set(map(frozenset, ops.values())) == {frozenset({"all_reduce", "alltoall"})}
     assert sum("--op alltoall" in c for c in commands) == sum(
         "--op" not in c for c in commands if "allreduce-bench" in c and "--help" not in c)
+    # and the store's collective column keeps them apart, as the nccl step's
+    from orchestrator.analysis import frames
+
+    df = frames.measurements(tmp_path / "results", [run.run_id])
+    assert set(df["collective"]) == {"", "alltoall"}
+    assert (df["collective"] == "alltoall").sum() == (df["collective"] == "").sum()
 
 
 def test_the_default_suite_runs_all_reduce_only(tmp_path: Path) -> None:
