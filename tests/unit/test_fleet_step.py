@@ -553,3 +553,28 @@ def test_the_nccl_tests_engine_judges_a_real_alltoall_beside_all_reduce(
                           "all_reduce, not of the alltoall" in f.message for f in failed)
     assert not [m for m in run.measurements() if m.tags["op"] == "alltoall"]
     assert [m for m in run.measurements() if m.tags["op"] == "all_reduce"]  # still counted
+
+
+def test_gpuvet_fleet_collective_is_repeatable_and_refuses_an_unknown_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator import cli
+
+    seen: list[tuple[str, ...]] = []
+
+    def fake(inv: object, nodes: object, run: Run, suite: Suite, **kw: object) -> object:
+        seen.append(suite.fleet_params.collectives)
+        return fleet_step.FleetRun()
+
+    monkeypatch.setattr(fleet_step, "run_fleet", fake)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nproviders:\n  lab:\n    executor: local\n    nodes:\n"
+                   + "".join(f"      - {{name: n{i}, work_dir: '{tmp_path}/n{i}'}}\n"
+                             for i in range(2)))
+    base = ["fleet", "-i", str(inv), "--results", str(tmp_path / "results")]
+    assert cli.run([*base, "--collective", "all_reduce", "--collective", "alltoall"]) == 0
+    assert cli.run(base) == 0
+    assert seen == [("all_reduce", "alltoall"), ("all_reduce",)]
+    capsys.readouterr()
+    assert cli.run([*base, "--collective", "sendrecv"]) == 2
+    assert "sendrecv" in capsys.readouterr().err
