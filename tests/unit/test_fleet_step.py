@@ -237,6 +237,18 @@ def test_a_node_slow_in_alltoall_only_is_named_there_and_cleared_in_all_reduce(
     assert (df["collective"] == "alltoall").sum() == (df["collective"] == "").sum()
 
 
+def test_each_collective_is_judged_against_bands_of_its_own_only(tmp_path: Path) -> None:
+    """An order's alltoall band (2.5 GB/s at 16 MiB) says the whole fleet's alltoall is
+    slow (1.2 GB/s); all_reduce at 2 GB/s, below that figure too, is judged by no band."""
+    band = "{nccl_busbw: [{value: 3, lower: 2.5, upper: 4, size: 16M, collective: alltoall}]}"
+    fs, _ = fleet(tmp_path, 4, lambda nodes: 1.0, expect=band,
+                  collectives=lambda nodes, coll: 1.0 if coll == "all_reduce" else 0.6)
+    (below,) = by_code(fs, "FLEET_BELOW_BAND")
+    assert below.details["collective"] == "alltoall"
+    assert below.message.startswith("[fleet alltoall] the median pair itself is below")
+    assert [f.details["collective"] for f in by_code(fs, "FLEET_NO_SUSPECT")] == ["all_reduce"]
+
+
 def test_the_default_suite_runs_all_reduce_only(tmp_path: Path) -> None:
     commands: list[str] = []
     fs, run = fleet(tmp_path, 4, lambda nodes: 1.0, commands=commands)
