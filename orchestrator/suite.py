@@ -57,6 +57,19 @@ COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "a
 # bytes cross the NICs, judged against the order's fabric (steps/nccl/network.py)
 Mode = Literal["normal", "network"]
 MODES: tuple[str, ...] = ("normal", "network")
+# the collectives a fleet job can run: those both of its engines have (nccl-tests'
+# `<name>_perf`, the torch benchmark's --op)
+FleetCollective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall"]
+FLEET_COLLECTIVES: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
+
+
+def _distinct(v: tuple[str, ...], what: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    if not v:
+        raise ValueError(f"name at least one {what} (" + ", ".join(known) + ")")
+    twice = sorted({c for c in v if v.count(c) > 1})
+    if twice:
+        raise ValueError(f"{', '.join(twice)} named more than once")
+    return v
 
 
 class NcclParams(_M):
@@ -89,22 +102,12 @@ class NcclParams(_M):
     @field_validator("collectives")
     @classmethod
     def _collectives(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise ValueError("name at least one collective (" + ", ".join(COLLECTIVES) + ")")
-        twice = sorted({c for c in v if v.count(c) > 1})
-        if twice:
-            raise ValueError(f"{', '.join(twice)} named more than once")
-        return v
+        return _distinct(v, "collective", COLLECTIVES)
 
     @field_validator("modes")
     @classmethod
     def _modes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        if not v:
-            raise ValueError("name at least one mode (" + ", ".join(MODES) + ")")
-        twice = sorted({m for m in v if v.count(m) > 1})
-        if twice:
-            raise ValueError(f"{', '.join(twice)} named more than once")
-        return v
+        return _distinct(v, "mode", MODES)
 
 
 class TrainThresholds(_M):
@@ -206,9 +209,10 @@ class TrainParams(_M):
 class FleetParams(_M):
     """The fleet step (`gpuvet fleet`, the pipeline's `fleet` step): which node, which link.
 
-    Every pair (group, the whole fleet) runs one all_reduce from `min_bytes` to
-    `max_bytes`; a pair more than `tolerance` below the fleet's median pair, at
-    most of the sizes from `min_judged_bytes` up, is slow.
+    Every pair (group, the whole fleet) runs each of `collectives` in turn (all_reduce
+    unless it says more) from `min_bytes` to `max_bytes`; per collective, a pair more than
+    `tolerance` below the fleet's median pair of that collective, at most of the sizes
+    from `min_judged_bytes` up, is slow.
     """
 
     engine: Literal["nccl-tests", "torch"] = "nccl-tests"
@@ -238,6 +242,14 @@ class FleetParams(_M):
     # each rail through NCCL too: one nccl-tests run per HCA between first-round partners,
     # NCCL_IB_HCA set to that HCA on each node (the nccl-tests engine only)
     rails_nccl: bool = False
+    # run by every job in this order, each localised on its own (a node slow in alltoall
+    # only, a bad rail or adaptive routing off, is named while all_reduce clears it)
+    collectives: tuple[FleetCollective, ...] = ("all_reduce",)
+
+    @field_validator("collectives")
+    @classmethod
+    def _collectives(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return _distinct(v, "collective", FLEET_COLLECTIVES)
 
     @field_validator("min_bytes", "max_bytes", "min_judged_bytes")
     @classmethod
@@ -272,7 +284,8 @@ LATER_SECTIONS = ("health", "fleet")
 # suite hash too (a suite that runs all_reduce only keeps the hash it had)
 LATER_FIELDS: tuple[tuple[str, str], ...] = (("nccl", "collectives"), ("nccl", "modes"),
                                              ("fleet", "stall_timeout_s"),
-                                             ("fleet", "rails_nccl"))
+                                             ("fleet", "rails_nccl"),
+                                             ("fleet", "collectives"))
 
 
 class Suite(_M):

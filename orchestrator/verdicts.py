@@ -26,9 +26,9 @@ HEADLINE_CODES = frozenset({
     # health: what each GPU measures like, and a node that had nothing to measure
     "HEALTH_VARIANT", "HEALTH_NO_GPU", "HEALTH_NOT_RUN",
     # fleet: the pairs table, the outcome of localisation, a provider too small for it, the
-    # rail table
+    # rail table, a collective asked for that the backend could not run
     "FLEET_PAIRS", "FLEET_NO_SUSPECT", "FLEET_SUSPECT_CLEARED", "FLEET_NOT_APPLICABLE",
-    "FLEET_NOT_RUN", "FLEET_RAILS",
+    "FLEET_NOT_RUN", "FLEET_RAILS", "FLEET_COLLECTIVE_SKIPPED",
 })
 
 

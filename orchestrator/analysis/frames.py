@@ -29,13 +29,14 @@ FINDING_COLUMNS = ["run_id", "scope", "node", "provider", "step", "code", "sever
                    "message", "unit_key"]
 MEASUREMENT_COLUMNS = ["run_id", "provider", "nodes", "step", "scope", "engine", "metric",
                        "size", "inplace", "round", "value", "unit", "suite_hash", "unit_key"]
-# the nccl step's collective (its `op` tag) as a column: "" for all_reduce and for every
-# measurement that is not of another collective, so all_reduce series keep the keys they had;
-# the network mode's (its `mode` tag) are "<collective> network", a series of their own
+# the collective of the nccl and fleet steps (their `op` tag) as a column: "" for all_reduce
+# and for every measurement that is not of another collective, so all_reduce series keep the
+# keys they had; the network mode's (its `mode` tag) are "<collective> network", a series of
+# their own
 _OTHER_COLLECTIVES = ", ".join(f"'{c}'" for c in sorted(BUSBW_FACTORS) if c != "all_reduce")
 COLLECTIVE_SQL = ("CASE WHEN step = 'nccl' AND json_extract(json, '$.tags.mode') = 'network' "
                   "THEN coalesce(json_extract(json, '$.tags.op'), 'all_reduce') || ' network' "
-                  f"WHEN step = 'nccl' AND json_extract(json, '$.tags.op') IN "
+                  f"WHEN step IN ('nccl', 'fleet') AND json_extract(json, '$.tags.op') IN "
                   f"({_OTHER_COLLECTIVES}) THEN json_extract(json, '$.tags.op') ELSE '' END "
                   "AS collective")
 

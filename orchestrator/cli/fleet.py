@@ -15,6 +15,7 @@ from orchestrator.cli._common import (
     verbose_option,
 )
 from orchestrator.cli._steps import drain_option, open_run, show_outcome
+from orchestrator.suite import FLEET_COLLECTIVES
 from orchestrator.verdicts import rails_table
 
 
@@ -38,22 +39,30 @@ def register(root: click.Group) -> None:
                   help="Also measure each rail through NCCL: one nccl-tests run per HCA "
                        "between first-round partners with NCCL_IB_HCA set to that HCA "
                        "(nccl-tests engine; the suite's fleet.rails_nccl).")
+    @click.option("--collective", "collectives", multiple=True,
+                  type=click.Choice(list(FLEET_COLLECTIVES)),
+                  help="A collective every job runs, each localised on its own (repeat it: "
+                       "--collective all_reduce --collective alltoall, run in that order). "
+                       "Default: the suite's fleet.collectives (all_reduce).")
     @verbose_option
     @drain_option
     @json_option
     def fleet_cmd(inventory: Path, nodes: tuple[str, ...], providers: tuple[str, ...],
                   accept_new_host_keys: bool, results: Path, suite: Path | None,
                   engine: str | None, plan: str | None, partners: int | None,
-                  rails_nccl: bool | None, verbose: bool, drain_on_fail: bool,
-                  as_json: bool) -> int:
+                  rails_nccl: bool | None, collectives: tuple[str, ...], verbose: bool,
+                  drain_on_fail: bool, as_json: bool) -> int:
         """Find the one bad node or link among a provider's nodes.
 
         Disjoint pairs of nodes run a two-node all_reduce at once, round after
         round; a node slow with every partner is a suspect node, a pair slow only
         together a suspect link, both judged against the fleet's median pair (and
-        the inventory's or shipped band). Suspects are re-paired with nodes that
-        passed: only those slow again are named (FAIL). A node that cannot be
-        reached is dropped and the rest of the plan recomputed without it.
+        the inventory's or shipped band). With --collective each job runs every
+        collective named (alltoall, all_gather, reduce_scatter), each judged
+        against its own median pair: a node slow in alltoall only is named so.
+        Suspects are re-paired with nodes that passed: only those slow again are
+        named (FAIL). A node that cannot be reached is dropped and the rest of
+        the plan recomputed without it.
         Providers with fewer than two selected nodes are skipped (INFO).
         Where perftest is installed, each HCA is measured on its own between
         partners (ib_write_bw) and shown as a rail table: a rail more than the
@@ -66,7 +75,8 @@ def register(root: click.Group) -> None:
 
         the_suite = load_suite(suite)
         update = {k: v for k, v in (("engine", engine), ("plan", plan),
-                                    ("partners", partners), ("rails_nccl", rails_nccl))
+                                    ("partners", partners), ("rails_nccl", rails_nccl),
+                                    ("collectives", tuple(dict.fromkeys(collectives)) or None))
                   if v is not None}
         if update:
             params = the_suite.fleet_params.model_copy(update=update)

@@ -48,10 +48,12 @@ def test_a_job_that_keeps_printing_is_not_a_hang(tmp_path: Path) -> None:
     assert res.rc == 0 and not watch.hung
 
 
+@pytest.mark.parametrize("collective", ["all_reduce", "alltoall"])
 def test_a_hung_nccl_tests_pair_is_a_failed_job_naming_the_stall(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, collective: str) -> None:
     """mpirun prints nccl-tests' header and then waits for ever on a peer: the job is
-    killed at the stall and JobFailed says why, with its log as evidence."""
+    killed at the stall and JobFailed says why, with its log as evidence. Each
+    collective's run of a job is watched on its own log."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "mpirun"
@@ -69,9 +71,12 @@ def test_a_hung_nccl_tests_pair_is_a_failed_job_naming_the_stall(
     out.mkdir(parents=True, exist_ok=True)
     with pytest.raises(engines.JobFailed) as err:
         engines.run_nccl_tests(lambda n: pool[n.name], [a, b], run, params,  # type: ignore[arg-type]
-                               out, "pairs-r0_a-b", builds=builds, stall_s=1.0)
+                               out, "pairs-r0_a-b", builds=builds, stall_s=1.0,
+                               collective=collective)
     assert "no output for 1 s (fleet.stall_timeout_s): hung, killed" in err.value.what
-    assert err.value.evidence and err.value.evidence[0].endswith("pairs-r0_a-b.log")
+    assert f"mpirun {collective}_perf failed" in err.value.what
+    name = "pairs-r0_a-b.log" if collective == "all_reduce" else f"pairs-r0_a-b_{collective}.log"
+    assert err.value.evidence and err.value.evidence[0].endswith(name)
 
 
 def test_the_stall_bound_keeps_the_hash_of_suites_that_leave_it_alone() -> None:
@@ -79,3 +84,27 @@ def test_the_stall_bound_keeps_the_hash_of_suites_that_leave_it_alone() -> None:
     assert fleet.hash == Suite(fleet=FleetParams(partners=3, stall_timeout_s=120)).hash
     assert fleet.hash != Suite(fleet=FleetParams(partners=3, stall_timeout_s=30)).hash
     assert Suite().hash == Suite(fleet=None).hash
+
+
+def test_the_fleet_collectives_keep_the_hash_of_suites_that_leave_them_alone() -> None:
+    """fleet.collectives left at [all_reduce] keeps the hash runs stored before it existed
+    (pinned: the hashes of the commit before the key)."""
+    assert Suite().hash == "719fcba1d20e5499"
+    assert Suite(fleet=FleetParams()).hash == "4e4113d0e0f6422c"
+    assert Suite(fleet=FleetParams(partners=3)).hash == "9e8cd215068738b4"
+    assert Suite(fleet=FleetParams(partners=3, collectives=("all_reduce",))).hash \
+        == "9e8cd215068738b4"
+    assert Suite(fleet=FleetParams(partners=3, collectives=("all_reduce", "alltoall"))).hash \
+        != "9e8cd215068738b4"
+    # the order is the order they run in: another suite
+    assert Suite(fleet=FleetParams(collectives=("alltoall", "all_reduce"))).hash != Suite(
+        fleet=FleetParams(collectives=("all_reduce", "alltoall"))).hash
+
+
+@pytest.mark.parametrize("bad", [[], ["alltoall", "alltoall"], ["sendrecv"]])
+def test_fleet_collectives_are_named_once_each_from_those_both_engines_have(
+        bad: list[str]) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        FleetParams.model_validate({"collectives": bad})

@@ -22,11 +22,13 @@ from orchestrator.steps.fleet import step as fleet_step
 from orchestrator.store import Run
 from orchestrator.suite import FleetParams, Suite
 from orchestrator.testing import Call, Reply, Script, scripted_pool
-from payload.allreduce import _row
+from payload.allreduce import _row, busbw_factor
 
 SIZES = [1 << 20, 4 << 20, 16 << 20]
 GOOD = 2.0
-LABEL = re.compile(r"^(?P<stage>[a-z0-9]+)-r(?P<index>\d+)_(?P<key>.+)\.log$")
+# a job's log: all_reduce's named after the job, another collective's after both
+LABEL = re.compile(r"^(?P<stage>[a-z0-9]+)-r(?P<index>\d+)_(?P<key>.+?)"
+                   r"(?:_(?P<coll>all_gather|reduce_scatter|alltoall))?\.log$")
 HEADER = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 16777216 step: 4(factor) warmup iters: 1 "
           "iters: 3 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices",
           "#  Rank  0 Group  0 Pid    100 on      host0 device  0 [0000:00:00] cpu",
@@ -39,16 +41,19 @@ HEADER = ["# nThread 1 nGpus 1 minBytes 1048576 maxBytes 16777216 step: 4(factor
           "           (us)  (GB/s)  (GB/s)         "]
 
 
-def log(nodes: int, busbw: float) -> str:
+def log(nodes: int, busbw: float, op: str = "all_reduce") -> str:
     rows = []
-    for size in SIZES:
-        t_us = size / (busbw * nodes / (2.0 * (nodes - 1)) * 1e3)
-        rows.append(_row(size, size // 4, "float", t_us, t_us, nodes, 0))
-    return "\n".join([*HEADER, *rows, "# Out of bounds values : 0 OK",
+    for size in SIZES:  # the time that gives this busbw by the collective's own factor
+        t_us = size / (busbw / busbw_factor(op, nodes) * 1e3)
+        rows.append(_row(size, size // 4, "float", t_us, t_us, nodes, 0, op))
+    return "\n".join([f"# Collective test starting: {op}_perf", *HEADER, *rows,
+                      "# Out of bounds values : 0 OK",
                       f"# Avg bus bandwidth    : {busbw:g} ", "#"]) + "\n"
 
 
 Model = Callable[[tuple[str, ...]], float]
+# a model of each collective: (the job's nodes, the collective) -> its busbw x GOOD
+CollModel = Callable[[tuple[str, ...], str], float]
 # the payload's fabric snapshot of a node whose /sys/class/infiniband is not there
 NO_FABRIC = json.dumps({"schema": 1, "root": "/sys/class/infiniband", "present": False,
                         "devices": [], "truncated": False})
@@ -67,11 +72,22 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
           dead: str | None = None, dead_after: int = 1, hostile: str | None = None,
           run_hook: Callable[[Run], None] | None = None, expect: str = "",
           perftest: str | None = None, noise: str = "",
-          resume: Callable[[Run], None] | None = None) -> tuple[list[Finding], Run]:
+          resume: Callable[[Run], None] | None = None,
+          collectives: CollModel | tuple[str, ...] | None = None,
+          commands: list[str] | None = None) -> tuple[list[Finding], Run]:
+    """`collectives`: a model per collective (its names from the model's keys are given
+    with `fleet.collectives` below) or None for the default suite (all_reduce only);
+    `commands` collects every benchmark launch."""
     inv = write_inv(tmp_path, n, expect)
-    suite = Suite(fleet=FleetParams.model_validate(
-        {"engine": "torch", "plan": plan, "min_bytes": "1M", "max_bytes": "16M",
-         "min_judged_bytes": "1M", "rdma": True}))
+    wanted: dict[str, object] = {"engine": "torch", "plan": plan, "min_bytes": "1M",
+                                 "max_bytes": "16M", "min_judged_bytes": "1M", "rdma": True}
+    coll_model: CollModel | None = None
+    if isinstance(collectives, tuple):
+        wanted["collectives"] = list(collectives)
+    elif collectives is not None:
+        coll_model = collectives
+        wanted["collectives"] = ["all_reduce", "alltoall"]
+    suite = Suite(fleet=FleetParams.model_validate(wanted))
     run = Run.create(tmp_path / "results", command="fleet", suite_hash=suite.hash,
                      suite=suite.model_dump(mode="json"), inventory_path=None)
     launches: dict[str, int] = {}
@@ -82,18 +98,24 @@ def fleet(tmp_path: Path, n: int, model: Model, *, plan: str = "pairs",
             if node == dead and launches[node] > dead_after:
                 raise NodeUnreachable(f"{node}: connection refused", hop=node, cause="refused",
                                       node=node)
+            if commands is not None:
+                commands.append(call.command)
             if call.stdout_path is None:
                 return Reply()
             m = LABEL.match(call.stdout_path.name)
             assert m, call.stdout_path
+            coll = m["coll"] or "all_reduce"
+            # the benchmark is told the collective its log is named after
+            assert ("--op" in call.command) == (coll != "all_reduce"), call.command
+            assert coll == "all_reduce" or f"--op {coll}" in call.command
             members = tuple(m["key"].split("+"))
             if hostile in members:  # what a compromised or broken node might print
                 return Reply(stdout="\x1b[2J\x1b[31m#  Rank 0 ... \x00\x07 $(rm -rf ~)\n" * 50
                              + "     1048576  262144 float sum -1 1e999 nan nan 0\n")
             if len(members) != 2 or not all(x.startswith("n") for x in members):
                 members = tuple(f"n{i}" for i in range(n))  # a group: the model sees everyone
-            return Reply(stdout=noise + log(len(members), GOOD * model(members)),
-                         stderr=noise)
+            rate = coll_model(members, coll) if coll_model is not None else model(members)
+            return Reply(stdout=noise + log(len(members), GOOD * rate, coll), stderr=noise)
         return reply
 
     def alive(node: str) -> Callable[[Call], Reply]:
@@ -155,6 +177,119 @@ def test_a_slow_node_is_named_and_confirmed_by_the_re_pairs(tmp_path: Path) -> N
     assert {m.tags["stage"] for m in ms} == {"pairs", "repair"}
     assert {m.engine for m in ms} == {"torch"} and {m.step for m in ms} == {"fleet"}
     assert by_code(fs, "FLEET_RDMA_SKIPPED")
+
+
+def test_a_node_slow_in_alltoall_only_is_named_there_and_cleared_in_all_reduce(
+        tmp_path: Path) -> None:
+    """A bad rail or adaptive routing off: n5's all_reduce is at the fleet's rate, its
+    alltoall at a third of it. Each collective is judged against its own median pair (a
+    healthy alltoall here runs at 60% of all_reduce's busbw, so against all_reduce's
+    median every alltoall pair would be slow): n5 is named in alltoall, confirmed by
+    re-pairs that run both collectives, and passes all_reduce."""
+    def model(nodes: tuple[str, ...], coll: str) -> float:
+        if coll == "all_reduce":
+            return 1.0
+        return 0.6 * (0.3 if "n5" in nodes else 1.0)
+
+    commands: list[str] = []
+    fs, run = fleet(tmp_path, 8, slow_node("n0"), collectives=model, commands=commands)
+    sus = by_code(fs, "FLEET_SUSPECT_NODE")
+    assert [(f.node, f.severity, f.details["status"], f.details["collective"]) for f in sus] \
+        == [("n5", "FAIL", "confirmed", "alltoall")]
+    assert sus[0].message.startswith("[fleet alltoall] n5 is slow with every partner")
+    assert len(sus[0].details["repaired_with"]) == 2
+    assert not by_code(fs, "FLEET_SUSPECT_LINK")
+    # all_reduce clears it: no slow node there, n5 among the nodes that passed
+    (ok,) = by_code(fs, "FLEET_NO_SUSPECT")
+    assert ok.details["collective"] == "all_reduce" and ok.message.startswith("[fleet] ")
+    assert {f.details["collective"] for f in by_code(fs, "FLEET_PAIRS")} == {"all_reduce",
+                                                                             "alltoall"}
+    out = run.provider_dir("lab", "fleet")
+    ar = json.loads((out / "pairs.json").read_text())
+    a2a = json.loads((out / "pairs_alltoall.json").read_text())
+    assert ar["collective"] == "all_reduce" and "n5" in ar["passed"]
+    assert a2a["collective"] == "alltoall" and "n5" not in a2a["passed"]
+    assert a2a["suspects"] == [{"node": "n5", "status": "confirmed"}]
+    assert {p["collective"] for p in a2a["pairs"]} == {"alltoall"}
+    # each collective's median is its own: alltoall's at 60% of all_reduce's
+    for r_ar, r_a2a in zip(ar["references"], a2a["references"], strict=True):
+        assert r_a2a["median"] == pytest.approx(0.6 * r_ar["median"], rel=1e-3)
+    # every job ran both, each into its own log, and the finding's evidence is alltoall's
+    logs = {p.name for p in out.glob("*.log")}
+    jobs = {m.tags["job"] for m in run.measurements()}
+    assert all(any(name.endswith(f"_{j}.log") for name in logs) for j in jobs)
+    assert all(any(name.endswith(f"_{j}_alltoall.log") for name in logs) for j in jobs)
+    slow_logs = [e for e in sus[0].evidence if e.endswith(".log")]
+    assert slow_logs and all(e.endswith("_alltoall.log") for e in slow_logs)
+    assert all("alltoall_perf" in (run.dir / e).read_text() for e in slow_logs)
+    # the measurements carry the collective in the nccl step's tag, every job both
+    ops: dict[str, set[str]] = {}
+    for m in run.measurements():
+        ops.setdefault(m.tags["job"], set()).add(m.tags["op"])
+    assert set(map(frozenset, ops.values())) == {frozenset({"all_reduce", "alltoall"})}
+    assert sum("--op alltoall" in c for c in commands) == sum(
+        "--op" not in c for c in commands if "allreduce-bench" in c and "--help" not in c)
+    # and the store's collective column keeps them apart, as the nccl step's
+    from orchestrator.analysis import frames
+
+    df = frames.measurements(tmp_path / "results", [run.run_id])
+    assert set(df["collective"]) == {"", "alltoall"}
+    assert (df["collective"] == "alltoall").sum() == (df["collective"] == "").sum()
+
+
+def test_each_collective_is_judged_against_bands_of_its_own_only(tmp_path: Path) -> None:
+    """An order's alltoall band (2.5 GB/s at 16 MiB) says the whole fleet's alltoall is
+    slow (1.2 GB/s); all_reduce at 2 GB/s, below that figure too, is judged by no band."""
+    band = "{nccl_busbw: [{value: 3, lower: 2.5, upper: 4, size: 16M, collective: alltoall}]}"
+    fs, _ = fleet(tmp_path, 4, lambda nodes: 1.0, expect=band,
+                  collectives=lambda nodes, coll: 1.0 if coll == "all_reduce" else 0.6)
+    (below,) = by_code(fs, "FLEET_BELOW_BAND")
+    assert below.details["collective"] == "alltoall"
+    assert below.message.startswith("[fleet alltoall] the median pair itself is below")
+    assert [f.details["collective"] for f in by_code(fs, "FLEET_NO_SUSPECT")] == ["all_reduce"]
+
+
+def test_the_default_suite_runs_all_reduce_only(tmp_path: Path) -> None:
+    commands: list[str] = []
+    fs, run = fleet(tmp_path, 4, lambda nodes: 1.0, commands=commands)
+    assert by_code(fs, "FLEET_NO_SUSPECT")
+    assert commands and not [c for c in commands if "--op" in c]
+    assert {m.tags["op"] for m in run.measurements()} == {"all_reduce"}
+    out = run.provider_dir("lab", "fleet")
+    assert [p.name for p in out.glob("pairs*.json")] == ["pairs.json"]
+    assert not [p for p in out.glob("*.log") if p.stem.endswith(("alltoall", "all_gather",
+                                                                 "reduce_scatter"))]
+    judged = [f for f in fs if "collective" in f.details]
+    assert judged and all(f.message.startswith("[fleet] ") and f.details["collective"]
+                          == "all_reduce" for f in judged)
+
+
+def test_a_collective_the_torch_backend_lacks_is_said_once_and_judged_nowhere(
+        tmp_path: Path) -> None:
+    """gloo without reduce_scatter: the benchmark prints why and no rows; every pair's
+    all_reduce is judged as ever, the reduce_scatter is one INFO, never a slow pair."""
+    from orchestrator.steps.fleet import step as S
+
+    real = S._Runner._judge
+
+    def skipping(self: S._Runner, r: object, j: object, out: object, coll: str) -> object:
+        if coll == "reduce_scatter":
+            out.log.write_text("# gpuvet skipped: reduce_scatter is not supported by the gloo "  # type: ignore[attr-defined]
+                               "backend\n# Collective test concluded: reduce_scatter_perf\n")
+        return real(self, r, j, out, coll)  # type: ignore[arg-type]
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(S._Runner, "_judge", skipping)
+    try:
+        fs, run = fleet(tmp_path, 4, lambda nodes: 1.0,
+                        collectives=("all_reduce", "reduce_scatter"))
+    finally:
+        mp.undo()
+    (skip,) = by_code(fs, "FLEET_COLLECTIVE_SKIPPED")
+    assert skip.severity == "INFO" and skip.details["collective"] == "reduce_scatter"
+    assert skip.message.startswith("[fleet reduce_scatter] not run: reduce_scatter is not")
+    assert [f.details["collective"] for f in by_code(fs, "FLEET_NO_SUSPECT")] == ["all_reduce"]
+    assert not by_code(fs, "FLEET_JOB_FAILED") and not by_code(fs, "FLEET_SUSPECT_NODE")
 
 
 def test_a_slow_link_is_named_and_neither_of_its_nodes(tmp_path: Path) -> None:
@@ -316,6 +451,11 @@ def test_pairs_are_compared_on_busbw_from_the_time_not_its_two_printed_decimals(
     assert _busbw_from_time(16 << 20, 700_000.0, 2, 0.02) == pytest.approx(0.023968, rel=1e-4)
     assert _busbw_from_time(16 << 20, 700_000.0, 4, 0.04) == pytest.approx(0.035951, rel=1e-4)
     assert _busbw_from_time(16 << 20, 0.0, 2, 0.02) == 0.02  # no usable time: the printed one
+    # each collective by nccl-tests' own factor: (n-1)/n for alltoall, all_gather, ...
+    assert _busbw_from_time(16 << 20, 700_000.0, 2, 0.01, "alltoall") == pytest.approx(
+        0.011984, rel=1e-4)
+    assert _busbw_from_time(16 << 20, 700_000.0, 4, 0.02, "all_gather") == pytest.approx(
+        0.017976, rel=1e-4)
 
 
 def test_a_resumed_run_keeps_a_judged_fleet_and_redoes_a_cut_one_whole(tmp_path: Path) -> None:
@@ -345,3 +485,108 @@ def test_a_resumed_run_keeps_a_judged_fleet_and_redoes_a_cut_one_whole(tmp_path:
     for m in run.measurements():
         per_job.setdefault((m.unit_key, m.metric, m.size, m.inplace), []).append(m)
     assert all(len(v) == 1 for v in per_job.values())
+
+
+def test_the_nccl_tests_engine_runs_each_collectives_own_binary_in_the_same_mpirun(
+        tmp_path: Path) -> None:
+    """One mpirun per collective with a context per node, each running the collective's
+    `<name>_perf` beside the node's all_reduce_perf (one build makes them all)."""
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.fleet import engines
+
+    inv = write_inv(tmp_path, 2)
+    a, b = inv.nodes
+    builds = {n.name: BuildDoc(ok=True, mpi=True, gpus=8,
+                               binary=f"/w/{n.name}/cache/build/all_reduce_perf")
+              for n in (a, b)}
+    params = engines.nccl_params(FleetParams())
+    for coll in ("all_reduce", "all_gather", "reduce_scatter", "alltoall"):
+        cmd = str(engines.nccl_command([a, b], params, builds, coll))
+        assert cmd.count("mpirun") == 1 and cmd.count(" : ") == 1
+        assert f"/w/n0/cache/build/{coll}_perf" in cmd
+        assert f"/w/n1/cache/build/{coll}_perf" in cmd
+        assert "-np 8" in cmd and "-b 16M -e 1G -f 4" in cmd
+        if coll != "all_reduce":
+            assert "all_reduce_perf" not in cmd
+    assert engines.collective_label("pairs-r0_n0+n1", "all_reduce") == "pairs-r0_n0+n1"
+    assert engines.collective_label("pairs-r0_n0+n1", "alltoall") == "pairs-r0_n0+n1_alltoall"
+
+
+def test_the_nccl_tests_engine_judges_a_real_alltoall_beside_all_reduce(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real logs of two simulated nodes on one H100 (all_reduce_perf and alltoall_perf):
+    each pair runs both, each log is parsed as its own collective, and a log of another
+    collective than the one run is the job's failure, never judged as it."""
+    from orchestrator.nccltests import BuildDoc
+    from orchestrator.steps.fleet import engines
+
+    def built(pool: object, node: inventory.Node, run: Run, params: object,
+              archive: object) -> BuildDoc:
+        return BuildDoc(ok=True, mpi=True, gpus=1, binary=f"/w/{node.name}/all_reduce_perf")
+
+    monkeypatch.setattr(engines, "build_nccl_tests", built)
+    monkeypatch.setattr(fleet_step.nccltests, "source_archive", lambda *a: None)
+    logs = (Path(__file__).resolve().parents[1] / "fixtures" / "h100x1-sims"
+            / "20261206-091857-f1b9" / "providers" / "sim" / "nccl")
+    ar, a2a = ((logs / f"multi_{x}round1.log").read_text() for x in ("", "alltoall_"))
+
+    def go(where: Path, alltoall_log: str) -> tuple[list[Finding], Run, list[str]]:
+        inv = write_inv(where, 4)
+        suite = Suite(fleet=FleetParams.model_validate({
+            "engine": "nccl-tests", "min_bytes": "8", "max_bytes": "16M", "rdma": False,
+            "min_judged_bytes": "1M", "collectives": ["all_reduce", "alltoall"]}))
+        run = Run.create(where / "results", command="fleet", suite_hash=suite.hash,
+                         suite=suite.model_dump(mode="json"), inventory_path=None)
+        script = (Script().on(lambda c: c.startswith("command -v ib_write_bw"),
+                              stdout="perftest=no\n")
+                  .on(lambda c: "mpirun" in c and "alltoall_perf" in c, stdout=alltoall_log)
+                  .on(lambda c: "mpirun" in c, stdout=ar).on("true"))
+        pool = scripted_pool(default=script)
+        out = fleet_step.run_fleet(inv, inv.nodes, run, suite, pool=pool)
+        return out.findings, run, [c for ex in pool.executors.values() for c in ex.commands
+                                   if "mpirun" in c]
+
+    (tmp_path / "ok").mkdir()
+    fs, run, cmds = go(tmp_path / "ok", a2a)
+    assert sum("alltoall_perf" in c for c in cmds) == sum("all_reduce_perf" in c for c in cmds)
+    assert {f.details["collective"] for f in by_code(fs, "FLEET_NO_SUSPECT")} == {
+        "all_reduce", "alltoall"}
+    a2a_ms = [m for m in run.measurements() if m.tags["op"] == "alltoall"
+              and m.metric == "busbw" and not m.inplace and m.size == 16 << 20]
+    assert a2a_ms and {m.value for m in a2a_ms} == {1.15}  # the log's own row, as printed
+    table = json.loads((run.provider_dir("lab", "fleet") / "pairs_alltoall.json").read_text())
+    # busbw from the time by alltoall's (n-1)/n: 16 MiB in 7321.15 us over 2 ranks
+    big = [s for p in table["pairs"] for s in p["sizes"] if s["size"] == 16 << 20]
+    assert big and all(s["busbw"] == pytest.approx((16 << 20) / 7321.15e3 / 2) for s in big)
+    (tmp_path / "wrong").mkdir()
+    fs, run, _ = go(tmp_path / "wrong", ar)  # all_reduce's table where alltoall ran
+    failed = [f for f in run.findings() if f.code == "FLEET_JOB_FAILED"]
+    assert failed and all(f.details["collective"] == "alltoall" and "the log is of "
+                          "all_reduce, not of the alltoall" in f.message for f in failed)
+    assert not [m for m in run.measurements() if m.tags["op"] == "alltoall"]
+    assert [m for m in run.measurements() if m.tags["op"] == "all_reduce"]  # still counted
+
+
+def test_gpuvet_fleet_collective_is_repeatable_and_refuses_an_unknown_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from orchestrator import cli
+
+    seen: list[tuple[str, ...]] = []
+
+    def fake(inv: object, nodes: object, run: Run, suite: Suite, **kw: object) -> object:
+        seen.append(suite.fleet_params.collectives)
+        return fleet_step.FleetRun()
+
+    monkeypatch.setattr(fleet_step, "run_fleet", fake)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("version: 1\nproviders:\n  lab:\n    executor: local\n    nodes:\n"
+                   + "".join(f"      - {{name: n{i}, work_dir: '{tmp_path}/n{i}'}}\n"
+                             for i in range(2)))
+    base = ["fleet", "-i", str(inv), "--results", str(tmp_path / "results")]
+    assert cli.run([*base, "--collective", "all_reduce", "--collective", "alltoall"]) == 0
+    assert cli.run(base) == 0
+    assert seen == [("all_reduce", "alltoall"), ("all_reduce",)]
+    capsys.readouterr()
+    assert cli.run([*base, "--collective", "sendrecv"]) == 2
+    assert "sendrecv" in capsys.readouterr().err

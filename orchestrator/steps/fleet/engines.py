@@ -10,7 +10,10 @@ Two engines, chosen with `--engine`:
   CPU nodes, NCCL on GPUs). The whole-fleet job also writes every rank's
   barrier times (`--rank-times`) for the straggler analysis.
 
-Each job's rank-0 output streams into one log in the run directory; its stderr
+A job runs each of the suite's `fleet.collectives` in turn: one run per collective
+(the collective's own `<name>_perf` binary in the same mpirun, or the benchmark with
+its `--op`), each its own log (`collective_label`) under its own stall bound.
+Each run's rank-0 output streams into one log in the run directory; its stderr
 is kept beside it when there is any. Which node failed is told apart from
 why: a node the controller cannot reach is named in `JobFailed.unreachable`.
 """
@@ -30,7 +33,7 @@ from orchestrator import nccltests
 from orchestrator import payload as payload_mod
 from orchestrator.errors import GpuvetError, StepError
 from orchestrator.executors import ExecutorPool, fanout
-from orchestrator.executors.base import is_unreachable
+from orchestrator.executors.base import EnvCommand, is_unreachable
 from orchestrator.files import scrub_in_place
 from orchestrator.inventory import Node
 from orchestrator.nccltests import BuildDoc
@@ -119,10 +122,20 @@ def nccl_params(p: FleetParams, base: NcclParams | None = None) -> NcclParams:
         "timeout_s": p.timeout_s})
 
 
-def torch_args(p: FleetParams) -> list[str]:
-    return ["allreduce-bench", "-b", p.min_bytes, "-e", p.max_bytes, "-f", str(p.step_factor),
+def collective_label(label: str, collective: str) -> str:
+    """The log name of one collective's run of a job: all_reduce keeps the job's own
+    (`pairs-r0_a+b`, as runs on disk have it), another collective's ends in its name
+    (`pairs-r0_a+b_alltoall`)."""
+    return nccltests.log_label(label, collective)
+
+
+def torch_args(p: FleetParams, collective: str = "all_reduce") -> list[str]:
+    args = ["allreduce-bench", "-b", p.min_bytes, "-e", p.max_bytes, "-f", str(p.step_factor),
             "-n", str(p.iters), "-w", str(p.warmup_iters), "-c", str(p.check),
             "--pg-timeout", f"{p.collective_timeout_s:g}"]
+    if collective != "all_reduce":
+        args += ["--op", collective]
+    return args
 
 
 def free_port() -> int:
@@ -140,12 +153,14 @@ def _keep_stderr(path: Path, text: str) -> Path | None:
 
 def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParams,
               out_dir: Path, label: str, *, port: int, gpus: Mapping[str, int],
-              rank_times: bool = False) -> JobOutput:
-    """allreduce-bench across `nodes`, one torchrun per node, all at once."""
+              rank_times: bool = False, collective: str = "all_reduce") -> JobOutput:
+    """allreduce-bench of `collective` across `nodes`, one torchrun per node, all at once;
+    `label` is the job's, the log's name says the collective."""
     local = nodes[0].executor == "local"
     master = "127.0.0.1" if local else (nodes[0].host or nodes[0].name)
+    label = collective_label(label, collective)
     log = out_dir / f"{label}.log"
-    args = torch_args(p)
+    args = torch_args(p, collective)
     rel_times = f"../fleet-runs/{run.run_id}/{label}.rank-times.json"  # from the payload dir
     if rank_times:
         args += ["--rank-times", rel_times, "--straggler-iters", str(p.straggler_iters)]
@@ -186,12 +201,12 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
                         hint=exc.hint)
     bad = {n: rc for n, (rc, _) in group.results.items() if rc != 0}
     if watch.hung:
-        raise JobFailed(f"{label}: torch.distributed all_reduce: {watch.why()}",
+        raise JobFailed(f"{label}: torch.distributed {collective}: {watch.why()}",
                         evidence=evidence)
     if bad:
         shown = ", ".join(f"{n} {'timed out' if rc is None else f'rc={rc}'}"
                           for n, rc in bad.items())
-        raise JobFailed(f"{label}: torch.distributed all_reduce failed ({shown})",
+        raise JobFailed(f"{label}: torch.distributed {collective} failed ({shown})",
                         evidence=evidence)
     out = JobOutput(log=log, stderr=stderr, files=files)
     if rank_times:
@@ -208,19 +223,29 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
     return out
 
 
-def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: NcclParams,
-                   out_dir: Path, label: str, *, builds: Mapping[str, BuildDoc],
-                   stall_s: float | None = None) -> JobOutput:
-    """One mpirun across `nodes` (one context per node), started on the first; killed when
-    its output stops growing for `stall_s`."""
-    head = pool(nodes[0])
+def nccl_command(nodes: Sequence[Node], params: NcclParams, builds: Mapping[str, BuildDoc],
+                 collective: str = "all_reduce") -> EnvCommand:
+    """The mpirun of one collective across `nodes`: a context per node running the
+    collective's own binary beside the node's all_reduce_perf (one build makes them all)."""
     contexts = []
     for n in nodes:
         b = builds[n.name]
-        plan = nccltests.perf_argv(str(b.binary), params, 1, set(b.flags), None)
+        binary = nccltests.collective_binary(str(b.binary), collective)
+        plan = nccltests.perf_argv(binary, params, 1, set(b.flags), None)
         contexts.append((n, plan.argv, int(b.gpus or 1)))
-    cmd = nccltests.mpirun_command(contexts, nccltests.run_env(params),
-                                   local=nodes[0].executor == "local")
+    return nccltests.mpirun_command(contexts, nccltests.run_env(params),
+                                    local=nodes[0].executor == "local")
+
+
+def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: NcclParams,
+                   out_dir: Path, label: str, *, builds: Mapping[str, BuildDoc],
+                   stall_s: float | None = None, collective: str = "all_reduce") -> JobOutput:
+    """One mpirun of `collective` across `nodes` (one context per node), started on the
+    first; killed when its output stops growing for `stall_s`. `label` is the job's, the
+    log's name says the collective."""
+    head = pool(nodes[0])
+    cmd = nccl_command(nodes, params, builds, collective)
+    label = collective_label(label, collective)
     log = out_dir / f"{label}.log"
     watch = StallWatch(log, [head], stall_s if stall_s is not None else params.timeout_s)
     try:
@@ -236,7 +261,7 @@ def run_nccl_tests(pool: ExecutorPool, nodes: Sequence[Node], run: Run, params: 
     files = [f for f in (log, stderr) if f is not None and f.is_file()]
     if watch.hung or res.timed_out or res.rc != 0:
         why = watch.why() if watch.hung else "timed out" if res.timed_out else f"rc={res.rc}"
-        raise JobFailed(f"{label}: mpirun all_reduce_perf failed ({why})",
+        raise JobFailed(f"{label}: mpirun {collective}_perf failed ({why})",
                         evidence=[run.rel(f) for f in files])
     return JobOutput(log=log, stderr=stderr, files=files)
 

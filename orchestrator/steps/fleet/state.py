@@ -33,6 +33,7 @@ class JobRecord:
     busbw: dict[int, float] = field(default_factory=dict)  # size -> out-of-place busbw
     rank_times: Path | None = None
     failed: str | None = None  # why the job gave no result, the nodes still reachable
+    collective: str = "all_reduce"  # a job runs each of fleet.collectives: one record each
 
 
 @dataclass
@@ -45,11 +46,14 @@ class ProviderFleet:
     prepared: dict[str, dict[str, object]] = field(default_factory=dict)  # node -> probe
     builds: dict[str, BuildDoc] = field(default_factory=dict)
     dropped: dict[str, str] = field(default_factory=dict)  # node -> why
-    samples: list[L.PairSample] = field(default_factory=list)
+    # per collective: each is localised on its own, against its own median pair
+    samples: dict[str, list[L.PairSample]] = field(default_factory=dict)
     jobs: list[JobRecord] = field(default_factory=list)
     executed: list[P.Round] = field(default_factory=list)
-    first: L.Localisation | None = None
-    final: L.Localisation | None = None
+    first: dict[str, L.Localisation] | None = None  # collective -> after the first pass
+    final: dict[str, L.Localisation] | None = None  # collective -> after the re-pairs
+    # collective -> (why, evidence): the torch benchmark's backend has no such collective
+    skipped: dict[str, tuple[str, list[str]]] = field(default_factory=dict)
     shipped: list[Band] = field(default_factory=list)
     extra: list[Finding] = field(default_factory=list)  # the RDMA phase's notes
     topo: dict[str, TopoMFacts] = field(default_factory=dict)  # node -> nvidia-smi topo -m

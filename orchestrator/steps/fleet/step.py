@@ -7,12 +7,14 @@ Per provider with two or more nodes:
    is left out of the plan.
 2. *pairs* (or the *ring*): `plan.fleet_plan`'s rounds, each round's disjoint
    jobs at once (at most `settings.concurrency`), each job one mpirun or one
-   torchrun per node, every job a unit of the step driver whose records reach
-   the run as it finishes. A node the controller loses is dropped and the rest
-   of the plan is recomputed without it (`plan.replan`).
-3. *localise* against the fleet's median pair and the band, then *re-pair*
-   every suspect with nodes that passed and run every suspect link again;
-   localise again: confirmed suspects are named.
+   torchrun per node for each of `fleet.collectives` in turn, every job a unit of
+   the step driver whose records reach the run as it finishes. A node the
+   controller loses is dropped and the rest of the plan is recomputed without it
+   (`plan.replan`).
+3. *localise* each collective on its own against its own median pair and band,
+   then *re-pair* every suspect of any collective with nodes that passed them all
+   and run every suspect link again; localise again: confirmed suspects are named,
+   with the collective they are slow in.
 4. *groups* (`--plan groups`) of 4/8/16 and the whole fleet over the nodes
    that passed; the whole-fleet torch run times every rank at a barrier for
    the straggler analysis.
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator import bands as bands_mod
@@ -61,7 +63,7 @@ from orchestrator.steps.fleet import plan as P
 from orchestrator.steps.fleet.state import JobRecord, ProviderFleet
 from orchestrator.store import Run, atomic_write
 from orchestrator.suite import Suite
-from payload.allreduce import parse_size
+from payload.allreduce import SKIPPED, busbw_factor, parse_size
 from payload.allreduce import sizes as size_list
 from payload.scrub import scrub_text
 
@@ -185,7 +187,7 @@ class _Runner:
                             partners=self.p.partners, seed=self.p.seed)
         self.rounds(plan)
         self.pf.first = self.localise()
-        sus, passed, links = L.repair_inputs(self.pf.first)
+        sus, passed, links = repair_inputs(self.pf.first)
         passed = [n for n in passed if n not in self.pf.dropped]
         sus = [n for n in sus if n not in self.pf.dropped]
         links = [lk for lk in links if not set(lk) & set(self.pf.dropped)]
@@ -196,7 +198,7 @@ class _Runner:
             self.rounds(P.Plan(plan.kind, plan.nodes, plan.seed, 0, rep), top_up=False)
         self.pf.final = self.localise()
         if self.p.plan == "groups":
-            ok = [n for n in healthy(self.pf.final) if n not in self.pf.dropped]
+            ok = [n for n in healthy_all(self.pf.final) if n not in self.pf.dropped]
             if len(ok) >= 3:
                 self.rounds(P.Plan("groups", tuple(ok), plan.seed, 0,
                                    P.group_rounds(ok, start=self._next_index())), top_up=False)
@@ -221,15 +223,20 @@ class _Runner:
     def _next_index(self) -> int:
         return (self.pf.executed[-1].index + 1) if self.pf.executed else 0
 
-    def localise(self) -> L.Localisation:
+    def localise(self) -> dict[str, L.Localisation]:
+        """Each collective on its own: its pairs against its own median pair and the bands
+        of that collective only (an all_reduce band says nothing of an alltoall)."""
         inv_bands = self.inv.providers[self.pf.provider].expect.nccl_busbw
         given = [] if inv_bands is None else (
             inv_bands if isinstance(inv_bands, list) else [inv_bands])
-        # the fleet's pairs run all_reduce: another collective's band says nothing of them
-        return L.localise(self.pf.samples,
-                          bands=bands_mod.of_collective(given or self.pf.shipped, "all_reduce"),
-                          tolerance=self.p.tolerance,
-                          min_size=parse_size(self.p.min_judged_bytes))
+        out: dict[str, L.Localisation] = {}
+        for coll in self.p.collectives:
+            samples = self.pf.samples.get(coll)
+            if samples:
+                out[coll] = L.localise(
+                    samples, bands=bands_mod.of_collective(given or self.pf.shipped, coll),
+                    tolerance=self.p.tolerance, min_size=parse_size(self.p.min_judged_bytes))
+        return out
 
     def prepare(self) -> None:
         archive = (nccltests.source_archive(self.nccl, self.run.dir / ".staging")
@@ -316,28 +323,54 @@ class _Runner:
     # --- one job ------------------------------------------------------------------------
 
     def job(self, r: P.Round, j: P.Job, lost: set[str], stage: StageTracker) -> UnitResult:
+        """Each of the suite's collectives in turn on the job's nodes, each its own run and
+        log under its own stall bound. A node lost fails the whole job (it is dropped and
+        the plan recomputed); a collective that failed while every node still answers is
+        that collective's failure (0 GB/s in its table), and the others still count."""
         label = f"{r.stage}-r{r.index}_{j.key}"
         members = [self.by_name[x] for x in j.nodes]
-        try:
-            with stage("execute"):
-                out = self._engine(members, label, r.stage == "whole")
-            with stage("judge"):
-                return self._judge(r, j, out)
-        except engines.JobFailed as exc:
-            gone = set(exc.unreachable) | self._unreachable(members)
-            with self.pf.lock:
-                lost |= gone
-                if not gone:
-                    self._record_failed(r, j, exc.what, exc.evidence)
-            raise UnitFailed(
-                exc.what + (f"; unreachable: {', '.join(sorted(gone))}" if gone else ""),
-                "FLEET_JOB_FAILED", exc.evidence, hint=exc.hint) from exc
+        done: list[_Judged] = []
+        failed: list[tuple[str, engines.JobFailed]] = []
+        for i, coll in enumerate(self.p.collectives):
+            try:
+                with stage("execute"):
+                    out = self._engine(members, label, r.stage == "whole" and i == 0, coll)
+                with stage("judge"):
+                    done.append(self._judge(r, j, out, coll))
+            except engines.JobFailed as exc:
+                gone = set(exc.unreachable) | self._unreachable(members)
+                if gone:
+                    with self.pf.lock:
+                        lost |= gone
+                    raise UnitFailed(f"{exc.what}; unreachable: {', '.join(sorted(gone))}",
+                                     "FLEET_JOB_FAILED", exc.evidence, hint=exc.hint) from exc
+                failed.append((coll, exc))
+        with self.pf.lock:
+            for d in done:
+                self._keep(j, d)
+            for c, e in failed:
+                self._record_failed(r, j, c, e.what, e.evidence)
+        if failed and not done:
+            raise UnitFailed("; ".join(e.what for _, e in failed), "FLEET_JOB_FAILED",
+                             [x for _, e in failed for x in e.evidence], hint=failed[0][1].hint)
+        fs = [finding(self.run.run_id, STEP, provider=self.pf.provider, node=None,
+                      code="FLEET_JOB_FAILED", severity="FAIL", message=e.what,
+                      evidence=e.evidence, stage="execute", collective=c,
+                      **({"hint": e.hint} if e.hint else {}))
+              for c, e in failed]
+        first = next((d for d in done if d.skipped is None), done[0])
+        return UnitResult(findings=fs, measurements=[m for d in done for m in d.measurements],
+                          summary={"log": first.log, "transport": first.record.transport,
+                                   "collectives": {d.record.collective: d.log for d in done},
+                                   **({"failed": [c for c, _ in failed]} if failed else {})})
 
-    def _engine(self, members: Sequence[Node], label: str, whole: bool) -> engines.JobOutput:
+    def _engine(self, members: Sequence[Node], label: str, whole: bool,
+                collective: str) -> engines.JobOutput:
         if self.p.engine == "nccl-tests":
             return engines.run_nccl_tests(self.pool, members, self.run, self.nccl, self.out_dir,
                                           label, builds=self.pf.builds,
-                                          stall_s=self.p.stall_timeout_s)
+                                          stall_s=self.p.stall_timeout_s,
+                                          collective=collective)
         with self.pf.lock:
             self.port_seq += 1
             seq = self.port_seq
@@ -345,7 +378,8 @@ class _Runner:
             self.p.master_port + seq % 2000
         gpus = {n.name: _gpus(self.inv, n, None) for n in members}
         return engines.run_torch(self.pool, members, self.run, self.p, self.out_dir, label,
-                                 port=port, gpus=gpus, rank_times=whole)
+                                 port=port, gpus=gpus, rank_times=whole,
+                                 collective=collective)
 
     def _unreachable(self, members: Sequence[Node]) -> set[str]:
         """After a failed job: which of its nodes still answer."""
@@ -358,26 +392,52 @@ class _Runner:
                     gone.add(n.name)
         return gone
 
-    def _record_failed(self, r: P.Round, j: P.Job, why: str, evidence: list[str]) -> None:
-        """A pair whose nodes both answer but whose all_reduce failed: 0 GB/s at every
+    def _record_failed(self, r: P.Round, j: P.Job, collective: str, why: str,
+                       evidence: list[str]) -> None:
+        """A pair whose nodes both answer but whose collective failed: 0 GB/s at every
         size, so a node all of whose pairs fail is a suspect like a slow one."""
-        rec = JobRecord(j, r.stage, r.index, evidence, failed=why)
+        rec = JobRecord(j, r.stage, r.index, evidence, failed=why, collective=collective)
         self.pf.jobs.append(rec)
         if len(j.nodes) == 2:
-            for size in self.sizes:
-                self.pf.samples.append(L.PairSample((j.nodes[0], j.nodes[1]), r.stage, r.index,
-                                                    size, 0.0, evidence=tuple(evidence)))
+            self.pf.samples.setdefault(collective, []).extend(
+                L.PairSample((j.nodes[0], j.nodes[1]), r.stage, r.index, size, 0.0,
+                             evidence=tuple(evidence)) for size in self.sizes)
 
-    def _judge(self, r: P.Round, j: P.Job, out: engines.JobOutput) -> UnitResult:
+    def _keep(self, j: P.Job, d: _Judged) -> None:
+        """One collective's judged run of a job into the provider's state (under its lock)."""
+        rec = d.record
+        self.pf.jobs.append(rec)
+        if d.skipped is not None:
+            self.pf.skipped.setdefault(rec.collective, (d.skipped, list(rec.files)))
+            return
+        if len(j.nodes) == 2:
+            self.pf.samples.setdefault(rec.collective, []).extend(
+                L.PairSample((j.nodes[0], j.nodes[1]), rec.stage, rec.round, size, value,
+                             evidence=tuple(rec.files)) for size, value in rec.busbw.items())
+            if not self.pf.shipped and d.gpu_name and self.p.engine == "nccl-tests":
+                ref = bands_mod.find_shipped(d.gpu_name, max(1, d.ranks // 2), 2)
+                self.pf.shipped = list(ref.bands) if ref is not None else []
+
+    def _judge(self, r: P.Round, j: P.Job, out: engines.JobOutput,
+               collective: str) -> _Judged:
         # the pairs are compared on busbw from each row's time: nccl-tests prints busbw
         # with two decimals, which at the rates of a TCP fallback or a loaded link
         # (0.02 against 0.04 GB/s) leaves the ratio to rounding
         rel = self.run.rel(out.log)
         text = out.log.read_text(errors="replace") if out.log.is_file() else ""
+        files = [self.run.rel(f) for f in out.files]
+        skipped = _skipped(text)
+        if skipped is not None:  # the torch backend has no such collective (gloo's
+            # reduce_scatter in some torch versions): said once, never a slow pair
+            return _Judged(JobRecord(j, r.stage, r.index, files, collective=collective), rel,
+                           skipped=skipped)
         try:
             parsed = parse_nccl_tests(text, source=rel)
         except ParseError as exc:
             raise engines.JobFailed(f"{j.key}: {exc.what}", evidence=[rel]) from exc
+        if parsed.op and parsed.op != collective:
+            raise engines.JobFailed(f"{j.key}: the log is of {parsed.op}, not of the "
+                                    f"{collective} that was run", evidence=[rel])
         if not parsed.rows:
             raise engines.JobFailed(f"{j.key}: no result rows in the log", evidence=[rel])
         odd = [row.size_bytes for row in parsed.rows if not all(
@@ -387,15 +447,15 @@ class _Runner:
             raise engines.JobFailed(f"{j.key}: bandwidth that is not a number at "
                                     f"{len(odd)} size(s) of the log", evidence=[rel])
         extra = out.stderr.read_text(errors="replace") if out.stderr is not None else ""
-        files = [self.run.rel(f) for f in out.files]
         rec = JobRecord(j, r.stage, r.index, files, transport=_transport(text + "\n" + extra),
-                        rank_times=out.rank_times)
+                        rank_times=out.rank_times, collective=collective)
         engine = self.p.engine
         ms: list[Measurement] = []
         ranks = len(parsed.ranks) or len(j.nodes)
         for row in parsed.rows:
             rec.busbw[row.size_bytes] = _busbw_from_time(row.size_bytes, row.out_of_place.time_us,
-                                                         ranks, row.out_of_place.busbw_gbs)
+                                                         ranks, row.out_of_place.busbw_gbs,
+                                                         collective)
             for inplace, half in ((False, row.out_of_place), (True, row.in_place)):
                 for metric, value, unit in (("busbw", half.busbw_gbs, "GB/s"),
                                             ("algbw", half.algbw_gbs, "GB/s"),
@@ -405,19 +465,57 @@ class _Runner:
                         step=STEP, metric=metric, value=value, unit=unit,
                         suite_hash=self.suite.hash, scope="multi", engine=engine,
                         size=row.size_bytes, inplace=inplace, round=r.index,
-                        tags={"stage": r.stage, "job": j.key}))
-        with self.pf.lock:
-            self.pf.jobs.append(rec)
-            if len(j.nodes) == 2:
-                for size, value in rec.busbw.items():
-                    self.pf.samples.append(L.PairSample((j.nodes[0], j.nodes[1]), r.stage,
-                                                        r.index, size, value,
-                                                        evidence=tuple(files)))
-                if not self.pf.shipped and parsed.ranks and engine == "nccl-tests":
-                    ref = bands_mod.find_shipped(parsed.ranks[0].name,
-                                                 max(1, len(parsed.ranks) // 2), 2)
-                    self.pf.shipped = list(ref.bands) if ref is not None else []
-        return UnitResult(measurements=ms, summary={"log": rel, "transport": rec.transport})
+                        # the collective in the nccl step's tag: compare and regress keep
+                        # each collective's series apart
+                        tags={"stage": r.stage, "job": j.key, "op": collective}))
+        return _Judged(rec, rel, measurements=ms,
+                       gpu_name=parsed.ranks[0].name if parsed.ranks else None,
+                       ranks=len(parsed.ranks))
+
+
+@dataclass
+class _Judged:
+    """One collective's run of a job, judged: kept in the provider's state once the job's
+    every collective has run."""
+
+    record: JobRecord
+    log: str
+    measurements: list[Measurement] = field(default_factory=list)
+    skipped: str | None = None  # why the benchmark did not run this collective
+    gpu_name: str | None = None
+    ranks: int = 0
+
+
+def _skipped(text: str) -> str | None:
+    """The torch benchmark's reason for not running its collective, else None."""
+    for line in text.splitlines():
+        if line.startswith(SKIPPED):
+            return line[len(SKIPPED):].strip()
+    return None
+
+
+def repair_inputs(locs: Mapping[str, L.Localisation]
+                  ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """(suspect nodes, passed nodes, suspect links) over every collective: the suspects and
+    links of any collective, re-paired with nodes that passed every collective."""
+    sus: dict[str, None] = {}
+    links: dict[tuple[str, ...], tuple[str, str]] = {}
+    passed: list[str] | None = None
+    for loc in locs.values():
+        s, p, lk = L.repair_inputs(loc)
+        sus.update(dict.fromkeys(s))
+        for x in lk:
+            links.setdefault(tuple(sorted(x)), x)
+        passed = p if passed is None else [n for n in passed if n in set(p)]
+    return list(sus), [n for n in passed or [] if n not in sus], list(links.values())
+
+
+def healthy_all(locs: Mapping[str, L.Localisation]) -> list[str]:
+    """The nodes healthy in every collective (`healthy`), in the first one's order."""
+    each = [healthy(loc) for loc in locs.values()]
+    if not each:
+        return []
+    return [n for n in each[0] if all(n in h for h in each[1:])]
 
 
 def _hcas_of(pf: ProviderFleet, node: str) -> list[str]:
@@ -441,10 +539,12 @@ def _without(r: P.Round, drop: set[str]) -> P.Round:
     return P.Round(r.stage, r.index, keep, tuple(n for n in r.idle if n not in drop))
 
 
-def _busbw_from_time(size: int, time_us: float, ranks: int, printed: float) -> float:
-    """all_reduce's bus bandwidth, GB/s, from the size and the time of one iteration
-    (busbw = size / time x 2(n-1)/n, as nccl-tests computes it), to more digits than the
-    table prints; the printed figure where the time is not usable."""
+def _busbw_from_time(size: int, time_us: float, ranks: int, printed: float,
+                     collective: str = "all_reduce") -> float:
+    """A collective's bus bandwidth, GB/s, from the size and the time of one iteration
+    (busbw = size / time x the collective's factor, as nccl-tests computes it: 2(n-1)/n
+    for all_reduce, (n-1)/n for all_gather, reduce_scatter and alltoall), to more digits
+    than the table prints; the printed figure where the time is not usable."""
     if not (math.isfinite(time_us) and time_us > 0) or ranks < 2:
         return printed
-    return size / (time_us * 1e3) * 2 * (ranks - 1) / ranks
+    return size / (time_us * 1e3) * busbw_factor(collective, ranks)

@@ -5,6 +5,10 @@ while unconfirmed or unclear); a suspect link is a provider finding naming
 both ends, so neither node is blamed for a cable. Every finding carries the
 pair table (`pairs.json`: each pair job at every judged size against the
 median pair) and the logs of the jobs it rests on.
+
+Each of `fleet.collectives` is judged on its own, with a pair table of its own
+(`pairs.json` for all_reduce, `pairs_alltoall.json`, ...); its findings say the
+collective (`[fleet alltoall] ...`, details `collective`), all_reduce's keep `[fleet]`.
 """
 
 from __future__ import annotations
@@ -45,15 +49,23 @@ def _evidence(table: str, pairs: Iterable[L.PairVerdict]) -> list[str]:
     return list(out)
 
 
+def table_name(collective: str) -> str:
+    """The pair table's file: all_reduce keeps `pairs.json`, as runs on disk have it."""
+    return "pairs.json" if collective == "all_reduce" else f"pairs_{collective}.json"
+
+
 def pair_table(loc: L.Localisation, jobs: Sequence[JobRecord],
-               dropped: Mapping[str, str]) -> dict[str, Any]:
-    transport = {(j.job.nodes, j.stage, j.round): j.transport for j in jobs}
+               dropped: Mapping[str, str], collective: str = "all_reduce") -> dict[str, Any]:
+    transport = {(j.job.nodes, j.stage, j.round): j.transport for j in jobs
+                 if j.collective == collective}
     return {
+        "collective": collective,
         "tolerance": loc.tolerance,
         "references": [{"size": r.size, "median": r.median, "pairs": r.pairs,
                         "band": r.band.model_dump() if r.band else None}
                        for r in loc.references],
-        "pairs": [{"nodes": list(v.nodes), "stage": v.stage, "round": v.round, "slow": v.slow,
+        "pairs": [{"nodes": list(v.nodes), "collective": collective, "stage": v.stage,
+                   "round": v.round, "slow": v.slow,
                    "transport": transport.get((v.nodes, v.stage, v.round)),
                    "sizes": [{"size": s.size, "busbw": s.value, "reference": s.reference,
                               "ratio": s.ratio, "slow": s.slow,
@@ -71,30 +83,53 @@ def judge(run: Run, inv: Inventory, pf: ProviderFleet) -> list[Finding]:
     fs: list[Finding] = []
 
     def add(code: str, sev: Severity, msg: str, *, node: str | None = None,
-            evidence: Iterable[str] = (), **details: Any) -> None:
+            evidence: Iterable[str] = (), collective: str | None = None,
+            **details: Any) -> None:
+        label = "fleet" if collective in (None, "all_reduce") else f"fleet {collective}"
+        if collective is not None:
+            details["collective"] = collective
         fs.append(finding(run.run_id, STEP, provider=prov, node=node, code=code, severity=sev,
-                          message=f"[fleet] {msg}", evidence=evidence, **details))
+                          message=f"[{label}] {msg}", evidence=evidence, **details))
 
     for n, why in pf.dropped.items():
         add("FLEET_NODE_DROPPED", "FAIL", f"{n} was left out of the fleet plan ({why}); the "
             "plan was recomputed and went on without it", node=n, reason=why)
-    loc = pf.final
-    if loc is None:
+    if pf.final is None:
         add("FLEET_NOT_RUN", "FAIL", f"fewer than two nodes of {prov} were left to pair "
             f"({len(pf.alive)} of {len(pf.nodes)})")
         return fs
-    table = run.provider_dir(prov, STEP) / "pairs.json"
-    write_json(table, pair_table(loc, pf.jobs, pf.dropped))
+    rel = None
+    for coll in pf.params.collectives:
+        if coll in pf.skipped:
+            why, files = pf.skipped[coll]
+            add("FLEET_COLLECTIVE_SKIPPED", "INFO", f"not run: {why}", evidence=files,
+                collective=coll)
+        loc = pf.final.get(coll)
+        if loc is not None:
+            here = _collective(run, pf, loc, coll, add)
+            rel = rel or here
+    if rel is not None:
+        _transports(inv, pf, add, rel)
+    _groups(pf, add)
+    _stragglers(run, pf, add)
+    return [*fs, *pf.extra]
+
+
+def _collective(run: Run, pf: ProviderFleet, loc: L.Localisation, coll: str,
+                add: Any) -> str:
+    """One collective's findings, from its own localisation; its pair table's path."""
+    table = run.provider_dir(pf.provider, STEP) / table_name(coll)
+    write_json(table, pair_table(loc, pf.jobs, pf.dropped, coll))
     rel = run.rel(table)
     refs = ", ".join(f"{_size(r.size)} {r.median:.3g} GB/s" for r in loc.references)
     add("FLEET_PAIRS", "INFO", f"{len(loc.table)} pair jobs over {len(pf.alive)} nodes "
         f"({pf.params.engine}, plan {pf.params.plan}); the median pair: {refs}",
         evidence=[rel], references={str(r.size): r.median for r in loc.references},
-        tolerance=loc.tolerance)
+        tolerance=loc.tolerance, collective=coll)
     for r in loc.fleet_below_band:
         add("FLEET_BELOW_BAND", "WARN", f"the median pair itself is below the band at "
             f"{_size(r.size)} ({r.median:.3g} < {r.band.lower if r.band else 0:g} GB/s): "
-            "the whole fleet is slow, no one node to blame", evidence=[rel])
+            "the whole fleet is slow, no one node to blame", evidence=[rel], collective=coll)
     sev_of: dict[str, Severity] = {"confirmed": "FAIL", "unclear": "WARN",
                                    "unconfirmed": "WARN", "cleared": "INFO"}
     for s in loc.suspects:
@@ -105,7 +140,7 @@ def judge(run: Run, inv: Inventory, pf: ProviderFleet) -> list[Finding]:
             f"nodes that passed: {again} ({s.status})", node=s.node,
             evidence=_evidence(rel, [*s.pairs, *s.repairs]), status=s.status,
             partners=[_other(p, s.node) for p in s.pairs],
-            repaired_with=[_other(p, s.node) for p in s.repairs])
+            repaired_with=[_other(p, s.node) for p in s.repairs], collective=coll)
     for lk in loc.links:
         a, b = lk.nodes
         fine = "; ".join(_row(p) for p in lk.fine) or "no other pair"
@@ -114,11 +149,12 @@ def judge(run: Run, inv: Inventory, pf: ProviderFleet) -> list[Finding]:
             sev_of[lk.status], f"link {a} <-> {b} is slow only together: {_row(lk.pair)}, "
             f"while both are fine with others ({fine}); run again: {again} ({lk.status})",
             evidence=_evidence(rel, [lk.pair, *lk.fine, *lk.repairs]), link=[a, b],
-            status=lk.status)
+            status=lk.status, collective=coll)
     if not loc.suspects and not loc.links and not loc.fleet_below_band:
         passed = [n for n in loc.passed if n not in pf.dropped]
         add("FLEET_NO_SUSPECT", "PASS", f"no slow node or link among {len(passed)} nodes "
-            f"(every pair within {loc.tolerance:.0%} of the median pair)", evidence=[rel])
+            f"(every pair within {loc.tolerance:.0%} of the median pair)", evidence=[rel],
+            collective=coll)
     elif loc.suspects or loc.links:
         # a suspect named: say which nodes the plan cleared, so each has its own verdict
         # (a node measured in good pairs is not "not measured")
@@ -128,11 +164,8 @@ def judge(run: Run, inv: Inventory, pf: ProviderFleet) -> list[Finding]:
                 continue
             add("FLEET_NODE_CLEARED", "PASS", f"{n}: its pairs with nodes other than the "
                 f"suspects are within {loc.tolerance:.0%} of the median pair", node=n,
-                evidence=[rel])
-    _transports(inv, pf, add, rel)
-    _groups(pf, add)
-    _stragglers(run, pf, add)
-    return [*fs, *pf.extra]
+                evidence=[rel], collective=coll)
+    return rel
 
 
 def _other(v: L.PairVerdict, node: str) -> str:
@@ -141,7 +174,14 @@ def _other(v: L.PairVerdict, node: str) -> str:
 
 
 def _transports(inv: Inventory, pf: ProviderFleet, add: Any, rel: str) -> None:
-    pairs = [j for j in pf.jobs if len(j.job.nodes) == 2 and j.failed is None]
+    # one transport per pair job: the first of its collectives that ran and said one
+    per_job: dict[tuple[tuple[str, ...], str, int], JobRecord] = {}
+    for j in pf.jobs:
+        if len(j.job.nodes) == 2 and j.failed is None and j.busbw:
+            key = (j.job.nodes, j.stage, j.round)
+            if key not in per_job or (per_job[key].transport is None and j.transport):
+                per_job[key] = j
+    pairs = list(per_job.values())
     by: dict[str, list[str]] = {}
     for j in pairs:
         by.setdefault(j.transport or "unknown", []).append(j.job.key)
@@ -162,11 +202,11 @@ def _transports(inv: Inventory, pf: ProviderFleet, add: Any, rel: str) -> None:
 
 def _groups(pf: ProviderFleet, add: Any) -> None:
     groups = [j for j in pf.jobs if len(j.job.nodes) > 2 and j.failed is None and j.busbw]
-    by_stage: dict[str, list[JobRecord]] = {}
-    for j in groups:
-        by_stage.setdefault(j.stage, []).append(j)
+    by_stage: dict[tuple[str, str], list[JobRecord]] = {}
+    for j in groups:  # each collective's groups against the median group of its own
+        by_stage.setdefault((j.collective, j.stage), []).append(j)
     tol = pf.params.tolerance
-    for stage, jobs in by_stage.items():
+    for (coll, stage), jobs in by_stage.items():
         size = max(jobs[0].busbw)
         vals = [j.busbw.get(size, 0.0) for j in jobs]
         med = statistics.median(vals)
@@ -176,19 +216,20 @@ def _groups(pf: ProviderFleet, add: Any) -> None:
             add("FLEET_GROUP_SLOW", "WARN", f"group of {len(j.job.nodes)} "
                 f"({', '.join(j.job.nodes)}) at {j.busbw[size]:.3g} GB/s, more than {tol:.0%} "
                 f"below the median group ({med:.3g} GB/s at {_size(size)}): rail or switch "
-                "trouble among these nodes", evidence=j.files, nodes=list(j.job.nodes))
+                "trouble among these nodes", evidence=j.files, nodes=list(j.job.nodes),
+                collective=coll)
         what = "the whole fleet" if stage == "whole" else f"{len(jobs)} group(s) ({stage})"
         add("FLEET_GROUPS", "INFO", f"{what}: busbw at {_size(size)} "
             + ", ".join(f"{v:.3g}" for v in vals[:16]) + (" ..." if len(vals) > 16 else "")
             + " GB/s", evidence=[f for j in jobs[:16] for f in j.files[:1]],
-            plan_stage=stage, busbw=vals)
+            plan_stage=stage, busbw=vals, collective=coll)
 
 
 def _stragglers(run: Run, pf: ProviderFleet, add: Any) -> None:
     whole = [j for j in pf.jobs if j.stage == "whole" and j.failed is None]
     if not whole:
         return
-    j = whole[0]
+    j = next((x for x in whole if x.rank_times is not None), whole[0])
     if j.rank_times is None:
         if pf.params.engine == "torch":
             add("FLEET_RANK_TIMES_MISSING", "WARN", "the whole-fleet run wrote no rank times: "
