@@ -170,9 +170,12 @@ def suite_gate(sel: Selection, docs: dict[str, dict[str, Any]], max_rows: int = 
 def busbw_values(ms: pd.DataFrame, provider: str, scope: str, collective: str = "all_reduce"
                  ) -> dict[int, np.ndarray]:
     """busbw (out-of-place, nccl-tests) of one collective per size: every round of every
-    node. An all_gather is never a value of all_reduce's sizes."""
+    node, of the nccl step (the fleet step's pair jobs are its own series, never rounds of
+    the provider's multi-node run). An all_gather is never a value of all_reduce's sizes."""
     sel = ms[(ms["provider"] == provider) & (ms["metric"] == "busbw") & (ms["scope"] == scope)
              & (ms["engine"] == "nccl-tests") & (ms["inplace"] == False)]  # noqa: E712
+    if "step" in sel.columns:
+        sel = sel[sel["step"].fillna("nccl") == "nccl"]
     sel = sel[_collective_column(sel) == ("" if collective == "all_reduce" else collective)]
     # split by size on sorted arrays (a groupby of 10,000 sizes costs a second per call);
     # the stable sort keeps each size's values in the order they were stored

@@ -160,3 +160,19 @@ def test_training_table_shows_both_mfus() -> None:
     assert rows["MFU (ratio)"] == (0.538, 0.5)
     assert rows["MFU of the verified, deterministic steps (ratio)"] == (0.487, None)
     assert "step time (median) (s)" not in rows
+
+
+def test_the_fleet_steps_pairs_are_not_rounds_of_the_multi_node_run() -> None:
+    """A pipeline with the fleet step stores its pair jobs' busbw too (scope multi, engine
+    nccl-tests): the provider's multi-node figure is the nccl step's rounds alone."""
+    import pandas as pd
+
+    from orchestrator.analysis.compare import busbw_values
+
+    def row(step: str, value: float) -> dict:
+        return {"run_id": "r", "provider": "p", "step": step, "scope": "multi",
+                "engine": "nccl-tests", "metric": "busbw", "size": 1 << 24, "inplace": False,
+                "value": value, "collective": None}
+    ms = pd.DataFrame([row("nccl", 40.0), row("nccl", 42.0), row("fleet", 3.0)])
+    got = busbw_values(ms, "p", "multi")
+    assert list(got) == [1 << 24] and sorted(got[1 << 24]) == [40.0, 42.0]
