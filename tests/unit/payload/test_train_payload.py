@@ -556,3 +556,26 @@ def test_a_launch_leaves_nothing_in_the_temp_dir(tmp_path: Path) -> None:
     assert list(system_tmp.iterdir()) == []  # nothing left where the node keeps temp files
     assert Path(cache).parent == system_tmp and Path(cache).name.startswith("torchinductor_")
     assert ".tmp" not in doc["files"]
+
+
+def test_one_rank_on_one_node_starts_without_torchrun() -> None:
+    """torchrun's agent imports torch a second time and runs a rendezvous for nothing when
+    one rank runs on one node: that rank is started directly, with torchrun's environment;
+    several ranks, or several nodes, keep torchrun."""
+    import argparse
+
+    from payload.train import supervise
+
+    def args(nnodes: int) -> argparse.Namespace:
+        return argparse.Namespace(nnodes=nnodes, node_rank=0, master_addr="10.0.0.1",
+                                  master_port=29500, phase="reference", out="/o",
+                                  ckpt_dir="/c", params="{}", save_at=[5])
+    one = supervise.train_argv(args(1), 1)
+    assert one[1:] == ["-m", "payload", "train", "--phase", "reference", "--out", "/o",
+                       "--ckpt-dir", "/c", "--params", "{}", "--save-at", "5"]
+    env = supervise.rank_env()
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("0", "1", "0")
+    assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+    for a, n in ((args(1), 2), (args(2), 1)):
+        argv = supervise.train_argv(a, n)
+        assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-len(one) + 1:] == one[1:]
