@@ -13,7 +13,7 @@ RUNSTAMP := $(VENV)/.installed-run
 # Measured on a 2-core machine in docs/benchmarks.md (Test suite); TEST_WORKERS=0
 # runs the suite in one process, as before.
 TEST_WORKERS ?= 4
-PYTEST  := $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+PYTEST  := $(BIN)/python -m pytest -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile --durations=15 \
            --no-loadscope-reorder
 
 .PHONY: setup setup-run demo test unit integration lint typecheck bench mutation clean
