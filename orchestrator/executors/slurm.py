@@ -53,6 +53,7 @@ from orchestrator.executors.base import (
     command_env,
     make_executor,
     remote_path,
+    sha256_file,
     shell_join,
     shell_path,
 )
@@ -515,7 +516,7 @@ class SlurmExecutor:
         part = local.with_name(local.name + ".part")
         script = f"cat {shell_path(path)}"
         if self.client.slurm.login is None:
-            res = self._step(script, stdout_path=part, timeout=600, read_back=False)
+            res = self._get_checked(path, part)
         else:  # through the hop: to a file on the login node, then SFTP
             there = f"~/.gpuvet-stage/{uuid.uuid4().hex}"
             res = self._step_to(script, there)
@@ -528,6 +529,31 @@ class SlurmExecutor:
             raise StepError(f"cannot copy {self.node.name}:{path} to {local}: "
                             f"{_last_line(res)}", node=self.node.name)
         os.replace(part, local)
+
+    def _get_checked(self, path: str, part: Path) -> CommandResult:
+        """The file over the step's stdout, its sha256 taken on the node in the same step
+        (on stderr): a copy that does not match is fetched once more (seen once under
+        load on the 2-core test machine), and a second mismatch is an error naming both
+        sizes, never a wrong file."""
+        q = shell_path(path)
+        script = f"{{ sha256sum {q} || shasum -a 256 {q}; }} 2>/dev/null >&2; cat {q}"
+        for attempt in (1, 2):
+            res = self._step(script, stdout_path=part, timeout=600, read_back=False)
+            if not res.ok:
+                return res
+            sums = re.findall(r"\b[0-9a-f]{64}\b", res.stderr)
+            got = sha256_file(part)
+            if not sums or sums[-1] == got:  # no hash tool on the node: checked by the caller
+                return res
+            if attempt == 2:
+                size = part.stat().st_size
+                part.unlink(missing_ok=True)
+                raise StepError(f"copying {self.node.name}:{path} over srun gave a different "
+                                f"file twice ({size} bytes, sha256 {got[:12]}, "
+                                f"the node's {sums[-1][:12] if sums else 'unknown'})",
+                                node=self.node.name, hint="retry; if it persists, copy "
+                                "through a shared filesystem or the login node")
+        return res
 
     def _step_to(self, script: str, there: str) -> CommandResult:
         """A step whose stdout lands in a file on the login node (the hop's side)."""

@@ -14,7 +14,7 @@ import pytest
 from orchestrator import inventory
 from orchestrator.errors import AllocationEnded, InventoryError, UsageError
 from orchestrator.executors import ExecutorOptions, options_for
-from orchestrator.executors.base import get_verified, put_verified
+from orchestrator.executors.base import CommandResult, get_verified, put_verified
 from orchestrator.executors.slurm import (
     SlurmClient,
     SlurmExecutor,
@@ -468,3 +468,31 @@ def test_a_login_nodes_key_file_and_jump_host_are_checked_as_a_nodes(tmp_path: P
     text = str(exc.value)
     assert "providers.lab.slurm.login.identity_file" in text and "nokey" in text
     assert "unknown jump host 'bastoin'" in text
+
+
+def test_a_copy_that_differs_from_the_nodes_file_is_fetched_again_then_refused(
+        tmp_path: Path, slurm: SlurmDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file's sha256 is taken on the node in the same step: a copy that came back
+    different (seen once over srun under load) is fetched once more; twice different is
+    an error with both digests, never a wrong file."""
+    import hashlib
+
+    from orchestrator.errors import StepError
+
+    ex = _executor(tmp_path, slurm)
+    good = bytes(range(256)) * 64
+    digest = hashlib.sha256(good).hexdigest()
+    replies = [good[:-1], good]  # the first copy lost its last byte
+
+    def step(script: str, *, stdout_path: Path, **_: object) -> CommandResult:
+        assert "sha256sum" in script and script.endswith("blob.bin")
+        stdout_path.write_bytes(replies.pop(0))
+        return CommandResult(node="node2", command=script, rc=0, stdout="",
+                             stderr=f"{digest}  /w/blob.bin\n", duration_s=0.1)
+    monkeypatch.setattr(ex, "_step", step)
+    ex.get("blob.bin", tmp_path / "back.bin")
+    assert (tmp_path / "back.bin").read_bytes() == good and replies == []
+    replies[:] = [good[:-1], good[:-2]]
+    with pytest.raises(StepError, match="gave a different file twice"):
+        ex.get("blob.bin", tmp_path / "again.bin")
+    assert not list(tmp_path.glob("again.bin*"))  # nothing half-copied stays
