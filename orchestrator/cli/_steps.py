@@ -35,7 +35,7 @@ def drain_option(f: F) -> F:
 def write_back(run: Run, findings: Sequence[Finding], fleet: Fleet) -> DrainReport:
     """--drain-on-fail: the run's provider-side FAILs as drains, recorded in the run."""
     from orchestrator import drain
-    from orchestrator.executors.slurm import client_for
+    from orchestrator.executors.slurm_client import client_for
 
     opts = fleet.pool.options
     settings = {p: s.model_dump(mode="json") for p, s in opts.slurm.items()}

@@ -33,7 +33,7 @@ def register(root: click.Group) -> None:
         """
         from orchestrator import drain
         from orchestrator.executors import ExecutorOptions
-        from orchestrator.executors.slurm import SlurmClient
+        from orchestrator.executors.slurm_client import SlurmClient
         from orchestrator.inventory import SlurmOptions
         from orchestrator.store import Run
 

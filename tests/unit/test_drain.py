@@ -229,7 +229,7 @@ def test_gpuvet_slurm_resume_works_from_the_run_alone(
 ) -> None:
     """The CLI on a run whose drains file names a slurm block; Slurm's commands are the
     scripted ones (SlurmClient.run swapped for the double's)."""
-    from orchestrator.executors.slurm import SlurmClient
+    from orchestrator.executors.slurm_client import SlurmClient
     from orchestrator.store import Run
     from orchestrator.suite import load_suite
 
@@ -262,7 +262,7 @@ def test_through_the_real_client_the_reason_reaches_scontrol_as_one_word(
     import os
 
     from orchestrator.executors import ExecutorOptions
-    from orchestrator.executors.slurm import SlurmClient
+    from orchestrator.executors.slurm_client import SlurmClient
     from orchestrator.inventory import SlurmOptions
     from orchestrator.testing import SlurmDouble
 

@@ -15,12 +15,8 @@ from orchestrator import inventory
 from orchestrator.errors import AllocationEnded, InventoryError, UsageError
 from orchestrator.executors import ExecutorOptions, options_for
 from orchestrator.executors.base import CommandResult, get_verified, put_verified
-from orchestrator.executors.slurm import (
-    SlurmClient,
-    SlurmExecutor,
-    allocation_args,
-    allocations,
-)
+from orchestrator.executors.slurm import SlurmExecutor, allocations
+from orchestrator.executors.slurm_client import SlurmClient, allocation_args
 from orchestrator.parsers import slurm as sp
 from orchestrator.records import Finding
 from orchestrator.steps.driver import drive, node_unit
@@ -267,7 +263,7 @@ def test_the_client_names_what_it_cannot_run(tmp_path: Path) -> None:
 def test_through_a_login_node_the_argv_is_quoted_for_its_shell(tmp_path: Path) -> None:
     import shlex
 
-    from orchestrator.executors.slurm import _login_node
+    from orchestrator.executors.slurm_client import _login_node
     from orchestrator.testing import ScriptedExecutor
 
     inv = _inv(tmp_path, "      login: {host: login1, user: alice, port: 2222}\n"
@@ -416,7 +412,7 @@ def test_through_a_login_node_files_are_staged_there_and_the_steps_read_and_writ
         tmp_path: Path) -> None:
     import shlex
 
-    from orchestrator.executors.slurm import _login_node
+    from orchestrator.executors.slurm_client import _login_node
     from orchestrator.testing import Call, Reply, ScriptedExecutor
 
     inv = _inv(tmp_path, "      login: {host: login1}\n      job_id: '5'\n")
