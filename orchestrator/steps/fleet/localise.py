@@ -18,7 +18,7 @@ its evidence, which the step turns into findings. Pure: no I/O.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -272,3 +272,38 @@ def _other(v: PairVerdict, node: str) -> str:
 def repair_inputs(loc: Localisation) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     """(suspect nodes, passed nodes, suspect links) for `plan.repair_rounds`."""
     return ([s.node for s in loc.suspects], list(loc.passed), [lk.nodes for lk in loc.links])
+
+
+def repair_inputs_all(locs: Mapping[str, Localisation]
+                  ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
+    """(suspect nodes, passed nodes, suspect links) over every collective: the suspects and
+    links of any collective, re-paired with nodes that passed every collective."""
+    sus: dict[str, None] = {}
+    links: dict[tuple[str, ...], tuple[str, str]] = {}
+    passed: list[str] | None = None
+    for loc in locs.values():
+        s, p, lk = repair_inputs(loc)
+        sus.update(dict.fromkeys(s))
+        for x in lk:
+            links.setdefault(tuple(sorted(x)), x)
+        passed = p if passed is None else [n for n in passed if n in set(p)]
+    return list(sus), [n for n in passed or [] if n not in sus], list(links.values())
+
+
+def healthy_all(locs: Mapping[str, Localisation]) -> list[str]:
+    """The nodes healthy in every collective (`healthy`), in the first one's order."""
+    each = [healthy(loc) for loc in locs.values()]
+    if not each:
+        return []
+    return [n for n in each[0] if all(n in h for h in each[1:])]
+
+
+def healthy(loc: Localisation) -> list[str]:
+    """The nodes groups run over: those that passed, suspects the re-pairs cleared and
+    the ends of links that were fast when run again."""
+    cleared = {s.node for s in loc.suspects if s.status == "cleared"}
+    cleared |= {n for lk in loc.links if lk.status == "cleared" for n in lk.nodes}
+    blamed = {s.node for s in loc.suspects if s.status != "cleared"}
+    blamed |= {n for lk in loc.links if lk.status != "cleared" for n in lk.nodes}
+    order = [*loc.passed, *(n for v in loc.table for n in v.nodes)]
+    return [n for n in dict.fromkeys(order) if n in cleared | set(loc.passed) and n not in blamed]

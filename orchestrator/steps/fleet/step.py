@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from orchestrator import bands as bands_mod
@@ -57,7 +57,7 @@ from orchestrator.steps.driver import (
     provider_unit,
     step_pool,
 )
-from orchestrator.steps.fleet import engines, rdma, verdict
+from orchestrator.steps.fleet import engines, rdma, resume, verdict
 from orchestrator.steps.fleet import localise as L
 from orchestrator.steps.fleet import plan as P
 from orchestrator.steps.fleet.state import JobRecord, ProviderFleet
@@ -108,7 +108,7 @@ def run_fleet(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     params = suite.fleet_params
     out = FleetRun()
     provs = list(dict.fromkeys(n.provider for n in nodes))
-    complete = _restart_unfinished(run, nodes)
+    complete = resume.restart_unfinished(run, nodes)
     with step_pool(inv, pool, accept_new_host_keys) as p:
         for prov in provs:
             if prov in complete:
@@ -126,40 +126,11 @@ def run_fleet(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
             out.providers.append(pf)
             judged = verdict.judge(run, inv, pf)
             for f in judged:
-                f.unit_key = f.unit_key or _complete_key(prov)
+                f.unit_key = f.unit_key or resume.judged_key(prov)
             run.add_findings(judged)
-            run.mark_done(_complete_key(prov), STEP, {"findings": len(judged)})
+            run.mark_done(resume.judged_key(prov), STEP, {"findings": len(judged)})
             out.findings += judged
     return out
-
-
-def _complete_key(provider: str) -> str:
-    return f"provider:{provider}/fleet-judged"
-
-
-def _restart_unfinished(run: Run, nodes: list[Node]) -> set[str]:
-    """A resumed run: the providers whose fleet was judged in full keep their records; any
-    other's partial plan is dropped and run again from the start (its localisation needs
-    every pair's samples, which live only in the attempt that measured them; the builds
-    are cached on the nodes, so preparing again is quick). Returns the providers judged
-    in full."""
-    providers = list(dict.fromkeys(n.provider for n in nodes))
-    complete = {p for p in providers if run.is_done(_complete_key(p), STEP)}
-    stale = [p for p in providers if p not in complete]
-    if not stale:
-        return complete
-    records: list[Finding | Measurement] = [*run.findings(), *run.measurements()]
-    if any(r.step == STEP and r.provider in stale for r in records):
-        keep = {r.unit_key for r in records if r.step == STEP and r.unit_key
-                and r.provider not in stale}
-        run.retract(keep_units=keep, step=STEP)
-    for p in stale:
-        for done in (run.dir / "providers").glob(f"{p}__fleet__*/{STEP}/done.json"):
-            done.unlink(missing_ok=True)
-    for n in nodes:
-        if n.provider in stale:
-            run.clear_done(f"node:{n.name}", STEP)
-    return complete
 
 
 class _Runner:
@@ -187,7 +158,7 @@ class _Runner:
                             partners=self.p.partners, seed=self.p.seed)
         self.rounds(plan)
         self.pf.first = self.localise()
-        sus, passed, links = repair_inputs(self.pf.first)
+        sus, passed, links = L.repair_inputs_all(self.pf.first)
         passed = [n for n in passed if n not in self.pf.dropped]
         sus = [n for n in sus if n not in self.pf.dropped]
         links = [lk for lk in links if not set(lk) & set(self.pf.dropped)]
@@ -198,7 +169,7 @@ class _Runner:
             self.rounds(P.Plan(plan.kind, plan.nodes, plan.seed, 0, rep), top_up=False)
         self.pf.final = self.localise()
         if self.p.plan == "groups":
-            ok = [n for n in healthy_all(self.pf.final) if n not in self.pf.dropped]
+            ok = [n for n in L.healthy_all(self.pf.final) if n not in self.pf.dropped]
             if len(ok) >= 3:
                 self.rounds(P.Plan("groups", tuple(ok), plan.seed, 0,
                                    P.group_rounds(ok, start=self._next_index())), top_up=False)
@@ -494,44 +465,9 @@ def _skipped(text: str) -> str | None:
     return None
 
 
-def repair_inputs(locs: Mapping[str, L.Localisation]
-                  ) -> tuple[list[str], list[str], list[tuple[str, str]]]:
-    """(suspect nodes, passed nodes, suspect links) over every collective: the suspects and
-    links of any collective, re-paired with nodes that passed every collective."""
-    sus: dict[str, None] = {}
-    links: dict[tuple[str, ...], tuple[str, str]] = {}
-    passed: list[str] | None = None
-    for loc in locs.values():
-        s, p, lk = L.repair_inputs(loc)
-        sus.update(dict.fromkeys(s))
-        for x in lk:
-            links.setdefault(tuple(sorted(x)), x)
-        passed = p if passed is None else [n for n in passed if n in set(p)]
-    return list(sus), [n for n in passed or [] if n not in sus], list(links.values())
-
-
-def healthy_all(locs: Mapping[str, L.Localisation]) -> list[str]:
-    """The nodes healthy in every collective (`healthy`), in the first one's order."""
-    each = [healthy(loc) for loc in locs.values()]
-    if not each:
-        return []
-    return [n for n in each[0] if all(n in h for h in each[1:])]
-
-
 def _hcas_of(pf: ProviderFleet, node: str) -> list[str]:
     hcas = (pf.prepared.get(node) or {}).get("hcas")
     return [str(h) for h in hcas] if isinstance(hcas, list) else []
-
-
-def healthy(loc: L.Localisation) -> list[str]:
-    """The nodes groups run over: those that passed, suspects the re-pairs cleared and
-    the ends of links that were fast when run again."""
-    cleared = {s.node for s in loc.suspects if s.status == "cleared"}
-    cleared |= {n for lk in loc.links if lk.status == "cleared" for n in lk.nodes}
-    blamed = {s.node for s in loc.suspects if s.status != "cleared"}
-    blamed |= {n for lk in loc.links if lk.status != "cleared" for n in lk.nodes}
-    order = [*loc.passed, *(n for v in loc.table for n in v.nodes)]
-    return [n for n in dict.fromkeys(order) if n in cleared | set(loc.passed) and n not in blamed]
 
 
 def _without(r: P.Round, drop: set[str]) -> P.Round:
