@@ -244,3 +244,64 @@ def applicable(bands: Iterable[Band], sizes: Sequence[int],
 
 def of_collective(bands: Iterable[Band], collective: str) -> list[Band]:
     return [b for b in bands if b.collective == collective]
+
+
+@dataclass
+class BandChoice:
+    """The bands a series is judged against, and why others were not applied."""
+
+    source: str  # shipped | inventory
+    bands: list[Band]
+    differing: list[str]  # per shipped class not applied: the assumptions the run breaks
+    ambiguous: list[str]  # (collective, size) two fitting classes disagree on, and why
+    unverified: list[str]  # assumptions of the applied classes nothing could check
+
+
+def choose(gpu_name: str, traits: NodeTraits) -> BandChoice:
+    """The shipped bands of this GPU that apply to a run of these traits: a class of
+    another shape (GPUs per node, nodes) is said in one line, one whose assumptions the
+    run breaks names them, and where two fitting classes disagree on a band neither is
+    applied."""
+    fits: list[ShippedBands] = []
+    broken: list[str] = []
+    mine = of_gpu(gpu_name)
+    # GPUs per node and nodes first: a class of another shape is said in one line
+    shaped = [r for r in mine if (traits.gpus is None or traits.gpus.value == r.gpus)
+              and (traits.nodes is None or traits.nodes.value == r.nodes)]
+    if mine and not shaped:
+        have = (f"{traits.gpus.value if traits.gpus else '?'} GPU(s) per node on "
+                f"{traits.nodes.value if traits.nodes else '?'} node(s)")
+        broken.append(f"they are for {', '.join(dict.fromkeys(r.shape for r in mine))}; "
+                         f"this run has {have} (the log)")
+    for ref in shaped:
+        why = differing(ref, traits)
+        if why:
+            broken.append(f"{ref.label}: {'; '.join(why)}")
+        else:
+            fits.append(ref)
+    by_key: dict[tuple[str, int], list[tuple[ShippedBands, Band]]] = {}
+    for ref in fits:
+        for b in ref.bands:
+            by_key.setdefault((b.collective, b.size_bytes), []).append((ref, b))
+    chosen: list[Band] = []
+    ambiguous: list[str] = []
+    unchecked: list[str] = []
+    for (coll, size), pairs in by_key.items():
+        if len({(b.value, b.lower, b.upper) for _, b in pairs}) > 1:
+            unknown = sorted({u for ref, _ in pairs for u in unverified(ref, traits)})
+            ambiguous.append(f"{coll} at {size_text(size)}: " + " and ".join(
+                f"{ref.label} ({b.value:g})" for ref, b in pairs)
+                + f" both fit, as {', '.join(unknown) or 'nothing'} is not known for this run")
+            continue
+        ref, b = pairs[0]
+        chosen.append(b if b.note else b.model_copy(update={"note": ref.note}))
+        unchecked += [u for u in unverified(ref, traits) if u not in unchecked]
+    return BandChoice("shipped", chosen, broken, ambiguous, unchecked)
+
+
+def size_text(n: int) -> str:
+    """A message size as people write it: 128 MiB, 4 GiB, 8 B."""
+    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f and n % f == 0:
+            return f"{n // f} {unit}"
+    return f"{n} B"

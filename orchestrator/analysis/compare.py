@@ -30,6 +30,7 @@ import pandas as pd
 
 from orchestrator.analysis import answer, billing, cost, environment, frames, goodhours, verdict
 from orchestrator.analysis.billing import train_value
+from orchestrator.bands import size_text
 from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import Finding
 from orchestrator.verdicts import Table, rails_table
@@ -223,11 +224,7 @@ def ratio_ci(a: np.ndarray, b: np.ndarray, *, n: int = BOOTSTRAP, seed: int = SE
     return point, float(lo), float(hi)
 
 
-def size_label(n: int) -> str:
-    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f} {unit}"
-    return f"{n} B"
+size_label = size_text  # a message size as people write it
 
 
 def _r(v: float, nd: int = 3) -> float | None:

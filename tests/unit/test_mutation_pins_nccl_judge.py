@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 
 from orchestrator import inventory
+from orchestrator.bands import size_text as _size
 from orchestrator.inventory import Inventory, Node
 from orchestrator.nccltests import BuildDoc
 from orchestrator.records import Finding, Measurement
-from orchestrator.steps.nccl.judge import Series, _size, judge_series
+from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import Suite
 

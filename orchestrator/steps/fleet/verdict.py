@@ -17,6 +17,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from orchestrator.bands import size_text
 from orchestrator.errors import ParseError
 from orchestrator.files import write_json
 from orchestrator.inventory import Inventory
@@ -30,16 +31,9 @@ STEP = "fleet"
 SOCKET_FABRICS = ("ib", "roce", "efa")
 
 
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
-
-
 def _row(v: L.PairVerdict) -> str:
     s = max(v.sizes, key=lambda x: x.size)
-    return f"{v.key} {s.value:.3g} GB/s ({s.ratio:.0%} of the median pair at {_size(s.size)})"
+    return f"{v.key} {s.value:.3g} GB/s ({s.ratio:.0%} of the median pair at {size_text(s.size)})"
 
 
 def _evidence(table: str, pairs: Iterable[L.PairVerdict]) -> list[str]:
@@ -121,14 +115,14 @@ def _collective(run: Run, pf: ProviderFleet, loc: L.Localisation, coll: str,
     table = run.provider_dir(pf.provider, STEP) / table_name(coll)
     write_json(table, pair_table(loc, pf.jobs, pf.dropped, coll))
     rel = run.rel(table)
-    refs = ", ".join(f"{_size(r.size)} {r.median:.3g} GB/s" for r in loc.references)
+    refs = ", ".join(f"{size_text(r.size)} {r.median:.3g} GB/s" for r in loc.references)
     add("FLEET_PAIRS", "INFO", f"{len(loc.table)} pair jobs over {len(pf.alive)} nodes "
         f"({pf.params.engine}, plan {pf.params.plan}); the median pair: {refs}",
         evidence=[rel], references={str(r.size): r.median for r in loc.references},
         tolerance=loc.tolerance, collective=coll)
     for r in loc.fleet_below_band:
         add("FLEET_BELOW_BAND", "WARN", f"the median pair itself is below the band at "
-            f"{_size(r.size)} ({r.median:.3g} < {r.band.lower if r.band else 0:g} GB/s): "
+            f"{size_text(r.size)} ({r.median:.3g} < {r.band.lower if r.band else 0:g} GB/s): "
             "the whole fleet is slow, no one node to blame", evidence=[rel], collective=coll)
     sev_of: dict[str, Severity] = {"confirmed": "FAIL", "unclear": "WARN",
                                    "unconfirmed": "WARN", "cleared": "INFO"}
@@ -215,11 +209,11 @@ def _groups(pf: ProviderFleet, add: Any) -> None:
         for j in slow:
             add("FLEET_GROUP_SLOW", "WARN", f"group of {len(j.job.nodes)} "
                 f"({', '.join(j.job.nodes)}) at {j.busbw[size]:.3g} GB/s, more than {tol:.0%} "
-                f"below the median group ({med:.3g} GB/s at {_size(size)}): rail or switch "
+                f"below the median group ({med:.3g} GB/s at {size_text(size)}): rail or switch "
                 "trouble among these nodes", evidence=j.files, nodes=list(j.job.nodes),
                 collective=coll)
         what = "the whole fleet" if stage == "whole" else f"{len(jobs)} group(s) ({stage})"
-        add("FLEET_GROUPS", "INFO", f"{what}: busbw at {_size(size)} "
+        add("FLEET_GROUPS", "INFO", f"{what}: busbw at {size_text(size)} "
             + ", ".join(f"{v:.3g}" for v in vals[:16]) + (" ..." if len(vals) > 16 else "")
             + " GB/s", evidence=[f for j in jobs[:16] for f in j.files[:1]],
             plan_stage=stage, busbw=vals, collective=coll)

@@ -128,7 +128,7 @@ def judge_series(s: Series, run: Run, inv: Inventory | None, suite: Suite,
                 f"{fl.text.strip()[:200]}", [rel], line=fl.line_no, kind=fl.kind)
         if footer_not_pasted(res):
             add("NCCL_FOOTER_NOT_PASTED", "INFO", f"round {rnd}: the table reaches its last "
-                f"size ({_size(max_bytes(res) or 0)}, maxBytes) and stops there: the footer "
+                f"size ({bands.size_text(max_bytes(res) or 0)}, maxBytes) and stops there: the footer "
                 "(out-of-bounds count, average) was not pasted; the rows are read", [rel])
         elif res.truncated:
             add("NCCL_TRUNCATED", "FAIL", f"round {rnd}: output ends inside the table "
@@ -205,7 +205,7 @@ def _network(s: Series, inv: Inventory | None, first: tuple[str, str], res: Nccl
     gpus = gpu_count(res)
     per_node = gpus // s.node_count if gpus else None
     for r in judge_network(dbg, fabric, busbw=top.median if top else None,
-                           size=_size(top.size_bytes) if top else None,
+                           size=bands.size_text(top.size_bytes) if top else None,
                            ranks_per_node=per_node):
         add(r.code, r.severity, r.message, [rel], **r.details)
 
@@ -228,7 +228,7 @@ def _not_applicable(parsed: list[tuple[int, NcclTestsRun, str]], add: Any) -> No
     rounds = [{row.size_bytes: row.out_of_place.algbw_gbs for row in r.rows} for _, r, _ in parsed]
     table = stats.stability(rounds)
     gpu = f" ({res.ranks[0].host}, {res.ranks[0].name})" if res.ranks else ""
-    copy = (f"; algbw {table[-1].median:.1f} GB/s at {_size(table[-1].size_bytes)} (median of "
+    copy = (f"; algbw {table[-1].median:.1f} GB/s at {bands.size_text(table[-1].size_bytes)} (median of "
             f"{len(table[-1].values)} round(s)) is the device-local copy rate, kept as such"
             if table else "")
     add("NCCL_NOT_APPLICABLE", "INFO", f"one GPU{gpu}: nothing to {res.op or 'communicate'} "
@@ -339,14 +339,14 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
             drops = st.drops(suite.nccl.drop_tolerance)
             if drops:
                 add("NCCL_ROUND_DROP", "WARN",
-                    f"{_size(st.size_bytes)}: round(s) {drops} more than "
+                    f"{bands.size_text(st.size_bytes)}: round(s) {drops} more than "
                     f"{suite.nccl.drop_tolerance:.0%} below the median {st.median:.1f} GB/s "
                     f"({', '.join(f'{v:.1f}' for v in st.values)})", evidence,
                     size=st.size_bytes, values=list(st.values))
     if not table:
         return None
     top = table[-1]
-    add("NCCL_BUSBW", "INFO", f"busbw at {_size(top.size_bytes)}: median {top.median:.1f} GB/s "
+    add("NCCL_BUSBW", "INFO", f"busbw at {bands.size_text(top.size_bytes)}: median {top.median:.1f} GB/s "
         f"over {len(top.values)} round(s) (min {top.min:.1f}, max {top.max:.1f}, "
         f"cv {top.cv:.1%})", evidence, size=top.size_bytes, median=top.median)
     if s.engine != "nccl-tests" or s.mode == "network":
@@ -400,7 +400,7 @@ def _stability(s: Series, parsed: list[tuple[int, NcclTestsRun, str]], suite: Su
             extra["reference_source"] = band.source
         if choice.unverified:
             extra["unverified"] = choice.unverified
-        add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {_size(st.size_bytes)} is "
+        add("NCCL_REFERENCE", sev, f"busbw {st.median:.1f} GB/s at {bands.size_text(st.size_bytes)} is "
             f"{what} {band.lower:g}-{band.upper:g} GB/s (expected about {band.value:g}, "
             f"{source}{'; ' + band.note if band.note else ''}"
             f"{'; source: ' + band.source if band.source else ''}"
@@ -438,72 +438,20 @@ def busbw_fits(res: NcclTestsRun, op: str) -> bool | None:
                for r in seen)
 
 
-@dataclass
-class BandChoice:
-    """The bands a series is judged against, and why others were not applied."""
-
-    source: str  # shipped | inventory
-    bands: list[bands.Band]
-    differing: list[str]  # per shipped class not applied: the assumptions the run breaks
-    ambiguous: list[str]  # (collective, size) two fitting classes disagree on, and why
-    unverified: list[str]  # assumptions of the applied classes nothing could check
-
-
 def _bands(s: Series, res: NcclTestsRun, inv: Inventory | None,
-           traits: bands.NodeTraits | None = None) -> BandChoice:
+           traits: bands.NodeTraits | None = None) -> bands.BandChoice:
     """The inventory's bands for this provider win over the shipped ones; a shipped class
     of this GPU applies only where the run breaks none of its assumptions."""
     if inv is not None and s.nodes:
         own = inv.provider_of(s.nodes[0]).expect.nccl_busbw
         if own is not None:
-            return BandChoice("inventory", list(own) if isinstance(own, (list, tuple))
-                              else [own], [], [], [])
+            return bands.BandChoice("inventory", list(own) if isinstance(own, (list, tuple))
+                                    else [own], [], [], [])
     if not res.ranks:
-        return BandChoice("shipped", [], [], [], [])
+        return bands.BandChoice("shipped", [], [], [], [])
     if traits is None:
         n_nodes = s.node_count
         traits = bands.NodeTraits(
             gpus=bands.Trait((gpu_count(res) or len(res.ranks)) // n_nodes, "the log"),
             nodes=bands.Trait(n_nodes, "the log"))
-    fits: list[bands.ShippedBands] = []
-    differing: list[str] = []
-    mine = bands.of_gpu(res.ranks[0].name)
-    # GPUs per node and nodes first: a class of another shape is said in one line
-    shaped = [r for r in mine if (traits.gpus is None or traits.gpus.value == r.gpus)
-              and (traits.nodes is None or traits.nodes.value == r.nodes)]
-    if mine and not shaped:
-        have = (f"{traits.gpus.value if traits.gpus else '?'} GPU(s) per node on "
-                f"{traits.nodes.value if traits.nodes else '?'} node(s)")
-        differing.append(f"they are for {', '.join(dict.fromkeys(r.shape for r in mine))}; "
-                         f"this run has {have} (the log)")
-    for ref in shaped:
-        why = bands.differing(ref, traits)
-        if why:
-            differing.append(f"{ref.label}: {'; '.join(why)}")
-        else:
-            fits.append(ref)
-    by_key: dict[tuple[str, int], list[tuple[bands.ShippedBands, bands.Band]]] = {}
-    for ref in fits:
-        for b in ref.bands:
-            by_key.setdefault((b.collective, b.size_bytes), []).append((ref, b))
-    chosen: list[bands.Band] = []
-    ambiguous: list[str] = []
-    unverified: list[str] = []
-    for (coll, size), pairs in by_key.items():
-        if len({(b.value, b.lower, b.upper) for _, b in pairs}) > 1:
-            unknown = sorted({u for ref, _ in pairs for u in bands.unverified(ref, traits)})
-            ambiguous.append(f"{coll} at {_size(size)}: " + " and ".join(
-                f"{ref.label} ({b.value:g})" for ref, b in pairs)
-                + f" both fit, as {', '.join(unknown) or 'nothing'} is not known for this run")
-            continue
-        ref, b = pairs[0]
-        chosen.append(b if b.note else b.model_copy(update={"note": ref.note}))
-        unverified += [u for u in bands.unverified(ref, traits) if u not in unverified]
-    return BandChoice("shipped", chosen, differing, ambiguous, unverified)
-
-
-def _size(n: int) -> str:
-    for unit, f in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= f and n % f == 0:
-            return f"{n // f} {unit}"
-    return f"{n} B"
+    return bands.choose(res.ranks[0].name, traits)
