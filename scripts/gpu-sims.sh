@@ -52,16 +52,14 @@ fleet:
   timeout_s: 300
   rdma: false
 YAML
-cat > "$L/train.yaml" <<YAML
-name: sims-train-350m
-train:
+TRAIN="train:
   model: ${MODEL:-350m}
   steps: 12
   ckpt_step: 5
   kill: after-step
   kill_offset: 2
-  timeout_s: 300
-YAML
+  timeout_s: 300"  # the same training in the train and pipe steps
+printf 'name: sims-train-350m\n%s\n' "$TRAIN" > "$L/train.yaml"
 cat > "$L/pipe.yaml" <<YAML
 name: sims-pipeline
 health: {level: quick}
@@ -76,13 +74,7 @@ fleet:
   iters: 10
   stall_timeout_s: 30
   rdma: false
-train:
-  model: ${MODEL:-350m}
-  steps: 12
-  ckpt_step: 5
-  kill: after-step
-  kill_offset: 2
-  timeout_s: 300
+$TRAIN
 YAML
 gv() { "$PY" -m orchestrator "$@"; }
 newest() { ls -d "$R"/2* 2>/dev/null | tail -1; }

@@ -290,6 +290,28 @@ def _blocked_dirs(paths: Sequence[str], uid: int, gids: set[int]) -> list[tuple[
 # --------------------------------------------------------------------------- cluster
 
 
+def bridge_netns(session_id: str, bridge: str, n: int, veths: list[str]
+                 ) -> tuple[int, list[tuple[str, str, str]]]:
+    """The session's bridge on a free 10.77.<octet>.0/24 (the controller at .1) and n
+    network namespaces on it, each with eth0 on a veth whose host end joins the bridge;
+    chosen and made under a host-wide lock so sessions never collide. Appends the host
+    ends to `veths` (for teardown); returns the octet and (node, netns, ip) per node."""
+    pid, k = session_id.split("-")
+    with _host_lock():
+        octet = _free_octet(int(pid) * 7 + int(k))
+        lines = [f"link add {bridge} type bridge", f"addr add 10.77.{octet}.1/24 dev {bridge}",
+                 f"link set {bridge} up"]
+        members = []
+        for i in range(1, n + 1):
+            name, ns, veth = f"node{i}", f"gv-{session_id}-node{i}", f"gv{int(pid):x}_{k}v{i}"
+            veths.append(veth)
+            lines += [f"netns add {ns}", f"link add {veth} type veth peer name eth0 netns {ns}",
+                      f"link set {veth} master {bridge} up"]
+            members.append((name, ns, f"10.77.{octet}.{FIRST_HOST + i - 1}"))
+        _run(["ip", "-batch", "-"], input="\n".join(lines) + "\n")
+    return octet, members
+
+
 @dataclass
 class Cluster:
     """A running set of sshd nodes. Build with :meth:`start`, end with :meth:`stop`."""
@@ -348,28 +370,13 @@ class Cluster:
         return self
 
     def _build(self, n: int, pw: pwd.struct_passwd, python: str, timeout: float) -> None:
-        pid, k = self.session_id.split("-")
-        # network: bridge + subnet chosen under a host-wide lock so sessions never collide
-        with _host_lock():
-            octet = _free_octet(int(pid) * 7 + int(k))
-            self.subnet = f"10.77.{octet}.0/24"
-            lines = [f"link add {self.bridge} type bridge",
-                     f"addr add 10.77.{octet}.1/24 dev {self.bridge}",
-                     f"link set {self.bridge} up"]
-            for i in range(1, n + 1):
-                name = f"node{i}"
-                ns = f"gv-{self.session_id}-{name}"
-                veth = f"gv{int(pid):x}_{k}v{i}"
-                self._veths.append(veth)
-                lines += [f"netns add {ns}",
-                          f"link add {veth} type veth peer name eth0 netns {ns}",
-                          f"link set {veth} master {self.bridge} up"]
-                node_dir = self.base / "nodes" / name
-                self.nodes.append(Node(name=name, ip=f"10.77.{octet}.{FIRST_HOST + i - 1}",
-                                       port=22, netns=ns, hostname=name, host_key_pub="",
-                                       work_dir=str(node_dir / "work"),
-                                       ckpt_dir=str(node_dir / "ckpt")))
-            _run(["ip", "-batch", "-"], input="\n".join(lines) + "\n")
+        octet, members = bridge_netns(self.session_id, self.bridge, n, self._veths)
+        self.subnet = f"10.77.{octet}.0/24"
+        for name, ns, ip in members:
+            node_dir = self.base / "nodes" / name
+            self.nodes.append(Node(name=name, ip=ip, port=22, netns=ns, hostname=name,
+                                   host_key_pub="", work_dir=str(node_dir / "work"),
+                                   ckpt_dir=str(node_dir / "ckpt")))
 
         # keys: one client key per session, one host key per node (generated in parallel)
         _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpuvet-{self.session_id}",

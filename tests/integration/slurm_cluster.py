@@ -39,18 +39,16 @@ from typing import Any
 from cluster import (
     BASE_PREFIX,
     BASE_ROOT,
-    FIRST_HOST,
     ClusterError,
     _counter,
     _default_python,
     _destroy_netns,
-    _free_octet,
-    _host_lock,
     _kill,
     _owner_alive,
     _pid_ns,
     _run,
     _start_time,
+    bridge_netns,
     cleanup_stale,
     missing_prerequisites,
 )
@@ -166,24 +164,10 @@ class SlurmCluster:
         return self
 
     def _build(self, n: int, timeout: float) -> None:
-        pid, k = self.session_id.split("-")
-        with _host_lock():
-            octet = _free_octet(int(pid) * 7 + int(k))
-            self.subnet = f"10.77.{octet}.0/24"
-            self.controller_ip = f"10.77.{octet}.1"
-            lines = [f"link add {self.bridge} type bridge",
-                     f"addr add {self.controller_ip}/24 dev {self.bridge}",
-                     f"link set {self.bridge} up"]
-            for i in range(1, n + 1):
-                name = f"node{i}"
-                ns = f"gv-{self.session_id}-{name}"
-                veth = f"gv{int(pid):x}_{k}v{i}"
-                self._veths.append(veth)
-                lines += [f"netns add {ns}",
-                          f"link add {veth} type veth peer name eth0 netns {ns}",
-                          f"link set {veth} master {self.bridge} up"]
-                self.nodes.append(SlurmNode(name, f"10.77.{octet}.{FIRST_HOST + i - 1}", ns))
-            _run(["ip", "-batch", "-"], input="\n".join(lines) + "\n")
+        octet, members = bridge_netns(self.session_id, self.bridge, n, self._veths)
+        self.subnet = f"10.77.{octet}.0/24"
+        self.controller_ip = f"10.77.{octet}.1"
+        self.nodes += [SlurmNode(name, ip, ns) for name, ns, ip in members]
         for node in self.nodes:
             _run(["ip", "-n", node.netns, "-batch", "-"], input=(
                 f"link set lo up\naddr add {node.ip}/24 dev eth0\nlink set eth0 up\n"))

@@ -40,3 +40,26 @@ def test_stop_and_a_gate_never_opened_stop_the_launch(tmp_path: Path) -> None:
         startup.wait_gate({startup.GATE_ENV: str(gate)}, 10)
     with pytest.raises(startup.GateStopped, match="not opened within"):
         startup.wait_gate({startup.GATE_ENV: str(tmp_path / "never.gate")}, 0.1)
+
+
+def test_the_health_links_process_holds_until_go_and_stops_on_stop(tmp_path: Path) -> None:
+    """The health step's links process waits at its gate (after `import torch`, before any
+    CUDA call) while the GPU processes measure: go lets it measure, stop ends it."""
+    from payload.health import links
+
+    gate = tmp_path / ".links.gate"
+
+    def opener(word: str) -> None:
+        time.sleep(0.3)
+        gate.write_text(word)
+
+    for word, opened in (("go", True), ("stop", False)):
+        gate.unlink(missing_ok=True)
+        t = threading.Thread(target=opener, args=(word,))
+        t0 = time.time()
+        t.start()
+        assert links.wait_gate(str(gate), 10) is opened
+        t.join()
+        assert time.time() - t0 >= 0.3  # it held until told
+    gate.unlink()
+    assert links.wait_gate(str(gate), 0.1) is False  # never opened: it gives up
