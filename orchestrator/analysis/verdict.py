@@ -27,6 +27,7 @@ one GPU on one node) neither blocks nor counts as evidence.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -434,6 +435,11 @@ def provider_verdict(provider: str, findings: Sequence[Finding], measurements: p
     outcomes = {r.outcome for r in reasons}
     verdict: Verdict = "NO-GO" if "no-go" in outcomes else \
         "NOT ENOUGH EVIDENCE" if outcomes & {"missing", "not proven"} else "GO"
+    # a provider-side FAIL has one thing to do about it: claim it, with its evidence
+    reasons = [dataclasses.replace(r, fix=f"claim it: `gpuvet claim -p {provider} -o DIR` "
+                                   "(the FAILs, their evidence and sha256, the billed hours)")
+               if r.side == "provider" and r.outcome == "no-go" and not r.fix else r
+               for r in reasons]
     v = ProviderVerdict(provider, verdict, reasons)
     v.decisive = decisive(v, fs, env, order or {})
     return v

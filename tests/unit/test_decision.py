@@ -49,6 +49,10 @@ def test_the_headline_says_h200_delivered_the_wrong_card(comparison: C.Compariso
         "measures like H100 SXM (HEALTH_VARIANT)",)
     assert first.cost == ("PoC cost 0.21 USD + storage, transfer not priced over 0.06 h "
                           "(instance up since boot), 3.79 USD per GPU-hour, billed per second")
+    # what to do about a provider-side FAIL: claim it, with its evidence
+    card = _reasons(comparison, "h200")["card and memory as ordered"]
+    assert (card.outcome, card.side) == ("no-go", "provider")
+    assert card.fix.startswith("claim it: `gpuvet claim -p h200 -o DIR`")
 
 
 def test_h100_is_not_no_go_on_the_testers_scratch_checkpoint(comparison: C.Comparison) -> None:

@@ -427,7 +427,8 @@ def test_the_tables_compare_prints() -> None:
     assert r.columns == ("provider", "check", "outcome", "side", "reason", "fix", "evidence")
     # only the lines that are not ok, no-go first, evidence relative to its run
     assert r.rows[0] == ("q", "GPU count as ordered", "no-go", "provider",
-                         "n1: GPU_COUNT said so", "", "nodes/n1/x.txt")
+                         "n1: GPU_COUNT said so", "claim it: `gpuvet claim -p q -o DIR` (the "
+                         "FAILs, their evidence and sha256, the billed hours)", "nodes/n1/x.txt")
     assert [row[2] for row in r.rows] == ["no-go"] + ["not proven"] * 2 + ["missing"] * 5
     assert all(row[0] == "q" for row in r.rows)
     folded = A.folded_table(vs)
