@@ -343,9 +343,12 @@ TORCH_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall")
 
 
 def torch_bench_args(params: NcclParams, collective: str = "all_reduce") -> list[str]:
+    # a collective that hangs (a link down mid-run) fails after the suite's timeout_s, as
+    # nccl-tests' own -T does: the run ends then, not at the command's outer bound
     args = ["allreduce-bench", "-b", params.min_bytes, "-e", params.max_bytes,
             "-f", str(params.step_factor), "-n", str(params.iters),
-            "-w", str(params.warmup_iters), "-c", str(params.check)]
+            "-w", str(params.warmup_iters), "-c", str(params.check),
+            "--pg-timeout", f"{params.timeout_s:g}"]
     if collective != "all_reduce":
         args += ["--op", collective]  # an older payload knows no --op: all_reduce says none
     return args

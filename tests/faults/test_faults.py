@@ -182,7 +182,7 @@ def test_link_down_mid_multinode_collective(cluster: Cluster, inv: Path, tmp_pat
                  what="benchmark running")
         time.sleep(3)
         cluster.netns_exec("node2", ["ip", "link", "set", "eth0", "down"])
-        time.sleep(40)  # longer than the run's timeout: the kill meets a dead link first
+        time.sleep(15)  # longer than the run's timeout
         cluster.netns_exec("node2", ["ip", "link", "set", "eth0", "up"])
 
     t = threading.Thread(target=flap)
@@ -196,11 +196,15 @@ def test_link_down_mid_multinode_collective(cluster: Cluster, inv: Path, tmp_pat
     finally:
         t.join()
     elapsed = time.monotonic() - start
-    # bounded: the run's timeout, the kill's channel timeout and the torch start-up margin
-    assert elapsed < suite.nccl.timeout_s + 120 + 2 * 30 + 30, elapsed
+    # bounded: the process group's timeout (the suite's) ends a collective that waits on
+    # a dead peer; one stuck in a send is killed at the command's bound (timeout_s + 60 s)
+    assert elapsed < suite.nccl.timeout_s + 60 + 30, elapsed
     (failed,) = [f for f in outcome.findings if f.severity == "FAIL"]
     assert failed.code == "TORCH_BENCH_FAILED" and failed.scope == "provider", failed
-    assert "timed out" in failed.message or "connection" in failed.message, failed.message
+    # the cause: the command's bound, or the exception a rank died of (never torchrun's
+    # footer)
+    assert "ChildFailedError" not in failed.message and "error_file" not in failed.message
+    assert "timed out" in failed.message or "timeout" in failed.message, failed.message
     wait_for(lambda: not node_procs(cluster, "node1", "allreduce-bench"), timeout=60,
              what="ranks on node1 gone")
     wait_for(lambda: not node_procs(cluster, "node2", "allreduce-bench"), timeout=90,

@@ -72,7 +72,7 @@ def test_each_collective_runs_the_binary_beside_the_builds_all_reduce() -> None:
         "/b/alltoall_perf_mpi"
     assert nccltests.log_label("single", "all_reduce") == "single"  # names runs have
     assert nccltests.log_label("multi", "sendrecv") == "multi_sendrecv"
-    assert nccltests.torch_bench_args(NcclParams())[-2:] == ["-c", "1"]
+    assert nccltests.torch_bench_args(NcclParams())[-4:] == ["-c", "1", "--pg-timeout", "900"]
     assert nccltests.torch_bench_args(NcclParams(), "alltoall")[-2:] == ["--op", "alltoall"]
 
 

@@ -240,7 +240,8 @@ def test_torch_bench_args_and_launcher() -> None:
     args = nccltests.torch_bench_args(PARAMS)
     assert args[0] == "allreduce-bench"
     assert dict(zip(args[1::2], args[2::2], strict=True)) == {
-        "-b": "1K", "-e": "2G", "-f": "4", "-n": "17", "-w": "3", "-c": "0"}
+        "-b": "1K", "-e": "2G", "-f": "4", "-n": "17", "-w": "3", "-c": "0",
+        "--pg-timeout": f"{PARAMS.timeout_s:g}"}  # a hung collective ends at the suite's bound
     launch = nccltests.torchrun_launcher(2, 1, 8, "10.0.0.1", 29501)
     assert launch[:2] == ["-m", "torch.distributed.run"]
     assert dict(zip(launch[2::2], launch[3::2], strict=True)) == {
@@ -359,3 +360,23 @@ def test_mpirun_ssh_agent_uses_the_inventory_port() -> None:
         nccltests.mpirun_command([(a, ["x"], 1), (c, ["x"], 1)], {}, local=False)
     plain = nccltests.mpirun_command([(c, ["x"], 1)], {}, local=False)
     assert " -p " not in plain
+
+
+def test_a_failed_torch_benchmark_is_named_by_the_exception_a_rank_died_of() -> None:
+    from orchestrator.steps.nccl.step import bench_failure_cause
+
+    stderr = """[W1206 11:32:02.415 socket.cpp:494] [c10d] waitForInput: socket timed out after 5000ms
+Traceback (most recent call last):
+  File "/x/payload/allreduce.py", line 210, in main
+torch.distributed.DistStoreError: wait timeout after 5000ms, keys: /default_pg/0//cpu/0
+E1206 11:32:03.1 torch/distributed/elastic/multiprocessing/api.py:882] failed (exitcode: 1)
+Traceback (most recent call last):
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+  error_file: <N/A>
+"""
+    assert bench_failure_cause(stderr) == (
+        "DistStoreError: wait timeout after 5000ms, keys: /default_pg/0//cpu/0")
+    gloo = "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:1"
+    assert bench_failure_cause("noise\n" + gloo + "\n") == gloo
+    assert bench_failure_cause("exit 1, nothing said\n") is None

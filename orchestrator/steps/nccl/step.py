@@ -28,7 +28,7 @@ from typing import Any
 
 from orchestrator import nccltests
 from orchestrator import payload as payload_mod
-from orchestrator.errors import GpuvetError
+from orchestrator.errors import CommandFailed, GpuvetError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
 from orchestrator.files import scrub_in_place
@@ -179,6 +179,11 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
                    cmd, env)
 
 
+# the torch benchmark's start-up beyond the suite's timeout_s: its process group ends a
+# collective waiting on a dead peer at timeout_s; one stuck in a send ends here
+TORCH_MARGIN_S = 60.0
+
+
 def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
            builds: Mapping[str, BuildDoc], label: str, out_dir: Path,
            collective: str = "all_reduce", mode: str = "normal") -> Path:
@@ -193,7 +198,7 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
         launcher = nccltests.torchrun_launcher(len(nodes), i, _gpus(n, inv, builds.get(n.name) or BuildDoc()),
                                                master, port)
         return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl, collective),
-                               staging=run.dir / ".staging", timeout=suite.nccl.timeout_s + 120,
+                               staging=run.dir / ".staging", timeout=suite.nccl.timeout_s + TORCH_MARGIN_S,
                                launcher=launcher,
                                env=nccltests.run_env(suite.nccl, mode=mode,
                                                      multi=len(nodes) > 1),
@@ -376,6 +381,24 @@ def _torch_collectives(outcome: NcclOutcome, run: Run, suite: Suite, provider: s
     return have
 
 
+# the exception a rank died of, in torchrun's output (its own ChildFailedError says nothing)
+_EXC_RE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception)): (\S.*)$")
+
+
+def bench_failure_cause(stderr: str) -> str | None:
+    """`Type: message` of the last exception a rank raised, or None."""
+    found = None
+    for line in stderr.splitlines():
+        m = _EXC_RE.match(line)
+        if m and m.group(1) != "ChildFailedError":
+            found = f"{m.group(1)}: {m.group(2).strip()}"[:300]
+    return found
+
+
+def _timed_out(cause: str) -> bool:
+    return bool(re.search(r"time(d)? ?out", cause, re.IGNORECASE))
+
+
 def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], run: Run,
                   suite: Suite, inv: Inventory, builds: Mapping[str, BuildDoc],
                   out_dir: Path, scope: MeasureScope, collective: str = "all_reduce",
@@ -385,8 +408,13 @@ def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], r
     try:
         log = _torch(pool, nodes, run, suite, inv, builds, label, out_dir, collective, mode)
     except GpuvetError as exc:
+        cause = bench_failure_cause(exc.result.stderr if isinstance(exc, CommandFailed) else "")
+        msg = exc.what if cause is None else (
+            f"torch.distributed {collective} benchmark failed on {exc.node or where}: {cause}"
+            + (f" (a collective waited longer than nccl.timeout_s, {suite.nccl.timeout_s:g} s: "
+               "a peer or a link stopped answering)" if _timed_out(cause) else ""))
         outcome.findings.append(_f(run, where, nodes[0].provider, "TORCH_BENCH_FAILED", "FAIL",
-                                   exc.what, collective=collective))
+                                   msg, collective=collective))
         return
     skipped = torch_skipped(log)
     if skipped is not None:
