@@ -200,6 +200,31 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     out = Outcome()
     preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
+    # each node's training reference starts now and holds before any CUDA call while
+    # health, nccl and fleet measure the GPUs: its interpreter, torch and compile imports
+    # (about 10 s on an H100 host) are off the training step's path
+    pre = train_step.Prelaunch.start(pool, run, suite, nodes) if wants_train(suite, train) \
+        else None
+    try:
+        _measure(out, inv, nodes, run, suite, pool=pool, shown=shown, torch=torch,
+                 health=health, fleet=fleet)
+        if wants_train(suite, train):
+            train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"),
+                                 pre=pre)
+            out.steps.append("train")
+    except BaseException:
+        if pre is not None:
+            pre.release(wait=False)
+        raise
+    out.evaluation, out.findings = judge(run, settings, last=last, min_size=min_size)
+    out.steps.append("regress")
+    return out
+
+
+def _measure(out: Outcome, inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
+             pool: ExecutorPool, shown: Callable[[str], ProgressHook | None], torch: bool,
+             health: bool, fleet: bool | None) -> None:
+    """Health (the nccl-tests builds beside it), nccl, fleet."""
     if health:
         # nccl-tests builds on the CPU while health loads the GPUs; the nccl step then
         # finds its build in the node's cache (joined before the step: never two builds
@@ -221,12 +246,6 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         # a provider with one selected node is skipped by the step itself (INFO)
         fleet_step.run_fleet(inv, nodes, run, suite, pool=pool, progress=shown("fleet"))
         out.steps.append("fleet")
-    if wants_train(suite, train):
-        train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"))
-        out.steps.append("train")
-    out.evaluation, out.findings = judge(run, settings, last=last, min_size=min_size)
-    out.steps.append("regress")
-    return out
 
 
 def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Suite,

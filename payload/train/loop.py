@@ -117,6 +117,16 @@ class Job:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         local = int(os.environ.get("LOCAL_RANK", "0"))
+        env = dict(os.environ)
+        gate = startup.gate_at(env)
+        self.gate_t: Optional[float] = None
+        if gate == "start":
+            # started while another step measures the GPUs: nothing of CUDA before the gate
+            if cfg["compile"]:
+                startup.prepare_compile(torch)
+                laps.lap("compile_import")
+            self.gate_t = startup.wait_gate(env, startup.gate_timeout(env))
+            laps.lap("gate_wait")
         cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
         self.device = torch.device("cuda", local) if cuda else torch.device("cpu")
         if cuda:
@@ -129,13 +139,12 @@ class Job:
                     float(cfg["collective_timeout_s"]))
         laps.lap("process_group")
         self.compiled = bool(cfg["compile"]) and cuda
-        if self.compiled:
+        if self.compiled and gate != "start":
             startup.prepare_compile(torch)
             laps.lap("compile_import")
-        # started ahead of its turn: hold here until the phase before it is over
-        self.gate_t = startup.wait_gate(dict(os.environ), float(os.environ.get(
-            "GPUVET_TRAIN_GATE_TIMEOUT", "3600")))
-        if self.gate_t is not None:
+        if gate == "ready":
+            # started ahead of its turn: hold here until the phase before it is over
+            self.gate_t = startup.wait_gate(env, startup.gate_timeout(env))
             laps.lap("gate_wait")
         self.autocast = cuda and cfg["dtype"] == "bf16"
         random.seed(int(cfg["seed"]) + self.rank)
@@ -279,14 +288,13 @@ class Job:
         from payload.train import ckpt
 
         t0 = time.time()
-        found, skipped = ckpt.find_complete(self.ckpt_dir, self.rank, self.world)
+        found, skipped = ckpt.find_and_load(self.ckpt_dir, self.model, self.opt, self.rank,
+                                            self.world)
         for s in skipped:
             self.log(protocol.SKIP_CKPT, **s)
         if found is None:
             return None
-        verify_s = time.time() - t0
-        step, path = found
-        extra = ckpt.load(path, self.model, self.opt, self.rank)
+        path, extra = found["path"], found["extra"]
         progress = extra["progress"]
         self.sched.load_state_dict(progress["scheduler"])
         self.data.load_state_dict(progress["data"])
@@ -295,7 +303,8 @@ class Job:
         loaded = ckpt.state_hashes(self.model, self.opt, ckpt.rng_state(self.device),
                                    self.progress(progress["lr_last"]))
         saved = extra["hashes"]
-        return {"step": self.step, "path": path, "verify_s": round(verify_s, 4),
+        # verify_s: hashing this rank's share of the files, beside the load (load_s)
+        return {"step": self.step, "path": path, "verify_s": found["verify_s"],
                 "load_s": round(time.time() - t0, 4), "hashes_saved": saved,
                 "hashes_loaded": loaded, "match": saved == loaded,
                 "lr_last": progress["lr_last"], "lr_next": self.opt.param_groups[0]["lr"],
@@ -346,6 +355,7 @@ def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[startup.Laps] 
     versions = startup.versions(torch, job.device)
     log(protocol.START, phase=args.phase, world=job.world, backend=job.backend,
         launch_s=startup.launch_seconds(job.laps.t0, dict(os.environ)), init_s=job.laps.laps,
+        init_order=list(job.laps.laps),  # the record sorts init_s by name
         device=str(job.device), parallel=job.mode, compiled=job.compiled,
         autocast_bf16=job.autocast, deterministic=job.det, versions=versions, config=cfg,
         params=config.param_count(cfg), flops_per_token=config.flops_per_token(cfg),

@@ -162,7 +162,24 @@ def init_group(dist: Any, backend: str, device: Any, timeout_s: float) -> None:
 
 
 GATE_ENV = "GPUVET_TRAIN_GATE"  # a file: the launch waits for it to say "go" (or "stop")
+GATE_TIMEOUT_ENV = "GPUVET_TRAIN_GATE_TIMEOUT"  # seconds the gate may stay shut
+# where the gate stands: "ready" (after the CUDA context, the process group and the
+# compile imports: the next phase of a unit, started while the phase before it trains) or
+# "start" (after import torch and the compile imports, before any CUDA call: a reference
+# started while another step, health say, still measures the GPUs)
+GATE_AT_ENV = "GPUVET_TRAIN_GATE_AT"
 GATE_POLL_S = 0.02
+
+
+def gate_at(env: Dict[str, str]) -> Optional[str]:
+    """Where this launch's gate stands, or None without one."""
+    if not env.get(GATE_ENV):
+        return None
+    return "start" if env.get(GATE_AT_ENV) == "start" else "ready"
+
+
+def gate_timeout(env: Dict[str, str]) -> float:
+    return float(env.get(GATE_TIMEOUT_ENV, "3600"))
 
 
 class GateStopped(Exception):
@@ -171,10 +188,11 @@ class GateStopped(Exception):
 
 
 def wait_gate(env: Dict[str, str], timeout_s: float) -> Optional[float]:
-    """A launch started ahead of its turn (the next phase while the previous one still
-    runs on the GPU) holds here, after the interpreter, torch, the CUDA context and the
-    process group, and before it allocates anything of its own: the GPU cannot hold two
-    jobs. The controller writes "go" into the gate file when the previous phase is over,
+    """A launch started ahead of its turn holds here, before it allocates anything of its
+    own: the GPU cannot hold two jobs. The next phase of a unit (started while the phase
+    before it runs) holds after the interpreter, torch, the CUDA context and the process
+    group; a reference started while another step measures the GPUs holds before any CUDA
+    call (`gate_at`). The controller writes "go" into the gate file when the GPU is free,
     or "stop". Returns when it opened (None without a gate)."""
     path = env.get(GATE_ENV)
     if not path:

@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional, Set
 from payload.ncclbuild import visible_gpus
 from payload.scrub import scrub_argv
 from payload.train import protocol
+from payload.train.startup import GATE_AT_ENV, GATE_ENV, GATE_TIMEOUT_ENV
 from payload.train.telemetry import Telemetry
 
 POLL_S = 0.05
@@ -68,9 +69,44 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--resume-flag", help="appended to --command in the restore phase")
     p.add_argument("--gate", help="started ahead of its turn: the ranks hold, before they "
                    "allocate, until this file says go (or stop)")
+    p.add_argument("--gate-at", choices=("ready", "start"), default="ready",
+                   help="where the ranks hold: ready (after the CUDA context and the process "
+                   "group) or start (before any CUDA call)")
+    p.add_argument("--gate-timeout", type=float, help="seconds the gate may stay shut "
+                   "(default: --timeout); --timeout counts from its opening")
     p.add_argument("--stop-file", help="one node of a multi-node job: once this file exists "
                    "(the controller writes it when another node's part failed), the job is "
                    "killed and the file's text kept as the reason")
+
+
+def gate_wait_limit(args: Any) -> float:
+    """How long a launch started ahead may wait at its gate."""
+    limit = getattr(args, "gate_timeout", None)
+    return float(limit) if limit else float(args.timeout)
+
+
+class JobClock:
+    """--timeout counts from the gate's opening: a launch started ahead waits, shut, for as
+    long as what runs before it takes, bounded by --gate-timeout (its ranks give up then,
+    and this clock too)."""
+
+    def __init__(self, args: Any, start: float) -> None:
+        self.gate = getattr(args, "gate", None)
+        self.start, self.timeout = start, float(args.timeout)
+        self.limit = gate_wait_limit(args)
+        self.opened: Optional[float] = None if self.gate else start
+
+    def expired(self, now: float) -> bool:
+        if self.opened is None:
+            try:
+                with open(str(self.gate)) as f:
+                    said = f.read().strip()
+            except OSError:
+                said = ""
+            if said != "go":
+                return now - self.start > self.limit + self.timeout
+            self.opened = now
+        return now - self.opened > self.timeout
 
 
 def stop_reason(path: Optional[str]) -> Optional[str]:
@@ -228,8 +264,9 @@ def _job_env(args: Any) -> Dict[str, str]:
         env["GPUVET_CKPT_DIR"] = args.ckpt_dir
         os.makedirs(args.ckpt_dir, exist_ok=True)
     if getattr(args, "gate", None):
-        env["GPUVET_TRAIN_GATE"] = args.gate
-        env["GPUVET_TRAIN_GATE_TIMEOUT"] = str(args.timeout)
+        env[GATE_ENV] = args.gate
+        env[GATE_TIMEOUT_ENV] = str(gate_wait_limit(args))
+        env[GATE_AT_ENV] = getattr(args, "gate_at", None) or "ready"
     return env
 
 
@@ -357,6 +394,7 @@ def main(args: Any) -> int:
         signal.signal(sig, _stop)
     start = time.time()
     doc["start_time"] = start
+    clock = JobClock(args, start)
     env["GPUVET_LAUNCH_T"] = "%.6f" % start  # the ranks log their launch latency from it
     with open(os.path.join(args.out, stdout_name), "wb") as out, \
             open(os.path.join(args.out, stdout_name.replace("stdout", "stderr")), "wb") as err:
@@ -381,7 +419,7 @@ def main(args: Any) -> int:
                     doc["kill_time"] = time.time()
                     doc["kill_groups"] = kill_tree(proc, spare)
                     doc["killed"] = True
-                if not doc["killed"] and time.time() - start > args.timeout:
+                if not doc["killed"] and clock.expired(time.time()):
                     doc["timed_out"] = True
                     doc["kill_time"] = time.time()
                     doc["kill_groups"] = kill_tree(proc, spare)
@@ -409,6 +447,8 @@ def main(args: Any) -> int:
                 except OSError:
                     pass
     doc["rc"] = proc.returncode
+    if getattr(args, "gate", None):
+        doc["gate_opened"] = clock.opened
     doc["end_time"] = time.time()
     doc["wall_s"] = round(doc["end_time"] - start, 3)
     doc["telemetry"] = telemetry.stop()

@@ -86,3 +86,44 @@ def test_an_interrupt_in_health_waits_for_the_build_a_bounded_time(
         P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
                        settings=None, train=False, fleet=False)  # type: ignore[arg-type]
     assert "nccl" not in steps.events
+
+
+class _Pre:
+    def __init__(self) -> None:
+        self.released: list[bool] = []
+
+    def release(self, wait: bool = True) -> None:
+        self.released.append(wait)
+
+
+def test_the_training_reference_starts_after_preflight_and_an_interrupt_stops_it(
+        steps: Steps, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The references start when preflight is done (before health) and are handed to the
+    training step; an interrupt before it tells them to stop, without waiting."""
+    pre = _Pre()
+
+    def start(*a: Any, **k: Any) -> _Pre:
+        steps.say("references start")
+        return pre
+
+    def train(*a: Any, **k: Any) -> None:
+        assert k["pre"] is pre
+        steps.say("train")
+
+    monkeypatch.setattr(P.train_step.Prelaunch, "start", start)
+    monkeypatch.setattr(P.train_step, "run_train", train)
+    monkeypatch.setattr(P, "wants_train", lambda suite, train: True)
+    P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
+                   settings=None, train=True, fleet=False)  # type: ignore[arg-type]
+    ev = steps.events
+    assert ev.index("preflight") < ev.index("references start") < ev.index("health start")
+    assert ev[-1] == "train" and pre.released == []  # the step itself releases what it leaves
+
+    def health(*a: Any, **k: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(P.health_step, "run_health", health)
+    with pytest.raises(KeyboardInterrupt):
+        P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
+                       settings=None, train=True, fleet=False)  # type: ignore[arg-type]
+    assert pre.released == [False]

@@ -115,9 +115,11 @@ def replay(name: str, tmp: Path) -> Replayed:
 
     scripts = {n.name: Script().on(re.compile(r" train-probe "), reply=probe(n.name))
                .on(re.compile(r" train-supervise "), reply=supervise(n.name))
-               .on(re.compile(r"^rm -rf /tmp/gpuvet-local/\S+/gpuvet-train/"), rc=0)
+               .on(re.compile(r"^if \[ -e /tmp/gpuvet-local/\S+/gpuvet-train/\S+ \]; then mv -f "),
+                   rc=0)
                # the gates of the launches started ahead of their turn
-               .on(re.compile(r"^mkdir -p \S+ && printf (go|stop) > \S+\.gate\.tmp && mv -f "),
+               .on(re.compile(r"^mkdir -p \S+ && printf (go|stop) > \S+\.gate-[0-9a-f]{8}\.tmp && "
+                                   r"mv -f "),
                    rc=0)
                for n in nodes}
     pool = scripted_pool(scripts, files=files)
@@ -251,11 +253,13 @@ def test_rejudging_the_capture_writes_what_the_host_wrote(runs: dict[str, Replay
         # a single-node unit's kill and restore are started ahead; a multi-node unit's never
         assert all((" --gate " in c) == (" --phase reference " not in c and "/multi-" not in c)
                    for c in sup)
-        gates = [c.command for c in ex.calls if ".gate.tmp" in c.command]
+        # each gate a file of this attempt's own (an earlier attempt's launch never opens)
+        gates = [c.command for c in ex.calls if re.search(r"\.gate-[0-9a-f]{8}\.tmp ", c.command)]
         assert len(gates) == 2  # the kill and the restore that run on this node
         assert all(" printf go > " in g for g in gates)
         # the one-GPU run kept its checkpoints (keep_checkpoints) to time their hashing
-        assert sum(c.command.startswith("rm -rf ") for c in ex.calls) >= (name != ONE)
+        assert sum(c.command.startswith("if [ -e ") and " rm -rf " in c.command
+                   for c in ex.calls) >= (name != ONE)
 
 
 def test_nothing_failed_and_the_only_warnings_are_throttling(runs: dict[str, Replayed]) -> None:

@@ -272,3 +272,39 @@ def test_parts_that_end_well_stop_nobody(tmp_path: Path,
 
     time.sleep(0.2)
     assert not [c for _, c in pool.commands if "printf" in c]
+
+
+@pytest.mark.parametrize("executor", ["local", "slurm"])
+def test_checkpoints_leave_their_path_at_once_and_a_stale_removal_is_swept(
+        tmp_path: Path, executor: str) -> None:
+    """The unit's checkpoints are renamed aside before the command returns and deleted in
+    the background (in the job step itself under Slurm, whose steps end their processes);
+    what an earlier removal left is swept by this one."""
+    import subprocess
+    import time
+
+    run = Run.create(tmp_path / "r", command="train", suite_hash="h", suite={},
+                     inventory_path=None)
+    node = _nodes(tmp_path, "n1")["n1"].model_copy(update={"executor": executor})
+    base = tmp_path / "ck x" / "gpuvet-train"
+    unit = base / run.run_id / "n1"
+    (unit / "step-000008").mkdir(parents=True)
+    (unit / "step-000008" / "__0_0.distcp").write_bytes(b"x" * 4096)
+    stale = base / ".removing-20261201-000000-aaaa-n1-abcdef"
+    (stale / "step-000010").mkdir(parents=True)
+    keep = base / "other-run" / "n1"
+    keep.mkdir(parents=True)
+    cmd = train.removal_command(node, str(unit), run)
+    res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert not unit.exists() and not (base / run.run_id).exists()  # gone from its path
+    deadline = time.monotonic() + 30
+    while list(base.glob(".removing-*")) and time.monotonic() < deadline:
+        assert executor != "slurm"  # in the step: done before the command returns
+        time.sleep(0.05)
+    assert not list(base.glob(".removing-*")), list(base.iterdir())
+    assert keep.is_dir()  # another run's checkpoints are not touched
+    # a unit whose folder is already gone (a node that never wrote one) is no error
+    res = subprocess.run(["sh", "-c", train.removal_command(node, str(unit), run)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr

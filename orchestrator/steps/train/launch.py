@@ -41,13 +41,24 @@ class Job:
     port: int = 29500
     extra: list[str] = field(default_factory=list)
     gate: str | None = None  # started ahead of its turn: held until this file says go
+    gate_at: str = "ready"  # where it holds: ready (CUDA and process group up) or start
+    gate_timeout_s: float | None = None  # how long it may hold (default: the phase's timeout)
     stop: str | None = None  # a multi-node job's part: killed once this file exists
 
     def remote_out(self, run: Run) -> str:
         return f"{self.node.work_dir.rstrip('/')}/train-runs/{run.run_id}/{self.unit}/{self.phase}"
 
     def gate_path(self, run: Run) -> str:
-        return f"{self.remote_out(run)}.gate"
+        # one of this attempt's own: a launch an earlier attempt left waiting (its
+        # controller killed outright) never sees this attempt's go
+        return f"{self.remote_out(run)}.gate-{secrets.token_hex(4)}"
+
+    def gate_wait_s(self, params: TrainParams) -> float:
+        """How long it may hold at its gate (0 without one)."""
+        if not self.gate:
+            return 0.0
+        return self.gate_timeout_s if self.gate_timeout_s is not None else float(
+            params.timeout_s)
 
 
 def _supervise_args(job: Job, run: Run, params: TrainParams) -> list[str]:
@@ -62,7 +73,8 @@ def _supervise_args(job: Job, run: Run, params: TrainParams) -> list[str]:
         return [*args, f"--command={params.command}",
                 *([f"--resume-flag={params.resume_flag}"] if params.resume_flag else []),
                 *job.extra]
-    gate = ["--gate", job.gate] if job.gate else []
+    gate = (["--gate", job.gate, "--gate-at", job.gate_at, "--gate-timeout",
+             str(job.gate_wait_s(params))] if job.gate else [])
     stop = ["--stop-file", job.stop] if job.stop else []
     return [*args, "--params", json.dumps(params.payload_params(), sort_keys=True), *gate,
             *stop, *job.extra]
@@ -93,7 +105,8 @@ def run_job(pool: ExecutorPool, run: Run, suite: Suite, job: Job) -> dict[str, A
     job.local_dir.mkdir(parents=True, exist_ok=True)
     doc_path = job.local_dir / "supervise.json"
     res = payload_mod.run(ex, _supervise_args(job, run, params), staging=run.dir / ".staging",
-                          timeout=params.timeout_s + 180, env=dict(nccltests.RUN_ENV),
+                          timeout=params.timeout_s + job.gate_wait_s(params) + 180,
+                          env=dict(nccltests.RUN_ENV),
                           stdout_path=doc_path)
     if res.stderr:
         atomic_write(job.local_dir / "supervise.stderr", scrub_text(res.stderr), durable=False)
@@ -209,10 +222,12 @@ class Ahead:
     3 s, import torch 3 s, the CUDA context 4 s, compile set-up 2 s) leave the critical
     path (docs/training.md, "Launches started ahead")."""
 
-    def __init__(self, pool: ExecutorPool, run: Run, suite: Suite, jobs: list[Job]) -> None:
+    def __init__(self, pool: ExecutorPool, run: Run, suite: Suite, jobs: list[Job], *,
+                 at: str = "ready", gate_timeout_s: float | None = None) -> None:
         self.pool, self.run, self.jobs = pool, run, jobs
         for j in jobs:
             j.gate = j.gate_path(run)
+            j.gate_at, j.gate_timeout_s = at, gate_timeout_s
         self.result: tuple[list[Job], dict[str, GpuvetError]] | None = None
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._work, args=(suite,), daemon=True,
@@ -224,6 +239,11 @@ class Ahead:
             self.result = run_phase(self.pool, self.run, suite, self.jobs)
         except BaseException as exc:  # handed to the caller in wait()
             self.error = exc
+
+    @property
+    def waiting(self) -> bool:
+        """Its launches have not ended (a gate that gave up ends them)."""
+        return self._thread.is_alive()
 
     def open(self, go: set[str]) -> None:
         """Say go to the jobs of the units in `go`, stop to the others."""
@@ -244,3 +264,31 @@ class Ahead:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+class AheadGroup:
+    """Several `Ahead`s (one per node, started before the step) seen as one phase's."""
+
+    def __init__(self, parts: list[Ahead]) -> None:
+        self.parts = parts
+        self.jobs = [j for a in parts for j in a.jobs]
+
+    def open(self, go: set[str]) -> None:
+        for a in self.parts:
+            a.open(go)
+
+    def wait(self) -> tuple[list[Job], dict[str, GpuvetError]]:
+        done: list[Job] = []
+        failures: dict[str, GpuvetError] = {}
+        error: BaseException | None = None
+        for a in self.parts:
+            try:
+                d, f = a.wait()
+            except BaseException as exc:  # the others are waited for all the same
+                error = error or exc
+                continue
+            done += d
+            failures.update(f)
+        if error is not None:
+            raise error
+        return done, failures

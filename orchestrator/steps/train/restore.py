@@ -22,8 +22,8 @@ from orchestrator.steps.train.throughput import nondeterministic
 from orchestrator.suite import TrainParams
 from payload.train import protocol
 
-# the start-up stages a rank runs before its gate (payload/train/loop.py: Job); the record
-# keeps them by name, not in order
+# the start-up stages a rank runs before its usual gate (payload/train/loop.py: Job), for
+# the records of a payload that did not log their order (init_order)
 BEFORE_GATE = ("import_torch", "cuda_context", "process_group", "compile_import")
 
 
@@ -45,10 +45,14 @@ def restart_parts(out: PhaseOutput) -> dict[str, float]:
                 # started ahead of its turn: what ran before the gate (torchrun, torch, the
                 # CUDA context, the process group) was done while the kill phase ran, and
                 # only the stages after it are on the relaunch's path
+                order = start.get("init_order")
+                before = (set(order[:order.index("gate_wait")])
+                          if isinstance(order, list) and "gate_wait" in order else
+                          set(BEFORE_GATE))  # a record of an older payload: by name
                 parts["gate_wait_s"] = float(init["gate_wait"])
                 parts["ahead_s"] = round(parts.pop("launch_s", 0.0) + sum(
-                    float(init[k]) for k in names if k in BEFORE_GATE), 4)
-                names = [k for k in names if k not in BEFORE_GATE]
+                    float(init[k]) for k in names if k in before), 4)
+                names = [k for k in names if k not in before]
             parts["init_s"] = round(sum(float(init[k]) for k in names), 4)
     if warm is not None and isinstance(warm.get("seconds"), (int, float)):
         parts["warmup_s"] = float(warm["seconds"])

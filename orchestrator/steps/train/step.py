@@ -26,8 +26,10 @@ from __future__ import annotations
 import functools
 import json
 import re
+import secrets
 import shlex
 import socket
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +42,7 @@ from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.judging.sink import combined
 from orchestrator.judging.storage import storage_findings
+from orchestrator.records import node_unit_key
 from orchestrator.steps.driver import (
     Driven,
     StageTracker,
@@ -52,7 +55,7 @@ from orchestrator.steps.driver import (
     step_pool,
 )
 from orchestrator.steps.train.judge import Judge, Subject
-from orchestrator.steps.train.launch import Ahead, Job, phase_extra, run_phase
+from orchestrator.steps.train.launch import Ahead, AheadGroup, Job, phase_extra, run_phase
 from orchestrator.steps.train.reading import PhaseOutput, read_phase
 from orchestrator.store import Run
 from orchestrator.suite import Suite, TrainParams
@@ -158,13 +161,32 @@ def _master(nodes: list[Node]) -> str:
     return "127.0.0.1" if nodes[0].executor == "local" else (nodes[0].host or nodes[0].name)
 
 
+def removal_command(node: Node, root: str, run: Run) -> str:
+    """Remove one unit's checkpoints: renamed aside at once (nothing of them stays at its
+    path), then deleted in the background on the node. Deleting the two 12.6 GB
+    checkpoints of a 1b unit took 7 s of an H100 pipeline's training step on an ext4
+    disk with online discard. A removal that could not finish (the node restarted, or a
+    Slurm job step, whose processes end with it: there the deletion runs in the step) is
+    swept by the next one under the same checkpoint directory."""
+    unit_dir = root.rstrip("/")
+    run_dir = unit_dir.rsplit("/", 1)[0]
+    base = run_dir.rsplit("/", 1)[0]  # <ckpt_dir>/gpuvet-train
+    aside = f"{base}/.removing-{run.run_id}-{unit_dir.rsplit('/', 1)[1]}-{secrets.token_hex(3)}"
+    q = shlex.quote
+    delete = f"rm -rf {q(base)}/.removing-*"
+    if node.executor != "slurm":
+        delete = f"nohup {delete} >/dev/null 2>&1 </dev/null &"
+    return (f"if [ -e {q(unit_dir)} ]; then mv -f {q(unit_dir)} {q(aside)}; fi; "
+            f"rmdir {q(run_dir)} 2>/dev/null; {delete}")
+
+
 def _cleanup(pool: ExecutorPool, run: Run, params: TrainParams, where: list[tuple[Node, str]]
              ) -> None:
     if params.keep_checkpoints:
         return
     for node, root in where:
         try:
-            pool(node).run(f"rm -rf {shlex.quote(root)}", timeout=300)
+            pool(node).run(removal_command(node, root, run), timeout=300)
         except GpuvetError:
             pass  # a node that went away keeps its files; the verdict stands
 
@@ -178,12 +200,71 @@ def _launch_failed(judge: Judge, phase: str, node: str, exc: GpuvetError,
 # --------------------------------------------------------------------------- units
 
 
+# how long a reference started before the step may wait for it: the steps before it
+# (health, nccl, fleet) run meanwhile
+PRELAUNCH_GATE_S = 7200.0
+
+
+class Prelaunch:
+    """Each node's reference launch, started before the training step (the pipeline starts
+    it when preflight is done, while health and nccl measure the GPUs): the supervisor, the
+    interpreter, torch and torch.compile's imports are ready when the step reaches the
+    node's unit, whose reference then opens the gate. The ranks hold before any CUDA call,
+    so nothing of them is on the GPUs meanwhile (docs/training.md, "Launches started
+    ahead"). What the step does not use (a node that failed its probe, a unit already done,
+    a gate that gave up) is told to stop by `release`."""
+
+    def __init__(self, pool: ExecutorPool, run: Run, suite: Suite, nodes: list[Node]) -> None:
+        self.lock = threading.Lock()
+        self.parts: dict[str, Ahead] = {}
+        for n in nodes:
+            job = Job(n.name, n, "reference", run.node_dir(n.name, STEP) / "reference" / n.name,
+                      ckpt_root(n, run, n.name), extra=phase_extra(suite.train, "reference"))
+            self.parts[n.name] = Ahead(pool, run, suite, [job], at="start",
+                                       gate_timeout_s=PRELAUNCH_GATE_S)
+
+    @classmethod
+    def start(cls, pool: ExecutorPool, run: Run, suite: Suite, nodes: list[Node]
+              ) -> Prelaunch | None:
+        """The references of the nodes whose training unit is still to run, or None where
+        the suite's training has no reference of ours (the user's own command)."""
+        if suite.train.command:
+            return None
+        todo = [n for n in nodes if not run.is_done(node_unit_key(n.name), STEP)]
+        return cls(pool, run, suite, todo) if todo else None
+
+    def take(self, names: list[str]) -> AheadGroup | None:
+        """The references of these nodes, if each is still waiting at its gate."""
+        with self.lock:
+            if not all(n in self.parts and self.parts[n].waiting for n in names):
+                return None
+            return AheadGroup([self.parts.pop(n) for n in names])
+
+    def release(self, wait: bool = True) -> None:
+        """Tell every launch not taken to stop, and (unless interrupted) wait for it."""
+        with self.lock:
+            left = list(self.parts.values())
+            self.parts.clear()
+        for a in left:
+            try:
+                a.open(set())
+            except GpuvetError:
+                pass  # a node gone away: its launch gives up at its gate's bound
+        for a in left if wait else []:
+            try:
+                a.wait()
+            except GpuvetError:
+                pass
+
+
 class Step:
-    """The step's context: one run, one suite, the probes."""
+    """The step's context: one run, one suite, the probes, the references started before
+    it (if any)."""
 
     def __init__(self, inv: Inventory, run: Run, suite: Suite, pool: ExecutorPool,
-                 probes: dict[str, Probe]) -> None:
+                 probes: dict[str, Probe], pre: Prelaunch | None = None) -> None:
         self.inv, self.run, self.suite, self.pool, self.probes = inv, run, suite, pool, probes
+        self.pre = pre
 
     @property
     def params(self) -> TrainParams:
@@ -242,7 +323,11 @@ class Step:
                                 extra=phase_extra(params, phase)))
             return jobs
 
-        ahead: Ahead | None = None
+        ahead: Ahead | AheadGroup | None = None
+        if ahead_ok and self.pre is not None:
+            ahead = self.pre.take(names)  # the references started before the step
+            if ahead is not None:
+                ahead.open(set(alive))
         for k, phase in enumerate(phases):
             jobs = ahead.jobs if ahead is not None else jobs_of(phase)
             stage.note(f"{phase} on " + ", ".join(
@@ -342,13 +427,26 @@ class Step:
 def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
               single: bool = True, multi: bool = True, pool: ExecutorPool | None = None,
               accept_new_host_keys: bool = False,
-              progress: ProgressHook | None = None) -> Driven:
+              progress: ProgressHook | None = None, pre: Prelaunch | None = None) -> Driven:
     """Probe, then the single-node units, then the multi-node ones (never both at once on
-    the same GPUs); each unit recorded as it ends."""
+    the same GPUs); each unit recorded as it ends. `pre`: the references started before
+    the step (`Prelaunch`), used where they fit and stopped where not."""
+    try:
+        return _run_train(inv, nodes, run, suite, single=single, multi=multi, pool=pool,
+                          accept_new_host_keys=accept_new_host_keys, progress=progress, pre=pre)
+    except BaseException:
+        if pre is not None:
+            pre.release(wait=False)
+        raise
+
+
+def _run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *, single: bool,
+               multi: bool, pool: ExecutorPool | None, accept_new_host_keys: bool,
+               progress: ProgressHook | None, pre: Prelaunch | None) -> Driven:
     params = suite.train
     with step_pool(inv, pool, accept_new_host_keys) as p:
         probes, failures = probe_nodes(p, inv, nodes, run, need_torch=not params.command)
-        step = Step(inv, run, suite, p, probes)
+        step = Step(inv, run, suite, p, probes, pre if single else None)
         singles: list[Unit] = []
         multis: list[Unit] = []
         for prov in dict.fromkeys(n.provider for n in nodes):
@@ -369,6 +467,8 @@ def run_train(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         run.retract(keep_units=done, step=STEP)
         driven = drive(run, STEP, singles, concurrency=inv.settings.concurrency,
                        progress=progress)
+        if pre is not None:  # before the multi-node units: none of them stays waiting
+            pre.release()
         more = drive(run, STEP, multis, concurrency=inv.settings.concurrency,
                      progress=progress)
         driven.done.update(more.done)

@@ -39,9 +39,18 @@ for phase, out, saves in spec["phases"]:
                             params=json.dumps(spec["params"]), save_at=saves)
     rc = loop.main(ns)
     print("RC", phase, rc, flush=True)
-    if phase == "kill":  # what a kill during the second save leaves: no manifest
-        last = sorted(d for d in os.listdir(spec["ckpt"]) if d.startswith("step-"))[-1]
-        os.unlink(os.path.join(spec["ckpt"], last, "manifest.json"))
+    if phase == "kill":
+        last = os.path.join(spec["ckpt"], sorted(
+            d for d in os.listdir(spec["ckpt"]) if d.startswith("step-"))[-1])
+        if spec.get("damage") == "bytes":  # complete, then a data file changed on disk
+            name = sorted(n for n in os.listdir(last) if n.endswith(".distcp"))[0]
+            with open(os.path.join(last, name), "r+b") as f:
+                f.seek(os.path.getsize(f.name) // 2)
+                b = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([b[0] ^ 0x40]))
+        else:  # what a kill during the second save leaves: no manifest
+            os.unlink(os.path.join(last, "manifest.json"))
 """
 
 
@@ -49,10 +58,11 @@ def _steps(path: Path) -> dict[int, dict[str, Any]]:
     return {e["step"]: e for e in protocol.read_events(str(path)) if e["event"] == "step"}
 
 
-def _run(tmp_path: Path, params: dict[str, Any], phases: list[tuple[str, str, list[int]]]
-         ) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, params: dict[str, Any], phases: list[tuple[str, str, list[int]]],
+         damage: str = "manifest") -> subprocess.CompletedProcess[str]:
     pytest.importorskip("torch")
-    spec = {"params": params, "ckpt": str(tmp_path / "ckpt"), "phases": phases}
+    spec = {"params": params, "ckpt": str(tmp_path / "ckpt"), "phases": phases,
+            "damage": damage}
     env = dict(os.environ, OMP_NUM_THREADS="1", CUBLAS_WORKSPACE_CONFIG=":4096:8")
     return subprocess.run([sys.executable, "-c", DRIVER, json.dumps(spec)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=240)
@@ -104,6 +114,27 @@ def test_restore_skips_the_half_written_checkpoint_and_continues_exactly(tmp_pat
     for phase in ("kill", "restore"):
         assert not [e for e in protocol.read_events(str(tmp_path / phase / "rank0.jsonl"))
                     if e["event"] in (protocol.THROUGHPUT, protocol.TSTEP)], phase
+
+
+def test_a_checkpoint_whose_bytes_changed_is_skipped_and_the_older_one_loaded_over_it(
+        tmp_path: Path) -> None:
+    """The newest checkpoint has its manifest but a data file changed after it was written:
+    it is hashed while it loads, fails, and the older one is loaded in its place; the run
+    continues from the older step bit for bit (nothing of the bad one stays)."""
+    res = _run(tmp_path, PARAMS, [("reference", str(tmp_path / "ref"), []),
+                                  ("kill", str(tmp_path / "kill"), [3, 5]),
+                                  ("restore", str(tmp_path / "restore"), [])], damage="bytes")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    events = protocol.read_events(str(tmp_path / "restore" / "rank0.jsonl"))
+    (skip,) = [e for e in events if e["event"] == "skip_ckpt"]
+    assert skip["step"] == 5 and "sha256" in skip["reasons"][0], skip
+    loaded = next(e for e in events if e["event"] == "loaded")
+    assert loaded["step"] == 3 and loaded["match"] is True and loaded["skipped"] == 1
+    assert 0 < loaded["verify_s"] <= loaded["load_s"]
+    ref, restored = _steps(tmp_path / "ref" / "rank0.jsonl"), _steps(
+        tmp_path / "restore" / "rank0.jsonl")
+    assert sorted(restored) == [4, 5, 6, 7, 8]
+    assert [restored[k]["loss_hex"] for k in restored] == [ref[k]["loss_hex"] for k in restored]
 
 
 def test_no_throughput_segment_when_the_verified_steps_are_not_deterministic(

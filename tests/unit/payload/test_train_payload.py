@@ -579,3 +579,25 @@ def test_one_rank_on_one_node_starts_without_torchrun() -> None:
     for a, n in ((args(1), 2), (args(2), 1)):
         argv = supervise.train_argv(a, n)
         assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-len(one) + 1:] == one[1:]
+
+
+def test_a_launch_started_ahead_has_its_timeout_counted_from_its_gate(tmp_path: Path) -> None:
+    """A reference started while health runs waits, shut, as long as health takes: its
+    --timeout starts when the gate opens; a gate never opened ends it after
+    --gate-timeout plus --timeout."""
+    import argparse
+
+    from payload.train.supervise import JobClock
+
+    gate = tmp_path / "reference.gate-0a1b2c3d"
+    args = argparse.Namespace(gate=str(gate), timeout=10.0, gate_timeout=100.0)
+    clock = JobClock(args, start=1000.0)
+    assert not clock.expired(1050.0)  # shut: well within its gate's bound
+    assert clock.expired(1111.0)  # shut past gate_timeout + timeout
+    clock = JobClock(args, start=1000.0)
+    gate.write_text("go")
+    assert not clock.expired(1050.0) and clock.opened == 1050.0
+    assert not clock.expired(1059.0) and clock.expired(1061.0)  # counted from the opening
+    # without a gate, from the start, as before
+    plain = JobClock(argparse.Namespace(timeout=10.0), start=1000.0)
+    assert not plain.expired(1009.0) and plain.expired(1011.0)
