@@ -4,7 +4,8 @@
 # and `gpuvet health --level quick` run. Writes $OUT/table.txt (the figures
 # docs/benchmarks.md quotes) and $OUT/results.tar.gz (the run folders, kept as fixtures).
 #
-#   OUT=/tmp/pb NCCL_SOURCE=.snapshots/nccl-tests.tar.gz scripts/gpu-pipeline-bench.sh
+#   OUT=/tmp/pb NCCL_SOURCE=.snapshots/nccl-tests.tar.gz [RUNS=2] [BUSY=0] \
+#     scripts/gpu-pipeline-bench.sh
 # The suite is the one of the earlier measurement (tests/fixtures/h100x1-two-orders):
 # standard health, nccl to 128M from a pushed archive, the 1b preset, 20 steps, a
 # checkpoint at step 8, killed before the manifest of step 10.
@@ -84,10 +85,21 @@ for m in ms:
               if m["metric"] == "restart_s" else "")
 for sup in sorted((run / "nodes" / "gpu1" / "train").glob("*/gpu1/supervise.json")):
     d = json.loads(sup.read_text())
+    gate = d.get("gate_opened")
     print(f"  {sup.parts[-3]:9s} supervise {d.get('start_time', 0) - t0:6.1f} s to "
-          f"{d.get('end_time', 0) - t0:6.1f} s after the pipeline's start")
+          f"{d.get('end_time', 0) - t0:6.1f} s after the pipeline's start"
+          + (f", gate opened at {gate - t0:6.1f} s" if gate else ""))
+    rank = sup.parent / "rank0.jsonl"
+    if rank.is_file():
+        for line in rank.read_text().splitlines():
+            e = json.loads(line)
+            if e.get("event") in ("start", "saved", "loaded", "end"):
+                keep = {k: e[k] for k in ("init_s", "launch_s", "save_s", "write_s", "verify_s",
+                                          "load_s") if k in e}
+                print(f"    {e['event']:7s} at {e['t'] - t0:6.1f} s {keep}")
 PY
 done
+if [ "${BUSY:-1}" = 1 ]; then
 # the busy GPU: another tenant's job holding 60 GiB and computing
 "$PY" - <<'PY' > "$OUT/hog.txt" 2>&1 &
 import torch, time
@@ -117,6 +129,7 @@ for name in ("busy-preflight.json", "busy-health.json"):
         if f["severity"] in ("WARN", "FAIL"):
             print("  ", name.split(".")[0], f["severity"], f["code"], f["message"][:260])
 PY
+fi
 } 2>&1 | tee "$OUT/table.txt"
 tar czf /tmp/results.tar.gz -C "$OUT" results inventory.yaml suite.yaml $(cd "$OUT" && ls \
   pipeline*.json pipeline*.stderr busy-*.json busy-*.stderr 2>/dev/null)

@@ -8,7 +8,8 @@
 #           node's checkpoint restored on the other) and the multi-node unit (reference,
 #           kill, restore with the ranks swapped);
 #   pipe:   `gpuvet pipeline --fleet` over two nodes, interrupted with SIGINT while it
-#           trains, then finished with `--resume`.
+#           trains, then finished with `--resume`;
+#   groups: the fleet's groups plan alone.
 # Prints one line per step with its exit code and wall time, then the findings that are not
 # PASS/INFO; writes $OUT/table.txt and $OUT/results.tar.gz (the run folders, inventories,
 # suites and console outputs, as fixtures), the latter after every step.
@@ -104,6 +105,9 @@ fleet)
     > "$L/fleet-pairs.txt" 2>&1; show "fleet pairs (4 nodes, s3 bad)" $? $t0
   t0=$SECONDS; gv fleet -i "$L/sims4.yaml" --suite "$L/fleet.yaml" --results "$R" \
     --plan groups > "$L/fleet-groups.txt" 2>&1; show "fleet groups (4 nodes, s3 bad)" $? $t0 ;;
+groups)  # the groups plan alone
+  t0=$SECONDS; gv fleet -i "$L/sims4.yaml" --suite "$L/fleet.yaml" --results "$R" \
+    --plan groups > "$L/fleet-groups.txt" 2>&1; show "fleet groups (4 nodes, s3 bad)" $? $t0 ;;
 train)
   t0=$SECONDS; gv train -i "$L/sims2.yaml" --suite "$L/train.yaml" --results "$R" \
     > "$L/train.txt" 2>&1; show "train (2 nodes, 350m)" $? $t0 ;;
@@ -115,15 +119,16 @@ pipe)
     --fleet > "$L/pipe1.txt" 2>&1 &
   pid=$!
   set +m
-  # SIGINT once the training step has a launch running
+  # SIGINT once the training step trains: a rank has logged its start (the references
+  # are started during health, and log nothing until their gate opens)
   for i in $(seq 1 600); do
     sleep 0.5
-    run=$(newest); [ -n "$run" ] && ls "$run"/nodes/*/train/*/*/ >/dev/null 2>&1 && break
+    for f in "$W"/s*/work/train-runs/*/*/*/rank0.jsonl; do [ -s "$f" ] && break 2; done
     kill -0 $pid 2>/dev/null || break
   done
   sleep 5; kill -INT $pid; wait $pid; rc=$?
   show "pipeline --fleet, SIGINT in train" $rc $t0
-  left=$(pgrep -f "payload train" | wc -l); echo "   processes of the training step left: $left"
+  left=$(pgrep -f "payload train.*$W" | wc -l); echo "   processes of the training step left: $left"
   id=$(basename "$(newest)")
   t0=$SECONDS; gv pipeline -i "$L/sims2.yaml" --suite "$L/pipe.yaml" --results "$R" \
     --fleet --resume "$id" > "$L/pipe2.txt" 2>&1; show "pipeline --resume $id" $? $t0 ;;
