@@ -64,6 +64,12 @@ for step in ("preflight", "health", "nccl", "train"):
         t = done.stat().st_mtime
         print(f"  {step:9s} {t - prev:6.1f} s (done at {t - t0:6.1f} s)")
         prev = t
+col = run / "nodes" / "gpu1" / "preflight" / "collect.json"
+if col.is_file():
+    c = json.loads(col.read_text())
+    slow = sorted(((v.get("duration_s") or 0, k) for k, v in c.get("commands", {}).items()
+                   if isinstance(v, dict)), reverse=True)[:2]
+    print(f"  preflight on the node {c.get('duration_s')} s; slowest commands {slow}")
 meta = json.loads((run / "run.json").read_text())
 print("  status", meta["status"], "run", run.name)
 nb = run / "nodes" / "gpu1" / "nccl"
