@@ -201,13 +201,14 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
     # each node's training reference starts now and holds before any CUDA call while
-    # health, nccl and fleet measure the GPUs: its interpreter, torch and compile imports
-    # (about 10 s on an H100 host) are off the training step's path
+    # health measures the GPUs, then makes its CUDA context and process group: its
+    # interpreter, torch, compile imports and context (about 15 s on an H100 host) are off
+    # the training step's path
     pre = train_step.Prelaunch.start(pool, run, suite, nodes) if wants_train(suite, train) \
         else None
     try:
         _measure(out, inv, nodes, run, suite, pool=pool, shown=shown, torch=torch,
-                 health=health, fleet=fleet)
+                 health=health, fleet=fleet, pre=pre)
         if wants_train(suite, train):
             train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"),
                                  pre=pre)
@@ -223,8 +224,9 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
 
 def _measure(out: Outcome, inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
              pool: ExecutorPool, shown: Callable[[str], ProgressHook | None], torch: bool,
-             health: bool, fleet: bool | None) -> None:
-    """Health (the nccl-tests builds beside it), nccl, fleet."""
+             health: bool, fleet: bool | None, pre: train_step.Prelaunch | None) -> None:
+    """Health (the nccl-tests builds beside it), nccl, fleet; the references started
+    before them make their CUDA contexts when health is over."""
     if health:
         # nccl-tests builds on the CPU while health loads the GPUs; the nccl step then
         # finds its build in the node's cache (joined before the step: never two builds
@@ -238,6 +240,8 @@ def _measure(out: Outcome, inv: Inventory, nodes: list[Node], run: Run, suite: S
             raise
         out.warm_failures = warm.join()
         out.steps.append("health")
+    if pre is not None:
+        pre.warm()
     nccl_step.run_nccl(inv, nodes, run, suite, torch=torch, pool=pool, progress=shown("nccl"))
     out.steps.append("nccl")
     if torch:

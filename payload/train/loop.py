@@ -121,12 +121,13 @@ class Job:
         gate = startup.gate_at(env)
         self.gate_t: Optional[float] = None
         if gate == "start":
-            # started while another step measures the GPUs: nothing of CUDA before the gate
+            # started while another step measures the GPUs: nothing of CUDA before the
+            # gate says "cuda" (or "go"); the ready gate below holds it after that
             if cfg["compile"]:
                 startup.prepare_compile(torch)
                 laps.lap("compile_import")
-            self.gate_t = startup.wait_gate(env, startup.gate_timeout(env))
-            laps.lap("gate_wait")
+            startup.wait_gate(env, startup.gate_timeout(env), (startup.CUDA_WORD, "go"))
+            laps.lap("gate_cuda_wait")
         cuda = torch.cuda.is_available() and torch.cuda.device_count() > 0
         self.device = torch.device("cuda", local) if cuda else torch.device("cpu")
         if cuda:
@@ -142,7 +143,7 @@ class Job:
         if self.compiled and gate != "start":
             startup.prepare_compile(torch)
             laps.lap("compile_import")
-        if gate == "ready":
+        if gate is not None:
             # started ahead of its turn: hold here until the phase before it is over
             self.gate_t = startup.wait_gate(env, startup.gate_timeout(env))
             laps.lap("gate_wait")

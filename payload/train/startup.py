@@ -19,7 +19,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 from payload.train import config
 
@@ -165,9 +165,12 @@ GATE_ENV = "GPUVET_TRAIN_GATE"  # a file: the launch waits for it to say "go" (o
 GATE_TIMEOUT_ENV = "GPUVET_TRAIN_GATE_TIMEOUT"  # seconds the gate may stay shut
 # where the gate stands: "ready" (after the CUDA context, the process group and the
 # compile imports: the next phase of a unit, started while the phase before it trains) or
-# "start" (after import torch and the compile imports, before any CUDA call: a reference
-# started while another step, health say, still measures the GPUs)
+# "start": a reference started while another step, health say, still measures the GPUs,
+# held after import torch and the compile imports, before any CUDA call, until the gate
+# says "cuda" (the GPUs' measurements are over: it may make its context and process
+# group) and then at the ready gate until "go"
 GATE_AT_ENV = "GPUVET_TRAIN_GATE_AT"
+CUDA_WORD = "cuda"
 GATE_POLL_S = 0.02
 
 
@@ -187,13 +190,15 @@ class GateStopped(Exception):
     or its gate was never opened in time."""
 
 
-def wait_gate(env: Dict[str, str], timeout_s: float) -> Optional[float]:
+def wait_gate(env: Dict[str, str], timeout_s: float, words: Tuple[str, ...] = ("go",)
+              ) -> Optional[float]:
     """A launch started ahead of its turn holds here, before it allocates anything of its
     own: the GPU cannot hold two jobs. The next phase of a unit (started while the phase
     before it runs) holds after the interpreter, torch, the CUDA context and the process
     group; a reference started while another step measures the GPUs holds before any CUDA
     call (`gate_at`). The controller writes "go" into the gate file when the GPU is free,
-    or "stop". Returns when it opened (None without a gate)."""
+    or "stop". Returns when it opened (None without a gate); `words` are what opens it
+    (the start gate also opens on "cuda")."""
     path = env.get(GATE_ENV)
     if not path:
         return None
@@ -204,7 +209,7 @@ def wait_gate(env: Dict[str, str], timeout_s: float) -> Optional[float]:
                 said = f.read().strip()
         except OSError:
             said = ""
-        if said == "go":
+        if said in words:
             return time.time()
         if said == "stop":
             raise GateStopped("told to stop before it ran (the phase before it failed)")

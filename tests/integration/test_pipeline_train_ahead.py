@@ -1,8 +1,8 @@
 """The pipeline's order of work on a local CPU node, as it runs on a GPU host: the
 training reference starts when preflight is done and holds before any CUDA call while
-health and nccl run (its interpreter, torch and compile imports off the training step's
-path), its gate opens when the step reaches the node, and the restore is still verified
-bit for bit. Real processes: the local executor, train-supervise, the rank program on
+health runs (its interpreter, torch and compile imports off the training step's path),
+makes its context and process group when health is over, its last gate opens when the
+step reaches the node, and the restore is still verified bit for bit. Real processes: the local executor, train-supervise, the rank program on
 gloo."""
 
 from __future__ import annotations
@@ -57,11 +57,11 @@ providers:
         assert sorted(start["init_order"]) == sorted(start["init_s"])
         return list(start["init_order"])
 
-    # the reference: torch imported before the gate, the CUDA context (here: the device
-    # check) after it
+    # the reference: torch imported before its first gate, the CUDA context (here: the
+    # device check) and the process group after it (health was over), then held again
     ref_laps = laps("reference")
-    assert ref_laps.index("import_torch") < ref_laps.index("gate_wait") < ref_laps.index(
-        "cuda_context"), ref_laps
+    assert ref_laps.index("import_torch") < ref_laps.index("gate_cuda_wait") < ref_laps.index(
+        "cuda_context") < ref_laps.index("process_group") < ref_laps.index("gate_wait"), ref_laps
     # the kill and the restore, started while the phase before them ran, held at the later
     # gate (after the device and the process group)
     for phase in ("kill", "restore"):

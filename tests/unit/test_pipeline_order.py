@@ -89,8 +89,13 @@ def test_an_interrupt_in_health_waits_for_the_build_a_bounded_time(
 
 
 class _Pre:
-    def __init__(self) -> None:
+    def __init__(self, steps: Steps | None = None) -> None:
         self.released: list[bool] = []
+        self.steps = steps
+
+    def warm(self) -> None:
+        if self.steps is not None:
+            self.steps.say("references warm")
 
     def release(self, wait: bool = True) -> None:
         self.released.append(wait)
@@ -98,9 +103,10 @@ class _Pre:
 
 def test_the_training_reference_starts_after_preflight_and_an_interrupt_stops_it(
         steps: Steps, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The references start when preflight is done (before health) and are handed to the
-    training step; an interrupt before it tells them to stop, without waiting."""
-    pre = _Pre()
+    """The references start when preflight is done (before health), make their CUDA
+    contexts when health is over (before nccl) and are handed to the training step; an
+    interrupt before it tells them to stop, without waiting."""
+    pre = _Pre(steps)
 
     def start(*a: Any, **k: Any) -> _Pre:
         steps.say("references start")
@@ -117,6 +123,7 @@ def test_the_training_reference_starts_after_preflight_and_an_interrupt_stops_it
                    settings=None, train=True, fleet=False)  # type: ignore[arg-type]
     ev = steps.events
     assert ev.index("preflight") < ev.index("references start") < ev.index("health start")
+    assert ev.index("health end") < ev.index("references warm") < ev.index("nccl")
     assert ev[-1] == "train" and pre.released == []  # the step itself releases what it leaves
 
     def health(*a: Any, **k: Any) -> None:

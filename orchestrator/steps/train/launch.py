@@ -12,6 +12,7 @@ import secrets
 import shlex
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,11 +248,19 @@ class Ahead:
 
     def open(self, go: set[str]) -> None:
         """Say go to the jobs of the units in `go`, stop to the others."""
+        self._say(lambda j: "go" if j.unit in go else "stop")
+
+    def warm(self) -> None:
+        """Jobs held at the start gate may make their CUDA context and process group now
+        (what measured the GPUs is over); they hold again at the ready gate."""
+        self._say(lambda j: "cuda")
+
+    def _say(self, word_of: Callable[[Job], str]) -> None:
         def one(n: Node) -> None:
             for j in self.jobs:
                 if j.node.name != n.name or not j.gate:
                     continue
-                word = "go" if j.unit in go else "stop"
+                word = word_of(j)
                 gate, tmp = shlex.quote(j.gate), shlex.quote(j.gate + ".tmp")
                 self.pool(n).run(f"mkdir -p {shlex.quote(str(Path(j.gate).parent))} && "
                                  f"printf {word} > {tmp} && mv -f {tmp} {gate}", timeout=60)

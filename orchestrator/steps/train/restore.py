@@ -40,7 +40,7 @@ def restart_parts(out: PhaseOutput) -> dict[str, float]:
             parts["launch_s"] = float(start["launch_s"])
         init = start.get("init_s")
         if isinstance(init, dict) and init:
-            names = [k for k in init if k != "gate_wait"]
+            names = [k for k in init if k not in ("gate_wait", "gate_cuda_wait")]  # waits
             if "gate_wait" in init:
                 # started ahead of its turn: what ran before the gate (torchrun, torch, the
                 # CUDA context, the process group) was done while the kill phase ran, and

@@ -207,12 +207,13 @@ PRELAUNCH_GATE_S = 7200.0
 
 class Prelaunch:
     """Each node's reference launch, started before the training step (the pipeline starts
-    it when preflight is done, while health and nccl measure the GPUs): the supervisor, the
-    interpreter, torch and torch.compile's imports are ready when the step reaches the
-    node's unit, whose reference then opens the gate. The ranks hold before any CUDA call,
-    so nothing of them is on the GPUs meanwhile (docs/training.md, "Launches started
-    ahead"). What the step does not use (a node that failed its probe, a unit already done,
-    a gate that gave up) is told to stop by `release`."""
+    it when preflight is done, while health measures the GPUs): the supervisor, the
+    interpreter, torch and torch.compile's imports are ready when health ends; the ranks
+    hold before any CUDA call until then (`warm`), then make their CUDA context and process
+    group and hold again until the step reaches the node's unit, whose reference opens
+    the gate (docs/training.md, "Launches started ahead"). What the step does not use (a
+    node that failed its probe, a unit already done, a gate that gave up) is told to stop
+    by `release`."""
 
     def __init__(self, pool: ExecutorPool, run: Run, suite: Suite, nodes: list[Node]) -> None:
         self.lock = threading.Lock()
@@ -232,6 +233,17 @@ class Prelaunch:
             return None
         todo = [n for n in nodes if not run.is_done(node_unit_key(n.name), STEP)]
         return cls(pool, run, suite, todo) if todo else None
+
+    def warm(self) -> None:
+        """The GPUs' measurements are over: each launch may make its CUDA context and
+        process group now, and holds at its ready gate until the step takes it."""
+        with self.lock:
+            parts = list(self.parts.values())
+        for a in parts:
+            try:
+                a.warm()
+            except GpuvetError:
+                pass  # a node gone away: its unit fails in the step, which says so
 
     def take(self, names: list[str]) -> AheadGroup | None:
         """The references of these nodes, if each is still waiting at its gate."""

@@ -42,6 +42,22 @@ def test_stop_and_a_gate_never_opened_stop_the_launch(tmp_path: Path) -> None:
         startup.wait_gate({startup.GATE_ENV: str(tmp_path / "never.gate")}, 0.1)
 
 
+def test_cuda_opens_the_start_gate_and_not_the_ready_one(tmp_path: Path) -> None:
+    """A reference started during health: "cuda" lets it make its context, and it still
+    holds at the ready gate until "go"; the start gate passes on "go" as well."""
+    gate = tmp_path / "reference.gate-0a1b2c3d"
+    env = {startup.GATE_ENV: str(gate), startup.GATE_AT_ENV: "start"}
+    assert startup.gate_at(env) == "start" and startup.gate_at({}) is None
+    assert startup.gate_at({startup.GATE_ENV: str(gate)}) == "ready"
+    gate.write_text(startup.CUDA_WORD)
+    assert startup.wait_gate(env, 1, (startup.CUDA_WORD, "go")) is not None
+    with pytest.raises(startup.GateStopped, match="not opened within"):
+        startup.wait_gate(env, 0.1)  # the ready gate: "cuda" is not "go"
+    gate.write_text("go")
+    assert startup.wait_gate(env, 1, (startup.CUDA_WORD, "go")) is not None
+    assert startup.wait_gate(env, 1) is not None
+
+
 def test_the_health_links_process_holds_until_go_and_stops_on_stop(tmp_path: Path) -> None:
     """The health step's links process waits at its gate (after `import torch`, before any
     CUDA call) while the GPU processes measure: go lets it measure, stop ends it."""
