@@ -354,6 +354,18 @@ def torch_bench_args(params: NcclParams, collective: str = "all_reduce") -> list
     return args
 
 
+def rank_launch(nnodes: int, node_rank: int, nproc: int, master: str, port: int, *,
+                one_each: bool) -> tuple[list[str], dict[str, str]]:
+    """How one node's ranks of a torch.distributed run start: (launcher, env). Where every
+    node runs one rank (`one_each`), the rank itself is started with the rendezvous in its
+    environment (env://), without torchrun's agent, which would import torch a second
+    time on every node of every launch; otherwise torchrun."""
+    if one_each and nproc == 1:
+        return [], {"RANK": str(node_rank), "WORLD_SIZE": str(nnodes), "LOCAL_RANK": "0",
+                    "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": master, "MASTER_PORT": str(port)}
+    return torchrun_launcher(nnodes, node_rank, nproc, master, port), {}
+
+
 def torchrun_launcher(nnodes: int, node_rank: int, nproc: int, master: str,
                       port: int) -> list[str]:
     return ["-m", "torch.distributed.run", "--nnodes", str(nnodes), "--node-rank",

@@ -2,8 +2,8 @@
 training reference starts when preflight is done and holds before any CUDA call while
 health runs (its interpreter, torch and compile imports off the training step's path),
 makes its context and process group when health is over, its last gate opens when the
-step reaches the node, and the restore is still verified bit for bit. Real processes: the local executor, train-supervise, the rank program on
-gloo."""
+step reaches the node, and the restore is still verified bit for bit. Real processes:
+the local executor, train-supervise, the rank program on gloo."""
 
 from __future__ import annotations
 

@@ -169,16 +169,10 @@ def run_torch(pool: ExecutorPool, nodes: Sequence[Node], run: Run, p: FleetParam
     def one(n: Node) -> tuple[int | None, str]:
         i = nodes.index(n)
         procs = gpus.get(n.name, 1)
-        own = {**env, "GPUVET_NODE": n.name}
-        if procs == 1 and all(gpus.get(x.name, 1) == 1 for x in nodes):
-            # one rank per node: the rank itself is started with the rendezvous in its
-            # environment (env://), without torchrun's agent, which would import torch
-            # a second time on every node of every job
-            launcher: list[str] = []
-            own.update(RANK=str(i), WORLD_SIZE=str(len(nodes)), LOCAL_RANK="0",
-                       LOCAL_WORLD_SIZE="1", MASTER_ADDR=master, MASTER_PORT=str(port))
-        else:
-            launcher = nccltests.torchrun_launcher(len(nodes), i, procs, master, port)
+        launcher, rendezvous = nccltests.rank_launch(
+            len(nodes), i, procs, master, port,
+            one_each=all(gpus.get(x.name, 1) == 1 for x in nodes))
+        own = {**env, "GPUVET_NODE": n.name, **rendezvous}
         res = payload_mod.run(pool(n), args, staging=run.dir / ".staging",
                               timeout=p.timeout_s, launcher=launcher, env=own,
                               stdout_path=log if i == 0 else None)

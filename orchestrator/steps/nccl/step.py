@@ -193,16 +193,18 @@ def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
     port = _free_port() if nodes[0].executor == "local" else 29500 + (hash(run.run_id) % 1000)
     log = out_dir / f"{label}.log"
 
+    procs = {n.name: _gpus(n, inv, builds.get(n.name) or BuildDoc()) for n in nodes}
+
     def one(n: Node) -> Any:
         i = nodes.index(n)
-        launcher = nccltests.torchrun_launcher(len(nodes), i, _gpus(n, inv, builds.get(n.name) or BuildDoc()),
-                                               master, port)
+        launcher, rendezvous = nccltests.rank_launch(
+            len(nodes), i, procs[n.name], master, port,
+            one_each=all(v == 1 for v in procs.values()))
+        env = {**nccltests.run_env(suite.nccl, mode=mode, multi=len(nodes) > 1), **rendezvous}
         return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl, collective),
-                               staging=run.dir / ".staging", timeout=suite.nccl.timeout_s + TORCH_MARGIN_S,
-                               launcher=launcher,
-                               env=nccltests.run_env(suite.nccl, mode=mode,
-                                                     multi=len(nodes) > 1),
-                               stdout_path=log if i == 0 else None)
+                               staging=run.dir / ".staging",
+                               timeout=suite.nccl.timeout_s + TORCH_MARGIN_S,
+                               launcher=launcher, env=env, stdout_path=log if i == 0 else None)
 
     group = fanout(nodes, one, concurrency=len(nodes))
     if group.failures:
