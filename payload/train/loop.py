@@ -123,7 +123,7 @@ class Job:
         if gate == "start":
             # started while another step measures the GPUs: nothing of CUDA before the
             # gate says "cuda" (or "go"); the ready gate below holds it after that
-            if cfg["compile"]:
+            if cfg["compile"] and torch.version.cuda is not None:  # no CUDA call: the build
                 startup.prepare_compile(torch)
                 laps.lap("compile_import")
             startup.wait_gate(env, startup.gate_timeout(env), (startup.CUDA_WORD, "go"))

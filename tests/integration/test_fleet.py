@@ -14,7 +14,7 @@ node's network namespace with tc and removes it afterwards:
   sessions too) once a job of the first round has finished: the node is
   reported unreachable and the plan completes without it.
 
-One message size, 8 MiB: a shaped pair moves it several times slower than a
+One message size, 16 MiB: a shaped pair moves it several times slower than a
 veth pair even when the other test workers hold both cores (loaded veth pairs
 were seen at 40 MB/s, so 200 mbit was too close; 50 mbit is 6 MB/s), and a
 round stays a few seconds; a pair is slow below 40% of the median pair
@@ -44,12 +44,12 @@ fleet:
   engine: torch
   plan: pairs
   repair_partners: 1
-  min_bytes: 8M
-  max_bytes: 8M
+  min_bytes: 16M
+  max_bytes: 16M
   iters: 3
   warmup_iters: 1
   check: 0
-  min_judged_bytes: 8M
+  min_judged_bytes: 16M
   tolerance: 0.6
   timeout_s: 90
   collective_timeout_s: 20

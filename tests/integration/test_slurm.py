@@ -261,7 +261,9 @@ fleet:
   warmup_iters: 1
   check: 0
   min_judged_bytes: 4M
-  tolerance: 0.6
+  # slow below 20% of the median pair: the shaped node's pairs are at 2%; a loaded 2-core
+  # host was seen to slow a healthy pair to 35%
+  tolerance: 0.8
   timeout_s: 90
   collective_timeout_s: 20
 """

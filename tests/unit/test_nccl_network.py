@@ -385,7 +385,11 @@ def test_the_torch_engine_runs_the_network_mode_with_its_environment(
     monkeypatch.setattr(nccl_step.payload_mod, "run", fake_run)
     suite = Suite(nccl=NcclParams(modes=("network",)))
     nccl_step.run_nccl(inv, inv.nodes, run, suite, single=False)
-    assert envs == [nccltests.run_env(NcclParams(), mode="network", multi=True)] * 2
+    # the network mode's environment, and the rendezvous of ranks started without torchrun
+    want = nccltests.run_env(NcclParams(), mode="network", multi=True)
+    assert [{k: v for k, v in e.items() if k in want} for e in envs] == [want] * 2
+    assert sorted(e["RANK"] for e in envs) == ["0", "1"]
+    assert {e["WORLD_SIZE"] for e in envs} == {"2"}
     fs = run.findings()
     assert "[torch multi network] ib was ordered" in next(
         f.message for f in fs if f.code == "NCCL_SOCKET_FALLBACK")
