@@ -31,8 +31,12 @@ providers:
          python: {sys.executable}}}
 """)
     suite = tmp_path / "suite.yaml"
-    suite.write_text((ROOT / "suites" / "train-cpu.yaml").read_text() +
-                     "nccl: {min_bytes: 1K, max_bytes: 4K, rounds: 1}\n")
+    # the CPU protocol, shorter: the order of work is what is tested here
+    suite.write_text((ROOT / "suites" / "train-cpu.yaml").read_text()
+                     .replace("steps: 12", "steps: 8").replace("ckpt_step: 5", "ckpt_step: 4")
+                     .replace("manifest_delay_s: 2.0", "manifest_delay_s: 0.5")
+                     + "  throughput_steps: 0\n"
+                     + "nccl: {min_bytes: 1K, max_bytes: 4K, rounds: 1}\n")
     results = tmp_path / "r"
     res = subprocess.run([GPUVET, "pipeline", "-i", str(inv), "--suite", str(suite),
                           "--results", str(results), "--json"], capture_output=True, text=True,
