@@ -73,20 +73,38 @@ COMMANDS: List[Command] = [
 COMMANDS_BY_ID: Dict[str, Command] = {c.id: c for c in COMMANDS}
 
 # What PyTorch sees, run with the node's python. Prints one JSON line; the
-# same shape as shared fixture torch-info.txt.
+# same shape as shared fixture torch-info.txt. A CPU-only build (its version.py says
+# neither CUDA nor ROCm) sees no GPU whatever the node has: that is read from the file,
+# without importing torch (2-5 s of a preflight); any other build, or a version.py that
+# does not say, is imported and asked.
 TORCH_PROBE = (
-    "import json,torch\n"
-    "d={'torch':torch.__version__,'cuda':torch.version.cuda,'nccl':None,"
+    "import importlib.util,json,os\n"
+    "d=None\n"
+    "s=importlib.util.find_spec('torch')\n"
+    "if s is not None and s.submodule_search_locations:\n"
+    "    v={}\n"
+    "    try:\n"
+    "        with open(os.path.join(list(s.submodule_search_locations)[0],'version.py')) as f:\n"
+    "            exec(f.read(),v)\n"
+    "    except Exception:\n"
+    "        v={}\n"
+    "    if isinstance(v.get('__version__'),str) and v.get('cuda',1) is None "
+    "and v.get('hip',1) is None:\n"
+    "        d={'torch':v['__version__'],'cuda':None,'nccl':None,'available':False,"
+    "'count':0,'devices':[]}\n"
+    "if d is None:\n"
+    "    import torch\n"
+    "    d={'torch':torch.__version__,'cuda':torch.version.cuda,'nccl':None,"
     "'available':torch.cuda.is_available(),'count':0,'devices':[]}\n"
-    "try:\n"
-    "    d['nccl']='.'.join(map(str,torch.cuda.nccl.version()))\n"
-    "except Exception:\n"
-    "    pass\n"
-    "if d['available']:\n"
-    "    d['count']=torch.cuda.device_count()\n"
-    "    for i in range(d['count']):\n"
-    "        p=torch.cuda.get_device_properties(i)\n"
-    "        d['devices'].append({'index':i,'name':torch.cuda.get_device_name(i),"
+    "    try:\n"
+    "        d['nccl']='.'.join(map(str,torch.cuda.nccl.version()))\n"
+    "    except Exception:\n"
+    "        pass\n"
+    "    if d['available']:\n"
+    "        d['count']=torch.cuda.device_count()\n"
+    "        for i in range(d['count']):\n"
+    "            p=torch.cuda.get_device_properties(i)\n"
+    "            d['devices'].append({'index':i,'name':torch.cuda.get_device_name(i),"
     "'memory_bytes':p.total_memory,'cc':list(torch.cuda.get_device_capability(i))})\n"
     "print(json.dumps(d))\n"
 )

@@ -590,3 +590,31 @@ def test_collect_runs_under_python38(tmp_path: Path) -> None:
     assert doc["commands"]["uname"]["rc"] == 0
     assert doc["paths"]["work_dir"]["exists"] is True
     assert all(rec["error"] is None for rec in doc["commands"].values())
+
+
+def test_the_torch_probe_reads_a_cpu_build_without_importing_it(tmp_path: Path) -> None:
+    """A CPU-only build sees no GPU: its version.py says so, and torch (2-5 s) is not
+    imported; a CUDA build is imported and asked (here its import fails, as it says)."""
+    import json as _json
+    import subprocess
+    import sys
+
+    from payload.commands import TORCH_PROBE
+
+    def probe(cuda: str, hip: str = "None") -> subprocess.CompletedProcess[str]:
+        pkg = tmp_path / f"{cuda}-{hip}".replace("'", "") / "torch"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("raise ImportError('imported')\n")
+        (pkg / "version.py").write_text(
+            "from typing import Optional\n__version__ = '2.13.0+x'\n"
+            f"cuda: Optional[str] = {cuda}\nhip: Optional[str] = {hip}\n")
+        return subprocess.run([sys.executable, "-c", TORCH_PROBE], capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path,
+                              env={"PYTHONPATH": str(pkg.parent), "PATH": "/usr/bin:/bin"})
+
+    cpu = probe("None")
+    assert cpu.returncode == 0, cpu.stderr
+    assert _json.loads(cpu.stdout) == {"torch": "2.13.0+x", "cuda": None, "nccl": None,
+                                       "available": False, "count": 0, "devices": []}
+    for built in (probe("'13.0'"), probe("None", hip="'6.2'")):  # CUDA, ROCm: imported
+        assert built.returncode != 0 and "ImportError: imported" in built.stderr
