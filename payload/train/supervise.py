@@ -218,15 +218,24 @@ def nproc_for(args: Any, env: Dict[str, str]) -> int:
 
 
 def direct_launch(args: Any, nproc: int) -> bool:
-    """One rank on one node (a one-GPU node, a CPU node with one process): the rank is
-    started directly with the environment torchrun would give it (`rank_env`), without
-    torchrun's agent, which imports torch a second time and runs a rendezvous: about 3 s of
-    every launch on an H100 host, and a second interpreter's memory."""
-    return args.nnodes == 1 and nproc == 1
+    """One rank per node (a one-GPU node, a CPU node with one process), on one node or
+    several: the rank is started directly with the environment torchrun would give it
+    (`rank_env`), without torchrun's agent, which imports torch a second time and runs a
+    rendezvous: about 3 s of every launch on an H100 host, and a second interpreter's
+    memory. Across nodes the ranks meet at the first node's store (env://, the master
+    address and port the controller gives every node), as torchrun's static rendezvous
+    does."""
+    return nproc == 1
 
 
-def rank_env() -> Dict[str, str]:
-    """What torchrun --standalone gives a single rank, with a free port for its store."""
+def rank_env(args: Any = None) -> Dict[str, str]:
+    """What torchrun gives the one rank of this node: --standalone's (a free port for its
+    store) on one node, the static rendezvous's across nodes."""
+    if args is not None and int(args.nnodes) > 1:
+        rank = str(args.node_rank)
+        return {"RANK": rank, "LOCAL_RANK": "0", "WORLD_SIZE": str(args.nnodes),
+                "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": rank, "ROLE_RANK": rank,
+                "MASTER_ADDR": str(args.master_addr), "MASTER_PORT": str(args.master_port)}
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -371,7 +380,7 @@ def main(args: Any) -> int:
         nproc = nproc_for(args, env)
         argv = train_argv(args, nproc)
         if direct_launch(args, nproc):
-            env.update(rank_env())
+            env.update(rank_env(args))
         stdout_name = "torchrun.stdout"
         follower = protocol.Follower(protocol.rank_file(args.out, args.node_rank * nproc))
     trigger = Trigger(args.kill_after_step, args.kill_at_save, args.kill_at_commit)

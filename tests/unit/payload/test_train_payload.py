@@ -560,8 +560,8 @@ def test_a_launch_leaves_nothing_in_the_temp_dir(tmp_path: Path) -> None:
 
 def test_one_rank_on_one_node_starts_without_torchrun() -> None:
     """torchrun's agent imports torch a second time and runs a rendezvous for nothing when
-    one rank runs on one node: that rank is started directly, with torchrun's environment;
-    several ranks, or several nodes, keep torchrun."""
+    one rank runs on a node: that rank is started directly, with torchrun's environment;
+    several ranks on a node keep torchrun."""
     import argparse
 
     from payload.train import supervise
@@ -576,8 +576,16 @@ def test_one_rank_on_one_node_starts_without_torchrun() -> None:
     env = supervise.rank_env()
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("0", "1", "0")
     assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
-    for a, n in ((args(1), 2), (args(2), 1)):
-        argv = supervise.train_argv(a, n)
+    # one rank on each of several nodes: started directly too, meeting at the first
+    # node's store as torchrun's static rendezvous would
+    assert supervise.train_argv(args(2), 1)[1:] == one[1:]
+    two = args(2)
+    two.node_rank = 1
+    env = supervise.rank_env(two)
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "0")
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("10.0.0.1", "29500")
+    for a in (args(1), args(2)):  # several ranks on a node keep torchrun
+        argv = supervise.train_argv(a, 2)
         assert argv[1:3] == ["-m", "torch.distributed.run"] and argv[-len(one) + 1:] == one[1:]
 
 
