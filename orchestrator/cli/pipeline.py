@@ -59,7 +59,9 @@ def register(root: click.Group) -> None:
                  drain_on_fail: bool, as_json: bool) -> int:
         """Preflight, health, nccl, fleet and train where asked, then regress: one run.
 
-        Holds a lock on RESULTS while it runs: a second pipeline on the same results
+        nccl-tests builds while health loads the GPUs, and each node's training
+        reference starts after preflight, waiting before any CUDA call until health is
+        over (docs/training.md). Holds a lock on RESULTS while it runs: a second pipeline on the same results
         says who holds it and exits 2 (a lock left by a process that died is taken
         over with a warning). Exit 0 when nothing FAILed and nothing regressed, 1 when
         something did, 2 for bad input.
