@@ -36,6 +36,7 @@ from orchestrator.steps.driver import UnitResult, drive, provider_unit
 from orchestrator.steps.fleet import step as fleet_step
 from orchestrator.steps.health import step as health_step
 from orchestrator.steps.nccl import step as nccl_step
+from orchestrator.steps.nccl import torchbench
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.steps.preflight import step as preflight_step
 from orchestrator.steps.train import step as train_step
@@ -204,12 +205,12 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     # health measures the GPUs, then makes its CUDA context and process group: its
     # interpreter, torch, compile imports and context (about 15 s on an H100 host) are off
     # the training step's path
-    pre = train_step.Prelaunch.start(pool, run, suite, nodes) if wants_train(suite, train) \
-        else None
+    trains = wants_train(suite, train)
+    pre = train_step.Prelaunch.start(pool, run, suite, nodes) if trains else None
     try:
         _measure(out, inv, nodes, run, suite, pool=pool, shown=shown, torch=torch,
                  health=health, fleet=fleet, pre=pre)
-        if wants_train(suite, train):
+        if trains:
             train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"),
                                  pre=pre)
             out.steps.append("train")
@@ -270,7 +271,7 @@ def torch_without_builds(inv: Inventory, nodes: list[Node], run: Run, suite: Sui
             logs = []
             with stage("execute"):
                 for r in range(1, suite.nccl.rounds + 1):
-                    log = nccl_step._torch(pool, members, run, suite, inv, {},
+                    log = torchbench.run_bench(pool, members, run, suite, inv, {},
                                            f"torch_multi_round{r}", out_dir)
                     logs.append((r, log, False))
             with stage("judge"):

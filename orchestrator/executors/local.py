@@ -7,6 +7,7 @@ host stands in for several nodes in demos and single-machine validation.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -14,7 +15,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from orchestrator.errors import StepError
@@ -40,6 +41,27 @@ def kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def wait_bounded(proc: subprocess.Popen[bytes], timeout: float | None,
+                 on_timeout: Callable[[], None] | None = None
+                 ) -> tuple[bytes | None, bytes | None, bool]:
+    """Wait for a command started in a session of its own: (stdout, stderr, timed out).
+    Past `timeout`, `on_timeout` runs (best effort: a scheduler told to end the step) and
+    the whole group is killed; an interrupt while waiting kills it too."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        return out, err, False
+    except subprocess.TimeoutExpired:
+        if on_timeout is not None:
+            with contextlib.suppress(Exception):
+                on_timeout()
+        kill_group(proc)
+        out, err = proc.communicate()
+        return out, err, True
+    except BaseException:
+        kill_group(proc)
+        raise
 
 
 class LocalExecutor:
@@ -74,13 +96,8 @@ class LocalExecutor:
             )
             with self._lock:
                 self._inflight.add(proc)
-            timed_out = False
             try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                kill_group(proc)
-                out, err = proc.communicate()
+                out, err, timed_out = wait_bounded(proc, timeout)
             finally:
                 with self._lock:
                     self._inflight.discard(proc)

@@ -34,7 +34,7 @@ from orchestrator.executors.base import (
     shell_join,
     shell_path,
 )
-from orchestrator.executors.local import kill_group
+from orchestrator.executors.local import kill_group, wait_bounded
 from orchestrator.inventory import Node, SlurmOptions
 from orchestrator.parsers import slurm as parse
 
@@ -53,6 +53,12 @@ def _login_node(provider: str, slurm: SlurmOptions) -> Node:
                 work_dir="/tmp/gpuvet", ckpt_dir=None, env={},
                 connect_timeout_s=login.connect_timeout_s)
 
+
+
+def _said(res: CommandResult) -> str:
+    """The last lines a failed client command printed, or its exit code."""
+    tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
+    return " | ".join(tail) or f"exit code {res.rc}"
 
 class SlurmClient:
     """Slurm's client commands for one provider, here or on its login node."""
@@ -127,19 +133,8 @@ class SlurmClient:
                                        ) from None
             with self._lock:
                 self._inflight.add(proc)
-            timed_out = False
-            try:
-                out, err = proc.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                if on_timeout is not None:
-                    with contextlib.suppress(Exception):
-                        on_timeout()
-                kill_group(proc)
-                out, err = proc.communicate()
-            except BaseException:  # an interrupt: the command goes with it (salloc waiting)
-                kill_group(proc)
-                raise
+            try:  # an interrupt takes the command with it (salloc waiting)
+                out, err, timed_out = wait_bounded(proc, timeout, on_timeout)
             finally:
                 with self._lock:
                     self._inflight.discard(proc)
@@ -209,9 +204,7 @@ class SlurmClient:
                  timeout: float | None = CLIENT_TIMEOUT_S) -> CommandResult:
         res = self.run(argv, timeout=timeout)
         if not res.ok:
-            tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
-            raise ConnectionFailed(f"{what} failed on {self.where}: "
-                                   + (" | ".join(tail) or f"exit code {res.rc}"),
+            raise ConnectionFailed(f"{what} failed on {self.where}: {_said(res)}",
                                    command=res.command,
                                    hint="check that Slurm answers there (sinfo) and the "
                                         "inventory's slurm: block")
@@ -328,9 +321,7 @@ class SlurmClient:
         m = _GRANTED.search(res.stderr)
         if not res.ok or m is None or "Granted" not in res.stderr:
             self.cancel_named(name)
-            tail = (res.stderr or res.stdout).strip().splitlines()[-3:]
-            raise UsageError(f"salloc granted no allocation on {self.where}: "
-                             + (" | ".join(tail) or f"exit code {res.rc}"),
+            raise UsageError(f"salloc granted no allocation on {self.where}: {_said(res)}",
                              command=res.command,
                              hint="check the slurm: block (partition, account, qos, "
                                   "reservation, constraint, nodes) against sinfo and sacctmgr")

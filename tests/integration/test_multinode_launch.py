@@ -11,6 +11,7 @@ from orchestrator import inventory, nccltests
 from orchestrator.executors import ExecutorPool, options_for
 from orchestrator.executors.base import shell_join
 from orchestrator.steps.nccl import step as nccl_step
+from orchestrator.steps.nccl import torchbench
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import NcclParams, Suite
@@ -54,7 +55,7 @@ def test_torch_allreduce_benchmark_gloo_across_nodes(cluster: Cluster,
     out_dir = run.dir / "providers" / "testlab" / "nccl"
     out_dir.mkdir(parents=True)
     with ExecutorPool(options_for(inv)) as pool:
-        log = nccl_step._torch(pool, inv.nodes, run, suite, inv, {}, "torch_multi", out_dir)
+        log = torchbench.run_bench(pool, inv.nodes, run, suite, inv, {}, "torch_multi", out_dir)
     text = log.read_text()
     assert "backend gloo" in text, text
     findings, ms = judge_series(Series("multi", inv.nodes, [(1, log, False)],

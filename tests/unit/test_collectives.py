@@ -20,6 +20,7 @@ from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.nccl_tests import parse_nccl_tests
 from orchestrator.records import Finding, Measurement
 from orchestrator.steps.nccl import step as nccl_step
+from orchestrator.steps.nccl import torchbench
 from orchestrator.steps.nccl.judge import Series, busbw_fits, gpu_count, judge_series
 from orchestrator.store import Run
 from orchestrator.suite import NcclParams, Suite, load_suite
@@ -248,7 +249,7 @@ def test_a_collective_the_backend_lacks_is_skipped_with_its_reason(tmp_path: Pat
     log = tmp_path / "t.log"
     log.write_text("# Collective test starting: reduce_scatter_perf\n" + allreduce.SKIPPED
                    + "reduce_scatter is not supported by the gloo backend in torch 2.1\n")
-    assert nccl_step.torch_skipped(log) == ("reduce_scatter is not supported by the gloo "
+    assert torchbench.torch_skipped(log) == ("reduce_scatter is not supported by the gloo "
                                             "backend in torch 2.1")
     assert allreduce.unsupported(RuntimeError("ProcessGroupGloo does not support "
                                               "reduce_scatter"))

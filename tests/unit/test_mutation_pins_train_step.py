@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from orchestrator.inventory import Node
-from orchestrator.steps.train import launch
+from orchestrator.steps.train import launch, storage
 from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import TrainParams
@@ -29,18 +29,18 @@ def _node(name: str = "n1", executor: str = "ssh", **more: typing.Any) -> Node:
 
 
 def test_checkpoints_go_under_the_work_dir_unless_the_node_names_a_folder() -> None:
-    assert train.ckpt_base(_node()) == "/w/n1/ckpt"
-    assert train.ckpt_base(_node(work_dir="/w")) == "/w/ckpt"
-    assert train.ckpt_base(_node(ckpt_dir="/fast/ck/")) == "/fast/ck/"
-    assert train.ckpt_root(_node(ckpt_dir="/fast/ck/"), RUN, "multi-p") == (
+    assert storage.ckpt_base(_node()) == "/w/n1/ckpt"
+    assert storage.ckpt_base(_node(work_dir="/w")) == "/w/ckpt"
+    assert storage.ckpt_base(_node(ckpt_dir="/fast/ck/")) == "/fast/ck/"
+    assert storage.ckpt_root(_node(ckpt_dir="/fast/ck/"), RUN, "multi-p") == (
         "/fast/ck/gpuvet-train/20261202-0405-ab12/multi-p")
-    assert train.ckpt_root(_node(), RUN, "n1") == "/w/n1/ckpt/gpuvet-train/20261202-0405-ab12/n1"
+    assert storage.ckpt_root(_node(), RUN, "n1") == "/w/n1/ckpt/gpuvet-train/20261202-0405-ab12/n1"
 
 
 def test_a_probe_token_is_a_safe_file_name() -> None:
-    assert train._token(RUN, _node("gpu 1/a")) == "gpuvet-20261202-0405-ab12-gpu_1_a"
-    assert train._token(RUN, _node("x.y_z-1")) == "gpuvet-20261202-0405-ab12-x.y_z-1"
-    long = train._token(RUN, _node("n" * 200))
+    assert storage._token(RUN, _node("gpu 1/a")) == "gpuvet-20261202-0405-ab12-gpu_1_a"
+    assert storage._token(RUN, _node("x.y_z-1")) == "gpuvet-20261202-0405-ab12-x.y_z-1"
+    long = storage._token(RUN, _node("n" * 200))
     assert len(long) == 128 and long == ("gpuvet-20261202-0405-ab12-" + "n" * 200)[:128]
 
 
@@ -86,19 +86,19 @@ def test_the_rendezvous_port_and_address() -> None:
 
 
 def test_a_node_that_sees_only_one_way_shares_with_nobody() -> None:
-    def probe(name: str, sees: set[str], gpus: typing.Any) -> train.Probe:
-        return train.Probe(_node(name), {"gpus": gpus}, Path("probe.json"), sees)
+    def probe(name: str, sees: set[str], gpus: typing.Any) -> storage.Probe:
+        return storage.Probe(_node(name), {"gpus": gpus}, Path("probe.json"), sees)
 
     a, b, c = probe("a", {"b", "c"}, None), probe("b", {"a"}, 0), probe("c", set(), 0)
-    assert [[p.node.name for p in g] for g in train.share_groups([a, b, c])] == [
+    assert [[p.node.name for p in g] for g in storage.share_groups([a, b, c])] == [
         ["a", "b"], ["c"]]
     assert (a.gpus, probe("x", set(), "8").gpus) == (0, 8)
     d = probe("d", {"a", "b"}, 0)
     a.sees.add("d")
     b.sees.add("d")
-    assert [[p.node.name for p in g] for g in train.share_groups([a, b, c, d])] == [
+    assert [[p.node.name for p in g] for g in storage.share_groups([a, b, c, d])] == [
         ["a", "b", "d"], ["c"]]
     e = probe("e", {"a"}, 0)  # sees a, and a sees it, but not b
     a.sees.add("e")
-    assert [[p.node.name for p in g] for g in train.share_groups([a, b, e])] == [
+    assert [[p.node.name for p in g] for g in storage.share_groups([a, b, e])] == [
         ["a", "b"], ["e"]]

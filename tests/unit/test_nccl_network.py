@@ -14,7 +14,7 @@ from orchestrator.errors import UsageError
 from orchestrator.inventory import Fabric, Inventory
 from orchestrator.nccltests import BuildDoc
 from orchestrator.parsers.nccl_debug import parse_nccl_debug
-from orchestrator.steps.nccl import network
+from orchestrator.steps.nccl import network, torchbench
 from orchestrator.steps.nccl import step as nccl_step
 from orchestrator.steps.nccl.judge import Series, judge_series
 from orchestrator.steps.nccl.network import NetResult, judge_network
@@ -382,7 +382,7 @@ def test_the_torch_engine_runs_the_network_mode_with_its_environment(
             stdout_path.write_text(TORCH_NCCL.read_text())
         return CommandResult(node="n", command="x", rc=0, stdout="", stderr="", duration_s=0)
 
-    monkeypatch.setattr(nccl_step.payload_mod, "run", fake_run)
+    monkeypatch.setattr(torchbench.payload_mod, "run", fake_run)
     suite = Suite(nccl=NcclParams(modes=("network",)))
     nccl_step.run_nccl(inv, inv.nodes, run, suite, single=False)
     # the network mode's environment, and the rendezvous of ranks started without torchrun

@@ -363,7 +363,7 @@ def test_mpirun_ssh_agent_uses_the_inventory_port() -> None:
 
 
 def test_a_failed_torch_benchmark_is_named_by_the_exception_a_rank_died_of() -> None:
-    from orchestrator.steps.nccl.step import bench_failure_cause
+    from orchestrator.steps.nccl.torchbench import bench_failure_cause
 
     stderr = """[W1206 11:32:02.415 socket.cpp:494] [c10d] waitForInput: socket timed out after 5000ms
 Traceback (most recent call last):

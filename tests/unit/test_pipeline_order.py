@@ -59,9 +59,14 @@ class _Inv:
         concurrency = 4
 
 
+def pipeline(*, health: bool = True, train: bool = False) -> Any:
+    """The pipeline over no nodes, its steps replaced by the fixture's recorders."""
+    return P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
+                          settings=None, health=health, train=train, fleet=False)  # type: ignore[arg-type]
+
+
 def test_the_build_runs_beside_health_and_ends_before_nccl(steps: Steps) -> None:
-    out = P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
-                         settings=None, train=False, fleet=False)  # type: ignore[arg-type]
+    out = pipeline()
     ev = steps.events
     assert ev[0] == "preflight"
     assert ev.index("build start") < ev.index("health end")  # overlapped
@@ -71,8 +76,7 @@ def test_the_build_runs_beside_health_and_ends_before_nccl(steps: Steps) -> None
 
 
 def test_without_health_nothing_is_built_ahead(steps: Steps) -> None:
-    P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
-                   settings=None, health=False, train=False, fleet=False)  # type: ignore[arg-type]
+    pipeline(health=False)
     assert steps.events == ["preflight", "nccl"]
 
 
@@ -83,8 +87,7 @@ def test_an_interrupt_in_health_waits_for_the_build_a_bounded_time(
 
     monkeypatch.setattr(P.health_step, "run_health", health)
     with pytest.raises(KeyboardInterrupt):
-        P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
-                       settings=None, train=False, fleet=False)  # type: ignore[arg-type]
+        pipeline()
     assert "nccl" not in steps.events
 
 
@@ -119,8 +122,7 @@ def test_the_training_reference_starts_after_preflight_and_an_interrupt_stops_it
     monkeypatch.setattr(P.train_step.Prelaunch, "start", start)
     monkeypatch.setattr(P.train_step, "run_train", train)
     monkeypatch.setattr(P, "wants_train", lambda suite, train: True)
-    P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
-                   settings=None, train=True, fleet=False)  # type: ignore[arg-type]
+    pipeline(train=True)
     ev = steps.events
     assert ev.index("preflight") < ev.index("references start") < ev.index("health start")
     assert ev.index("health end") < ev.index("references warm") < ev.index("nccl")
@@ -131,6 +133,5 @@ def test_the_training_reference_starts_after_preflight_and_an_interrupt_stops_it
 
     monkeypatch.setattr(P.health_step, "run_health", health)
     with pytest.raises(KeyboardInterrupt):
-        P.run_pipeline(_Inv(), [], None, object(), pool=None, progress=None,  # type: ignore[arg-type]
-                       settings=None, train=True, fleet=False)  # type: ignore[arg-type]
+        pipeline(train=True)
     assert pre.released == [False]

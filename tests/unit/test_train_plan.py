@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from orchestrator import inventory
 from orchestrator.inventory import Node
-from orchestrator.steps.train import launch
+from orchestrator.steps.train import launch, storage
 from orchestrator.steps.train import step as train
 from orchestrator.store import Run
 from orchestrator.suite import Suite, TrainParams, load_suite
@@ -51,15 +51,15 @@ def _nodes(tmp_path: Path, *names: str) -> dict[str, Node]:
 def test_share_groups_need_mutual_sight_and_equal_gpus(tmp_path: Path) -> None:
     nodes = _nodes(tmp_path, "a", "b", "c", "d", "e", "f")
 
-    def probe(name: str, sees: set[str], gpus: int = 0) -> train.Probe:
-        return train.Probe(nodes[name], {"gpus": gpus}, Path("probe.json"), sees)
+    def probe(name: str, sees: set[str], gpus: int = 0) -> storage.Probe:
+        return storage.Probe(nodes[name], {"gpus": gpus}, Path("probe.json"), sees)
 
     a, b, c = probe("a", {"b"}), probe("b", {"a"}), probe("c", {"a", "b"})
     d = probe("d", set(), 0)
-    assert [[p.node.name for p in g] for g in train.share_groups([a, b, c, d])] == [
+    assert [[p.node.name for p in g] for g in storage.share_groups([a, b, c, d])] == [
         ["a", "b"], ["c"], ["d"]]
     e, f = probe("e", {"f"}, 8), probe("f", {"e"}, 4)
-    assert len(train.share_groups([e, f])) == 2
+    assert len(storage.share_groups([e, f])) == 2
 
 
 @pytest.mark.parametrize("kill,flags", [
@@ -85,7 +85,7 @@ def test_supervisor_arguments_carry_the_suite(tmp_path: Path) -> None:
     params = json.loads(args[args.index("--params") + 1])
     assert params["model"] == "350m" and params["seed"] == 7
     assert args[-2:] == ["--save-at", "8"]
-    assert train.ckpt_root(node, run, "n1") == f"/w/n1 x/ckpt/gpuvet-train/{run.run_id}/n1"
+    assert storage.ckpt_root(node, run, "n1") == f"/w/n1 x/ckpt/gpuvet-train/{run.run_id}/n1"
     own = launch._supervise_args(job, run, TrainParams(command="-x run.sh", resume_flag="-r",
                                                       command_kill_after_step=3))
     assert "--command=-x run.sh" in own and "--resume-flag=-r" in own
@@ -185,8 +185,8 @@ def test_too_little_room_for_the_checkpoints_is_said(tmp_path: Path) -> None:
     suite = Suite(train=TrainParams(model="1b"))
     step = train.Step(None, run, suite, None, {})  # type: ignore[arg-type]
     doc = {"ckpt_dir": "/ck", "path": {"free_bytes": 30e9, "mount": {"fstype": "ext4"}}}
-    a = train.Probe(nodes["a"], doc, tmp_path / "probe.json", {"b"})
-    b = train.Probe(nodes["b"], doc, tmp_path / "probe.json", {"a"})
+    a = storage.Probe(nodes["a"], doc, tmp_path / "probe.json", {"b"})
+    b = storage.Probe(nodes["b"], doc, tmp_path / "probe.json", {"a"})
     j = step.judge("p", "a", ["a"], "single")
     step.storage(j, a, [b])
     low = [f for f in j.findings if f.code == "CKPT_SPACE_LOW"]
@@ -294,7 +294,7 @@ def test_checkpoints_leave_their_path_at_once_and_a_stale_removal_is_swept(
     (stale / "step-000010").mkdir(parents=True)
     keep = base / "other-run" / "n1"
     keep.mkdir(parents=True)
-    cmd = train.removal_command(node, str(unit), run)
+    cmd = storage.removal_command(node, str(unit), run)
     res = subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert not unit.exists() and not (base / run.run_id).exists()  # gone from its path
@@ -305,6 +305,6 @@ def test_checkpoints_leave_their_path_at_once_and_a_stale_removal_is_swept(
     assert not list(base.glob(".removing-*")), list(base.iterdir())
     assert keep.is_dir()  # another run's checkpoints are not touched
     # a unit whose folder is already gone (a node that never wrote one) is no error
-    res = subprocess.run(["sh", "-c", train.removal_command(node, str(unit), run)],
+    res = subprocess.run(["sh", "-c", storage.removal_command(node, str(unit), run)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import re
 import shlex
-import socket
 import statistics
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import nccltests
-from orchestrator import payload as payload_mod
 from orchestrator.errors import CommandFailed, GpuvetError
 from orchestrator.executors import ExecutorPool, fanout
 from orchestrator.executors.base import Executor, ProgressHook
@@ -55,9 +53,15 @@ from orchestrator.steps.driver import (
     step_pool,
 )
 from orchestrator.steps.nccl.judge import Series, judge_series
+from orchestrator.steps.nccl.torchbench import (
+    bench_failure_cause,
+    run_bench,
+    timed_out,
+    torch_skipped,
+)
+from orchestrator.steps.nccl.torchbench import gpus as _gpus
 from orchestrator.store import Run
 from orchestrator.suite import Suite
-from payload.allreduce import SKIPPED
 from payload.scrub import scrub_text
 
 STEP = "nccl"
@@ -93,10 +97,6 @@ def _build_node(ex: Executor, run: Run, suite: Suite, archive: Path | None) -> B
 
 def _evidence(run: Run, out_dir: Path, *names: str) -> list[str]:
     return [run.rel(out_dir / n) for n in names if (out_dir / n).is_file()]
-
-
-def _gpus(node: Node, inv: Inventory, build: BuildDoc) -> int:
-    return int(build.gpus or inv.provider_of(node).expect.gpus_per_node or 1)
 
 
 def _rounds(ex: Executor, run: Run, suite: Suite, out_dir: Path, label: str,
@@ -177,50 +177,6 @@ def _multi(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: I
 
     return _rounds(head, run, suite, out_dir, nccltests.log_label("multi", collective, mode),
                    cmd, env)
-
-
-# the torch benchmark's start-up beyond the suite's timeout_s: its process group ends a
-# collective waiting on a dead peer at timeout_s; one stuck in a send ends here
-TORCH_MARGIN_S = 60.0
-
-
-def _torch(pool: ExecutorPool, nodes: list[Node], run: Run, suite: Suite, inv: Inventory,
-           builds: Mapping[str, BuildDoc], label: str, out_dir: Path,
-           collective: str = "all_reduce", mode: str = "normal") -> Path:
-    """torch.distributed benchmark across `nodes` (one node: single-node run)."""
-    master = "127.0.0.1" if nodes[0].executor == "local" or len(nodes) == 1 else (
-        nodes[0].host or nodes[0].name)
-    port = _free_port() if nodes[0].executor == "local" else 29500 + (hash(run.run_id) % 1000)
-    log = out_dir / f"{label}.log"
-
-    procs = {n.name: _gpus(n, inv, builds.get(n.name) or BuildDoc()) for n in nodes}
-
-    def one(n: Node) -> Any:
-        i = nodes.index(n)
-        launcher, rendezvous = nccltests.rank_launch(
-            len(nodes), i, procs[n.name], master, port,
-            one_each=all(v == 1 for v in procs.values()))
-        env = {**nccltests.run_env(suite.nccl, mode=mode, multi=len(nodes) > 1), **rendezvous}
-        return payload_mod.run(pool(n), nccltests.torch_bench_args(suite.nccl, collective),
-                               staging=run.dir / ".staging",
-                               timeout=suite.nccl.timeout_s + TORCH_MARGIN_S,
-                               launcher=launcher, env=env, stdout_path=log if i == 0 else None)
-
-    group = fanout(nodes, one, concurrency=len(nodes))
-    if group.failures:
-        raise next(iter(group.failures.values()))
-    first = group.results[nodes[0].name]
-    scrub_in_place(log)
-    if not first.ok:
-        (out_dir / f"{label}.stderr.log").write_text(scrub_text(first.stderr))
-        first.raise_for_status(f"torch.distributed {collective} benchmark")
-    return log
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_nccl(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
@@ -383,24 +339,6 @@ def _torch_collectives(outcome: NcclOutcome, run: Run, suite: Suite, provider: s
     return have
 
 
-# the exception a rank died of, in torchrun's output (its own ChildFailedError says nothing)
-_EXC_RE = re.compile(r"^\s*(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception)): (\S.*)$")
-
-
-def bench_failure_cause(stderr: str) -> str | None:
-    """`Type: message` of the last exception a rank raised, or None."""
-    found = None
-    for line in stderr.splitlines():
-        m = _EXC_RE.match(line)
-        if m and m.group(1) != "ChildFailedError":
-            found = f"{m.group(1)}: {m.group(2).strip()}"[:300]
-    return found
-
-
-def _timed_out(cause: str) -> bool:
-    return bool(re.search(r"time(d)? ?out", cause, re.IGNORECASE))
-
-
 def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], run: Run,
                   suite: Suite, inv: Inventory, builds: Mapping[str, BuildDoc],
                   out_dir: Path, scope: MeasureScope, collective: str = "all_reduce",
@@ -408,13 +346,13 @@ def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], r
     where = nodes[0].name if scope == "single" else None
     label = nccltests.log_label(f"torch_{scope}", collective, mode)
     try:
-        log = _torch(pool, nodes, run, suite, inv, builds, label, out_dir, collective, mode)
+        log = run_bench(pool, nodes, run, suite, inv, builds, label, out_dir, collective, mode)
     except GpuvetError as exc:
         cause = bench_failure_cause(exc.result.stderr if isinstance(exc, CommandFailed) else "")
         msg = exc.what if cause is None else (
             f"torch.distributed {collective} benchmark failed on {exc.node or where}: {cause}"
             + (f" (a collective waited longer than nccl.timeout_s, {suite.nccl.timeout_s:g} s: "
-               "a peer or a link stopped answering)" if _timed_out(cause) else ""))
+               "a peer or a link stopped answering)" if timed_out(cause) else ""))
         outcome.findings.append(_f(run, where, nodes[0].provider, "TORCH_BENCH_FAILED", "FAIL",
                                    msg, collective=collective))
         return
@@ -428,19 +366,6 @@ def _torch_series(outcome: NcclOutcome, pool: ExecutorPool, nodes: list[Node], r
     series = Series(scope, nodes, [(1, log, False)], builds.get(nodes[0].name) or BuildDoc(),
                     engine="torch", collective=collective, mode=mode)
     _judge(outcome, run, inv, suite, series)
-
-
-def torch_skipped(log: Path) -> str | None:
-    """The reason the torch benchmark gave for not running its collective (a backend
-    without it: gloo's reduce_scatter in some torch versions), else None."""
-    try:
-        text = log.read_text(errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith(SKIPPED):
-            return line[len(SKIPPED):].strip()
-    return None
 
 
 AGREE_MIN_SIZE = 256 << 20

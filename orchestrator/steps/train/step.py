@@ -24,20 +24,14 @@ files come back into the run directory and judge.py judges them.
 from __future__ import annotations
 
 import functools
-import json
 import re
-import secrets
-import shlex
 import socket
 import threading
 import zlib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from orchestrator import payload as payload_mod
-from orchestrator.errors import ConnectionFailed, GpuvetError, StepError
-from orchestrator.executors import ExecutorPool, fanout
+from orchestrator.errors import ConnectionFailed, GpuvetError
+from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
 from orchestrator.inventory import Inventory, Node
 from orchestrator.judging.sink import combined
@@ -57,6 +51,14 @@ from orchestrator.steps.driver import (
 from orchestrator.steps.train.judge import Judge, Subject
 from orchestrator.steps.train.launch import Ahead, AheadGroup, Job, phase_extra, run_phase
 from orchestrator.steps.train.reading import PhaseOutput, read_phase
+from orchestrator.steps.train.storage import (
+    Probe,
+    _cleanup,
+    ckpt_base,
+    ckpt_root,
+    probe_nodes,
+    share_groups,
+)
 from orchestrator.store import Run
 from orchestrator.suite import Suite, TrainParams
 from payload.train.config import param_count, resolve
@@ -64,85 +66,7 @@ from payload.train.config import param_count, resolve
 STEP = "train"
 
 
-@dataclass
-class Probe:
-    node: Node
-    doc: dict[str, Any]
-    file: Path
-    sees: set[str] = field(default_factory=set)  # nodes whose token this node saw
-
-    @property
-    def gpus(self) -> int:
-        return int(self.doc.get("gpus") or 0)
-
-
-def ckpt_base(node: Node) -> str:
-    return node.ckpt_dir or f"{node.work_dir.rstrip('/')}/ckpt"
-
-
-def _token(run: Run, node: Node) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"gpuvet-{run.run_id}-{node.name}")[:128]
-
-
-def probe_nodes(pool: ExecutorPool, inv: Inventory, nodes: list[Node], run: Run, *,
-                need_torch: bool = True) -> tuple[dict[str, Probe], dict[str, GpuvetError]]:
-    """Leave a token; list what each node sees; take the tokens back."""
-
-    def call(n: Node, extra: list[str], name: str) -> dict[str, Any]:
-        out = run.node_dir(n.name, STEP) / name
-        res = payload_mod.run(pool(n), ["train-probe", "--ckpt-dir", ckpt_base(n), *extra],
-                              staging=run.dir / ".staging", timeout=120, stdout_path=out)
-        res.raise_for_status("payload train-probe")
-        try:
-            doc = json.loads(res.stdout)
-        except json.JSONDecodeError as exc:
-            raise StepError(f"train-probe printed invalid JSON ({exc})", node=n.name) from None
-        if name == "probe.json" and need_torch and not doc.get("torch"):
-            raise StepError(f"torch is not importable with {n.python} on this node",
-                            node=n.name, hint="install PyTorch for that python, or point the "
-                            "inventory's `python` at one that has it")
-        if doc.get("error"):
-            raise StepError(f"checkpoint directory {ckpt_base(n)} is unusable: {doc['error']}",
-                            node=n.name, hint="create it, or set ckpt_dir in the inventory to "
-                            "a writable directory")
-        return dict(doc)
-
-    first = fanout(nodes, lambda n: call(n, ["--token", _token(run, n)], "probe-write.json"),
-                   concurrency=inv.settings.concurrency)
-    ok = [n for n in nodes if n.name in first.results]
-    second = fanout(ok, lambda n: call(n, [], "probe.json"), concurrency=inv.settings.concurrency)
-    fanout(ok, lambda n: call(n, ["--remove", _token(run, n)], "probe-cleanup.json"),
-           concurrency=inv.settings.concurrency)
-    probes: dict[str, Probe] = {}
-    for n in ok:
-        if n.name not in second.results:
-            continue
-        doc = second.results[n.name]
-        seen = set(doc.get("tokens") or [])
-        sees = {m.name for m in ok if _token(run, m) in seen and m.name != n.name}
-        probes[n.name] = Probe(n, doc, run.node_dir(n.name, STEP) / "probe.json", sees)
-    return probes, {**first.failures, **second.failures}
-
-
-def share_groups(probes: list[Probe]) -> list[list[Probe]]:
-    """Nodes that see each other's tokens and have as many GPUs: one restore rotation each."""
-    groups: list[list[Probe]] = []
-    for p in probes:
-        for g in groups:
-            if all(p.node.name in q.sees and q.node.name in p.sees and q.gpus == p.gpus
-                   for q in g):
-                g.append(p)
-                break
-        else:
-            groups.append([p])
-    return groups
-
-
 # --------------------------------------------------------------------------- launching
-
-
-def ckpt_root(node: Node, run: Run, unit: str) -> str:
-    return f"{ckpt_base(node).rstrip('/')}/gpuvet-train/{run.run_id}/{unit}"
 
 
 def _free_port() -> int:
@@ -161,36 +85,6 @@ def _master(nodes: list[Node]) -> str:
     return "127.0.0.1" if nodes[0].executor == "local" else (nodes[0].host or nodes[0].name)
 
 
-def removal_command(node: Node, root: str, run: Run) -> str:
-    """Remove one unit's checkpoints: renamed aside at once (nothing of them stays at its
-    path), then deleted in the background on the node. Deleting the two 12.6 GB
-    checkpoints of a 1b unit took 7 s of an H100 pipeline's training step on an ext4
-    disk with online discard. A removal that could not finish (the node restarted, or a
-    Slurm job step, whose processes end with it: there the deletion runs in the step) is
-    swept by the next one under the same checkpoint directory."""
-    unit_dir = root.rstrip("/")
-    run_dir = unit_dir.rsplit("/", 1)[0]
-    base = run_dir.rsplit("/", 1)[0]  # <ckpt_dir>/gpuvet-train
-    aside = f"{base}/.removing-{run.run_id}-{unit_dir.rsplit('/', 1)[1]}-{secrets.token_hex(3)}"
-    q = shlex.quote
-    delete = f"rm -rf {q(base)}/.removing-*"
-    if node.executor != "slurm":
-        delete = f"nohup {delete} >/dev/null 2>&1 </dev/null &"
-    return (f"if [ -e {q(unit_dir)} ]; then mv -f {q(unit_dir)} {q(aside)}; fi; "
-            f"rmdir {q(run_dir)} 2>/dev/null; {delete}")
-
-
-def _cleanup(pool: ExecutorPool, run: Run, params: TrainParams, where: list[tuple[Node, str]]
-             ) -> None:
-    if params.keep_checkpoints:
-        return
-    for node, root in where:
-        try:
-            pool(node).run(removal_command(node, root, run), timeout=300)
-        except GpuvetError:
-            pass  # a node that went away keeps its files; the verdict stands
-
-
 def _launch_failed(judge: Judge, phase: str, node: str, exc: GpuvetError,
                    folder: Path) -> None:
     judge.add("TRAIN_FAILED", "FAIL", f"{phase}: could not run on {node}: {exc.what}",
@@ -198,6 +92,13 @@ def _launch_failed(judge: Judge, phase: str, node: str, exc: GpuvetError,
 
 
 # --------------------------------------------------------------------------- units
+
+
+def unit_job(run: Run, params: TrainParams, owner: str, runner: Node, phase: str) -> Job:
+    """One phase of the single-node unit of `owner`'s checkpoints, run on `runner` (the
+    owner itself, or its restore's other node); its files come back under the owner."""
+    return Job(owner, runner, phase, run.node_dir(owner, STEP) / phase / runner.name,
+               ckpt_root(runner, run, owner), extra=phase_extra(params, phase))
 
 
 # how long a reference started before the step may wait for it: the steps before it
@@ -219,8 +120,7 @@ class Prelaunch:
         self.lock = threading.Lock()
         self.parts: dict[str, Ahead] = {}
         for n in nodes:
-            job = Job(n.name, n, "reference", run.node_dir(n.name, STEP) / "reference" / n.name,
-                      ckpt_root(n, run, n.name), extra=phase_extra(suite.train, "reference"))
+            job = unit_job(run, suite.train, n.name, n, "reference")
             self.parts[n.name] = Ahead(pool, run, suite, [job], at="start",
                                        gate_timeout_s=PRELAUNCH_GATE_S)
 
@@ -330,9 +230,7 @@ class Step:
                 if owner not in alive:
                     continue
                 runner = group[(i + 1) % len(group)].node if phase == "restore" else group[i].node
-                local = run.node_dir(owner, STEP) / phase / runner.name
-                jobs.append(Job(owner, runner, phase, local, ckpt_root(runner, run, owner),
-                                extra=phase_extra(params, phase)))
+                jobs.append(unit_job(run, params, owner, runner, phase))
             return jobs
 
         ahead: Ahead | AheadGroup | None = None
