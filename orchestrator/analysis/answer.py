@@ -95,8 +95,8 @@ class Headline:
 
 def cost_words(pocs: Sequence[Any], provider: str) -> str:
     """The PoC cost in one line: the widest billed window's total and the price it came
-    from ("0.27 USD over 0.11 h (instance up since boot), 2.49 USD per GPU-hour, billed per
-    second")."""
+    from ("0.27 USD over 0.11 h (instance up since boot; storage and transfer not priced),
+    2.49 USD per GPU-hour, billed per second")."""
     mine = [c for c in pocs if c.provider == provider]
     if not mine:
         return ""
@@ -106,9 +106,11 @@ def cost_words(pocs: Sequence[Any], provider: str) -> str:
         return f"cost not priced ({why})"
     c = max(priced, key=lambda c: c.billed_hours or 0.0)
     p = c.pricing
-    rest = f" + {', '.join(c.unpriced)} not priced" if c.unpriced else ""
-    return (f"PoC cost {c.total:.2f} {c.currency}{rest} over {c.billed_hours or 0:.2f} h "
-            f"({c.window.name}), {cost.price_words(p)}")
+    # "0.21 USD + storage, transfer not priced over 0.06 h" read as a sum over a time
+    unpriced = " and ".join(c.unpriced)
+    rest = f"; {unpriced} not priced" if c.unpriced else ""
+    return (f"PoC cost {c.total:.2f} {c.currency} over {c.billed_hours or 0:.2f} h "
+            f"({c.window.name}{rest}), {cost.price_words(p)}")
 
 
 def headlines(vs: Sequence[Any], pocs: Sequence[Any]) -> list[Headline]:

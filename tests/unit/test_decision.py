@@ -47,8 +47,8 @@ def test_the_headline_says_h200_delivered_the_wrong_card(comparison: C.Compariso
     assert first.reasons == (
         "delivered NVIDIA H100 80GB HBM3, ordered H200 (GPU_MODEL, TORCH_ORDER), and it "
         "measures like H100 SXM (HEALTH_VARIANT)",)
-    assert first.cost == ("PoC cost 0.21 USD + storage, transfer not priced over 0.06 h "
-                          "(instance up since boot), 3.79 USD per GPU-hour, billed per second")
+    assert first.cost == ("PoC cost 0.21 USD over 0.06 h (instance up since boot; storage "
+                          "and transfer not priced), 3.79 USD per GPU-hour, billed per second")
     # what to do about a provider-side FAIL: claim it, with its evidence
     card = _reasons(comparison, "h200")["card and memory as ordered"]
     assert (card.outcome, card.side) == ("no-go", "provider")
