@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib
 import json
 import os
 import socket
@@ -23,10 +24,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from orchestrator.analysis import regress
-from orchestrator.analysis.regress import Evaluation, Settings
 from orchestrator.errors import UsageError
 from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
@@ -43,8 +42,12 @@ from orchestrator.steps.train import step as train_step
 from orchestrator.store import Run, warn, write_json
 from orchestrator.suite import Suite
 
+if TYPE_CHECKING:
+    from orchestrator.analysis.regress import Evaluation, Settings
+
 LOCK_NAME = "pipeline.lock"
 STEP = "regress"
+REGRESS_MODULE = "orchestrator.analysis.regress"
 
 
 # --- the lock ---------------------------------------------------------------------------------
@@ -199,6 +202,10 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         return lambda who, state: hook(f"{step} {who}", state)
 
     out = Outcome()
+    # the verdict's statistics (pandas, scipy, ruptures: 2-4 s of imports) load in the
+    # background while the nodes work, not before the first node is contacted
+    threading.Thread(target=importlib.import_module, args=(REGRESS_MODULE,), daemon=True,
+                     name="gpuvet-import-regress").start()
     preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
     # each node's training reference starts now and holds before any CUDA call while
@@ -300,6 +307,8 @@ def judge(run: Run, settings: Settings, *, last: int, min_size: int
     with the whole evaluation as their evidence."""
     if any(f.step == STEP for f in run.findings()):  # a resumed run's verdict, judged anew
         run.retract(keep_units=set(), step=STEP)
+    from orchestrator.analysis import regress
+
     ev = regress.evaluate(run.root, run.run_id, settings=settings, last=last, min_size=min_size)
     doc = run.dir / "regress.json"
     write_json(doc, regress.as_json(ev))

@@ -31,10 +31,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-from scipy import stats
 
 Verdict = Literal["REGRESSED", "IMPROVED", "UNCHANGED", "NOT ENOUGH DATA"]
 TestName = Literal["welch", "mwu"]
@@ -45,6 +44,14 @@ VERDICT_ORDER: dict[Verdict, int] = {"NOT ENOUGH DATA": 0, "UNCHANGED": 1, "IMPR
 MWU_ARE = 3 / math.pi
 # A run with one sample (one training run) is judged against a baseline of at least this many.
 PREDICTION_MIN_BASE = 3
+
+
+def _stats() -> Any:
+    """scipy.stats, loaded when a test is computed: importing it takes 1-2 s, which
+    `gpuvet pipeline` would otherwise spend before its first node is contacted."""
+    from scipy import stats
+
+    return stats
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ def _welch(base: np.ndarray, cur: np.ndarray) -> tuple[float, float, float]:
         return (0.0 if diff else 1.0), 0.0, float(nb + nc - 2)
     df = (vb + vc) ** 2 / ((vb * vb / (nb - 1) if nb > 1 else 0) + (vc * vc / (nc - 1)
                                                                     if nc > 1 else 0))
-    p = float(2 * stats.t.sf(abs(diff / se), df))
+    p = float(2 * _stats().t.sf(abs(diff / se), df))
     return p, se, df
 
 
@@ -117,7 +124,7 @@ def _prediction(base: np.ndarray, value: float) -> tuple[float, float, float]:
     diff = value - float(np.mean(base))
     if se == 0:
         return (0.0 if diff else 1.0), 0.0, float(nb - 1)
-    return float(2 * stats.t.sf(abs(diff / se), nb - 1)), se, float(nb - 1)
+    return float(2 * _stats().t.sf(abs(diff / se), nb - 1)), se, float(nb - 1)
 
 
 def _enough(nb: int, nc: int, settings: Settings) -> bool:
@@ -128,7 +135,7 @@ def _enough(nb: int, nc: int, settings: Settings) -> bool:
 def _mwu_p(base: np.ndarray, cur: np.ndarray) -> float:
     if np.ptp(np.concatenate([base, cur])) == 0:
         return 1.0
-    return float(stats.mannwhitneyu(cur, base, alternative="two-sided").pvalue)
+    return float(_stats().mannwhitneyu(cur, base, alternative="two-sided").pvalue)
 
 
 def _mwu_min_p(nb: int, nc: int) -> float:
@@ -140,7 +147,7 @@ def bh(ps: Sequence[float]) -> list[float]:
     """Benjamini-Hochberg adjusted p-values (q), in the given order."""
     if not ps:
         return []
-    return [float(q) for q in stats.false_discovery_control(np.asarray(ps, dtype=float),
+    return [float(q) for q in _stats().false_discovery_control(np.asarray(ps, dtype=float),
                                                             method="bh")]
 
 
@@ -177,14 +184,14 @@ def compare_all(pairs: Sequence[tuple[Sequence[float], Sequence[float], int]],
             continue
         bm, cm = float(np.mean(r.base)), float(np.mean(r.cur))
         change = cm / bm - 1
-        tcrit = float(stats.t.ppf(1 - settings.alpha / 2, r.df)) if r.se else 0.0
+        tcrit = float(_stats().t.ppf(1 - settings.alpha / 2, r.df)) if r.se else 0.0
         diff = cm - bm
         ci = ((diff - tcrit * r.se) / bm, (diff + tcrit * r.se) / bm)
         if r.se == 0:
             mde_stat = 0.0
         else:
-            mde_stat = (float(stats.t.ppf(1 - threshold / 2, r.df))
-                        + float(stats.t.ppf(settings.power, r.df))) * r.se / bm
+            mde_stat = (float(_stats().t.ppf(1 - threshold / 2, r.df))
+                        + float(_stats().t.ppf(settings.power, r.df))) * r.se / bm
         if settings.test == "mwu" and nc > 1:
             mde_stat = math.inf if _mwu_min_p(nb, nc) > threshold else mde_stat / math.sqrt(
                 MWU_ARE)

@@ -5,11 +5,12 @@ Order: the counters (ECC, remapped rows, clock reasons, PCIe and NVLink error
 counters, the kernel log, the processes already on the GPUs) are read; one
 ``health-gpu`` process per GPU is started (all GPUs at once, each running the
 GPU's own phases) with one ``health-links`` process held at its gate; telemetry
-starts; when the GPU processes are done the links process measures the host
-links and the peer matrix; ``dcgmi diag`` where it exists; telemetry stops; the
-counters are read again. Progress is printed as the events arrive (one JSON object per line, see
-``payload.health.protocol``), and ``health.json`` in the output folder is the
-node document: what ran, where each file is, each phase's last event.
+starts; when the GPU processes are done telemetry is told to stop and the links
+process measures the host links and the peer matrix; ``dcgmi diag`` where it
+exists; the samplers are waited for; the counters are read again. Progress is
+printed as the events arrive (one JSON object per line, see
+``payload.health.protocol``), and ``health.json`` in the output folder is the node
+document: what ran, where each file is, each phase's last event.
 
 On a node without a GPU (no nvidia-smi, no GPU listed, or CUDA_VISIBLE_DEVICES
 hiding them all) and without ``--device cpu`` the document says "no GPU" and the
@@ -342,8 +343,15 @@ class Node:
             started["gpus"] = self.spawn_gpus(entries)
             started["links"] = self.spawn_links(entries)
 
+        def gpus_done() -> None:
+            self.gpus(started["gpus"])
+            # the samplers cover the GPU phases: told to stop now, they end (about 1 s
+            # for nvidia-smi's last sample) while the links are measured
+            for sampler in self.samplers:
+                sampler.signal_stop()
+
         steps = [lambda: self.counters("before"), self.busy, spawn,
-                 lambda: self.telemetry(True), lambda: self.gpus(started["gpus"]),
+                 lambda: self.telemetry(True), gpus_done,
                  lambda: self.links(started.get("links")), self.dcgmi,
                  lambda: self.telemetry(False), lambda: self.counters("after")]
         for step in steps:

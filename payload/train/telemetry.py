@@ -95,6 +95,7 @@ class Telemetry:
         self.note: Optional[str] = None
         self.started: Optional[float] = None
         self.limits: Optional[Dict[str, Any]] = None
+        self.stop_requested: Optional[float] = None  # the end of the sampled window
 
     def _spawn(self, argv: List[str], path: str) -> Optional["subprocess.Popen[bytes]"]:
         with open(path, "wb") as out, open(path + ".stderr", "wb") as err:
@@ -133,6 +134,8 @@ class Telemetry:
 
     def signal_stop(self) -> None:
         """SIGTERM the sampler without waiting (several samplers stop at once)."""
+        if self.stop_requested is None:
+            self.stop_requested = time.time()
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -140,6 +143,8 @@ class Telemetry:
                 pass
 
     def stop(self) -> Dict[str, Any]:
+        if self.stop_requested is None:
+            self.stop_requested = time.time()
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
@@ -154,4 +159,5 @@ class Telemetry:
 
     def describe(self) -> Dict[str, Any]:
         return {"source": self.source, "file": self.file, "note": self.note,
-                "interval_s": self.interval_s, "started": self.started, "limits": self.limits}
+                "interval_s": self.interval_s, "started": self.started, "limits": self.limits,
+                "stop_requested": self.stop_requested}

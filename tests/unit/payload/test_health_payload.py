@@ -196,6 +196,9 @@ case "$*" in
     exit 0 ;;
   *"-q -x"*) echo "<nvidia_smi_log/>"; exit 0 ;;
   *"nvlink -e"*) exit 0 ;;
+  dmon*)
+    trap 'echo "dmon stopped" >> {log}; exit 0' TERM
+    while :; do sleep 0.05 & wait $!; done ;;
 esac
 exit 0
 """
@@ -243,6 +246,11 @@ def test_gpus_torch_cannot_use_fail_their_processes_not_the_node(tmp_path: Path)
     gpu_done = max(_events(out / protocol.gpu_events(x))[-1]["t"] for x in ("0", "1"))
     assert doc["workers"]["links"]["started"] < gpu_done <= links[0]["t"]
     assert not (out / ".links.gate").exists()
+    # the samplers cover the GPU phases: told to stop when the GPUs were done, they ended
+    # while the links were measured, not after them
+    dmon = doc["telemetry"]["dmon"]
+    assert dmon["source"] == "dmon" and log.read_text().count("dmon stopped") == 1
+    assert gpu_done <= dmon["stop_requested"] <= links[0]["t"]
     before = doc["counters"]["before"]
     assert before["query-gpu"]["dropped"] == ["retired_pages.double_bit.count"]
     assert "retired_pages.double_bit.count" not in before["query-gpu"]["fields"]
