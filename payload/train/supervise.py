@@ -414,10 +414,12 @@ def main(args: Any) -> int:
             # the sampler's start check (1.5 s) runs while torchrun and torch load
             doc["telemetry"] = telemetry.start()
             spare = telemetry.proc.pid if telemetry.proc is not None else None
+            ended = False
             while proc.poll() is None:
                 for ev in follower.poll():
                     if ev.get("event") == protocol.STEP:
                         doc["last_step"] = ev.get("step")
+                    ended = ended or ev.get("event") == protocol.END
                     if trigger and not doc["killed"] and trigger.hit(ev):
                         doc["kill_time"] = time.time()
                         doc["kill_groups"] = kill_tree(proc, spare)
@@ -433,6 +435,10 @@ def main(args: Any) -> int:
                     doc["kill_time"] = time.time()
                     doc["kill_groups"] = kill_tree(proc, spare)
                     doc["killed"] = True
+                if (doc["killed"] or ended) and telemetry.stop_requested is None:
+                    # the steps are over: the sampler's last sample (about 1 s) is taken
+                    # while the ranks exit, not after them
+                    telemetry.signal_stop()
                 time.sleep(POLL_S)
         except (KeyboardInterrupt, Stopped) as exc:
             kill_tree(proc, spare)

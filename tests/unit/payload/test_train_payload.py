@@ -432,6 +432,25 @@ def test_telemetry_prefers_dmon_and_falls_back_to_a_query_loop(tmp_path: Path,
          "default_power_limit_w": 700.0}]}
 
 
+def test_the_sampler_is_told_to_stop_when_the_job_is_killed_not_after_it(
+        tmp_path: Path) -> None:
+    """nvidia-smi takes its last sample (about 1 s) after SIGTERM: a sampler told to stop
+    only once the job's processes are gone adds that second to every phase, before the
+    controller can open the next one's gate. It is told at the kill (and at the ranks'
+    last step), and waited for after the job is gone."""
+    _fake_smi(tmp_path / "bin", dmon_ok=True)
+    res = subprocess.run(
+        [sys.executable, "-m", "payload", "train-supervise", "--out", str(tmp_path / "out"),
+         "--phase", "kill", "--command=echo step=1; echo step=2; sleep 60",
+         "--kill-after-step", "2", "--timeout", "120"],
+        cwd=str(ROOT), env={**os.environ, "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"},
+        capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["killed"] is True and doc["telemetry"]["source"] == "dmon"
+    assert doc["kill_time"] <= doc["telemetry"]["stop_requested"] < doc["end_time"]
+
+
 def test_no_nvidia_smi_is_said_not_guessed(tmp_path: Path) -> None:
     t = telemetry.Telemetry(str(tmp_path), 1, {"PATH": str(tmp_path)})
     desc = t.start()
