@@ -203,7 +203,10 @@ class TrainParams(_M):
                 "dtype", "compile", "deterministic", "throughput_steps", "parallel", "collective_timeout_s",
                 "inject_nan_at_step", "manifest_delay_s")
         dump = self.model_dump(mode="json")
-        return {k: dump[k] for k in keys}
+        # the kept save's hashing overlaps the next save's writes only where the kill
+        # lands at that next save's commit: with a kill at a step or at a save's start
+        # the kept checkpoint's manifest must be on disk first
+        return {**{k: dump[k] for k in keys}, "manifest_behind": self.kill == "before-manifest"}
 
 
 class FleetParams(_M):

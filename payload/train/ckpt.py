@@ -26,6 +26,7 @@ import json
 import os
 import random
 import shutil
+import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -252,14 +253,18 @@ def extra_name(rank: int) -> str:
 
 def save(root: str, step: int, model: Any, optimizer: Any, extra: Dict[str, Any],
          rank: int, world: int, manifest_delay_s: float = 0.0,
-         on_commit: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
-    """Write checkpoint `step`; returns what the SAVED event reports.
+         on_commit: Optional[Callable[[], None]] = None, behind: bool = False,
+         before_commit: Optional[Callable[[], None]] = None) -> "Written":
+    """Write checkpoint `step`; its manifest is finished by the returned
+    :meth:`Written.finish`, which returns what the SAVED event reports.
 
     `on_commit` runs on every rank once all data files are written (every rank past
     the barrier after its writes), before they are hashed for the manifest rank 0
     writes last: the supervisor's "before-manifest" kill point. The hashing comes
     after it, so a killed save does not spend it (2.2 s of a 12.6 GB checkpoint
-    on an H100 host).
+    on an H100 host). `before_commit` runs just before it: where an earlier save's
+    manifest, hashed `behind` the training, is finished, so that it is on disk
+    before this save's kill point.
     """
     import torch
     import torch.distributed as dist
@@ -284,28 +289,79 @@ def save(root: str, step: int, model: Any, optimizer: Any, extra: Dict[str, Any]
     os.replace(tmp, os.path.join(path, extra_name(rank)))
     dist.barrier()
     write_s = time.time() - t0
+    if before_commit is not None:
+        before_commit()
     if on_commit is not None:
         on_commit()
     names: List[Any] = [data_files(path) if rank == 0 else None]
     dist.broadcast_object_list(names, src=0)
-    share = hash_share(path, names[0], rank, world)
-    shares: List[Any] = [None] * world
-    dist.all_gather_object(shares, share)
-    files: Dict[str, Any] = {}
-    for s in shares:
-        files.update(s)
-    problems = ["%s: %s" % (n, r["error"]) for n, r in sorted(files.items()) if "error" in r]
-    hashes: List[Any] = [None] * world
-    dist.all_gather_object(hashes, extra["hashes"])
-    total = sum(int(r.get("bytes", 0)) for r in files.values())
-    if rank == 0 and not problems:
-        if manifest_delay_s > 0:
-            time.sleep(manifest_delay_s)  # slow storage stand-in: the kill lands here
-        write_manifest(path, {"format": FORMAT, "step": step, "world_size": world,
-                              "files": files, "hashes": hashes, "created": time.time()})
-    dist.barrier()
-    return {"path": path, "bytes": total, "write_s": round(write_s, 4),
-            "save_s": round(time.time() - t0, 4), "files": len(files), "problems": problems}
+    return Written(path, step, names[0], extra["hashes"], rank, world, write_s,
+                   manifest_delay_s, behind)
+
+
+class Written:
+    """A checkpoint whose data files are all written: this rank's share of them is
+    hashed, on the spot or `behind` the training (in a thread, while the next steps
+    run and the next save writes: hashlib and file reads release the GIL), and
+    :meth:`finish` (collective, on the main thread like every collective) gathers the
+    shares and has rank 0 write the manifest."""
+
+    def __init__(self, path: str, step: int, names: List[str], hashes: Any, rank: int,
+                 world: int, write_s: float, manifest_delay_s: float, behind: bool) -> None:
+        self.path, self.step, self.names, self.hashes = path, step, names, hashes
+        self.rank, self.world = rank, world
+        self.write_s, self.delay, self.behind = write_s, manifest_delay_s, behind
+        self.share: Dict[str, Any] = {}
+        self.hash_s = 0.0
+        self.failure: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        if behind:
+            self._thread = threading.Thread(target=self._hash, name="gpuvet-ckpt-hash",
+                                            daemon=True)
+            self._thread.start()
+        else:
+            self._hash()
+
+    def _hash(self) -> None:
+        t0 = time.time()
+        try:
+            self.share = hash_share(self.path, self.names, self.rank, self.world)
+        except BaseException as exc:  # raised again on the main thread, in finish()
+            self.failure = exc
+        self.hash_s = time.time() - t0
+
+    def finish(self) -> Dict[str, Any]:
+        import torch.distributed as dist
+
+        if self._thread is not None:
+            self._thread.join()
+        joined = time.time()
+        if self.failure is not None:
+            raise self.failure
+        shares: List[Any] = [None] * self.world
+        dist.all_gather_object(shares, self.share)
+        files: Dict[str, Any] = {}
+        for s in shares:
+            files.update(s)
+        problems = ["%s: %s" % (n, r["error"]) for n, r in sorted(files.items())
+                    if "error" in r]
+        hashes: List[Any] = [None] * self.world
+        dist.all_gather_object(hashes, self.hashes)
+        total = sum(int(r.get("bytes", 0)) for r in files.values())
+        if self.rank == 0 and not problems:
+            if self.delay > 0:
+                time.sleep(self.delay)  # slow storage stand-in: the kill lands here
+            write_manifest(self.path, {"format": FORMAT, "step": self.step,
+                                       "world_size": self.world, "files": files,
+                                       "hashes": hashes, "created": time.time()})
+        dist.barrier()
+        # the save's own work: its writes, its hashing (beside the training when behind:
+        # the wait for the thread is not counted twice) and the manifest
+        own = self.write_s + self.hash_s + (time.time() - joined)
+        return {"path": self.path, "bytes": total, "write_s": round(self.write_s, 4),
+                "save_s": round(own, 4), "hash_s": round(self.hash_s, 4),
+                "behind": self.behind, "files": len(files), "problems": problems,
+                "hashes": self.hashes}
 
 
 def _agree(problems: List[str], world: int) -> List[str]:

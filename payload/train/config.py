@@ -48,6 +48,9 @@ DEFAULTS: Dict[str, Any] = {
     "collective_timeout_s": 300.0,
     "inject_nan_at_step": None,
     "manifest_delay_s": 0.0,  # pause before a later save's manifest (the kill lands there)
+    # the earlier saves' files hashed for their manifests beside the training, each
+    # manifest written before the next save's commit (where a before-manifest kill lands)
+    "manifest_behind": False,
 }
 
 

@@ -51,7 +51,7 @@ import random
 import sys
 import time
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from payload.train import config, protocol, startup
 
@@ -272,18 +272,20 @@ class Job:
         return {"step": self.step, "data": self.data.state_dict(),
                 "scheduler": self.sched.state_dict(), "lr_last": lr_last}
 
-    def save(self, lr_last: float, manifest_delay_s: float) -> Dict[str, Any]:
+    def save(self, lr_last: float, manifest_delay_s: float, behind: bool = False,
+             before_commit: Optional[Callable[[], None]] = None) -> Any:
+        """The checkpoint of this step, written (a ckpt.Written: its finish() returns
+        what the SAVED event reports)."""
         from payload.train import ckpt
 
         progress = self.progress(lr_last)
         rng = ckpt.rng_state(self.device)
         hashes = ckpt.state_hashes(self.model, self.opt, rng, progress)
         extra = {"progress": progress, "rng": rng, "hashes": hashes}
-        res = ckpt.save(self.ckpt_dir, self.step, self.model, self.opt, extra, self.rank,
-                        self.world, manifest_delay_s,
-                        on_commit=lambda: self.log(protocol.COMMIT, step=self.step))
-        res["hashes"] = hashes
-        return res
+        return ckpt.save(self.ckpt_dir, self.step, self.model, self.opt, extra, self.rank,
+                         self.world, manifest_delay_s,
+                         on_commit=lambda: self.log(protocol.COMMIT, step=self.step),
+                         behind=behind, before_commit=before_commit)
 
     def restore(self) -> Optional[Dict[str, Any]]:
         from payload.train import ckpt
@@ -372,6 +374,16 @@ def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[startup.Laps] 
         log(protocol.LOADED, **info)
     saves = sorted(set(args.save_at))
     first_save = saves[0] if saves else None
+    # a save the kill does not come at may have its manifest hashed behind the training
+    # (cfg manifest_behind: the kill lands at a later save's commit), finished before
+    # that later save's commit
+    pending: List[Any] = []
+
+    def settle() -> None:
+        while pending:
+            step, written = pending.pop()
+            log(protocol.SAVED, step=step, **written.finish())
+
     while job.step < int(cfg["steps"]):
         rec = job.train_step()
         log(protocol.STEP, **rec)
@@ -380,7 +392,13 @@ def run(args: Any, cfg: Dict[str, Any], log: Log, clock: Optional[startup.Laps] 
         if job.step in saves:
             log(protocol.SAVING, step=job.step)
             delay = float(cfg["manifest_delay_s"]) if job.step != first_save else 0.0
-            log(protocol.SAVED, step=job.step, **job.save(rec["lr"], delay))
+            behind = bool(cfg.get("manifest_behind")) and job.step != saves[-1]
+            written = job.save(rec["lr"], delay, behind=behind, before_commit=settle)
+            if behind:
+                pending.append((job.step, written))
+            else:
+                log(protocol.SAVED, step=job.step, **written.finish())
+    settle()
     count = int(cfg.get("throughput_steps") or 0)
     if args.phase == "reference" and count > 0 and job.det["use_deterministic_algorithms"]:
         rc = throughput(job, log, count)

@@ -99,3 +99,14 @@ def test_a_plain_suite_still_loads(tmp_path: Path) -> None:
                                     "train: {model: tiny, steps: 12, timeout_s: 30}\n"))
     assert (s.name, s.nccl.iters, s.train.steps, s.train.timeout_s) == ("mine", 7, 12, 30.0)
     assert load_suite(_suite(tmp_path, "")) == Suite()
+
+
+def test_the_kept_saves_manifest_is_hashed_behind_only_for_a_kill_at_a_later_commit() -> None:
+    """A kill at a step or at a save's start can land before the kept checkpoint's
+    manifest if that is hashed beside the training: only the before-manifest kill, at the
+    later save's commit, lets the rank program overlap it."""
+    from orchestrator.suite import TrainParams
+
+    assert TrainParams().payload_params()["manifest_behind"] is True
+    for kill in ("after-step", "mid-save"):
+        assert TrainParams(kill=kill).payload_params()["manifest_behind"] is False

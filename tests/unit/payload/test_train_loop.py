@@ -74,9 +74,10 @@ PARAMS = {"model": "tiny", "steps": 8, "ckpt_step": 3, "dropout": 0.1, "warmup_s
 
 def test_restore_skips_the_half_written_checkpoint_and_continues_exactly(tmp_path: Path
                                                                          ) -> None:
-    res = _run(tmp_path, PARAMS, [("reference", str(tmp_path / "ref"), []),
-                                  ("kill", str(tmp_path / "kill"), [3, 5]),
-                                  ("restore", str(tmp_path / "restore"), [])])
+    res = _run(tmp_path, dict(PARAMS, manifest_behind=True),
+               [("reference", str(tmp_path / "ref"), []),
+                ("kill", str(tmp_path / "kill"), [3, 5]),
+                ("restore", str(tmp_path / "restore"), [])])
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert "RC restore 0" in res.stdout
     ref, restored = _steps(tmp_path / "ref" / "rank0.jsonl"), _steps(
@@ -96,8 +97,16 @@ def test_restore_skips_the_half_written_checkpoint_and_continues_exactly(tmp_pat
              if e["event"] == "saved"]
     assert [s["step"] for s in saved] == [3, 5]
     assert saved[0]["hashes"] == loaded["hashes_saved"]
-    kinds = [e["event"] for e in protocol.read_events(str(tmp_path / "kill" / "rank0.jsonl"))]
-    assert kinds.index("saving") < kinds.index("commit") < kinds.index("saved")
+    kill = [(e["event"], e.get("step")) for e in protocol.read_events(
+        str(tmp_path / "kill" / "rank0.jsonl")) if e["event"] != "warmup"]
+    # step 3's files are hashed for its manifest while steps 4 and 5 train and step 5's
+    # files are written; its manifest is on disk before step 5's commit, where a
+    # before-manifest kill lands
+    assert kill[kill.index(("saving", 3)):kill.index(("commit", 5)) + 1] == [
+        ("saving", 3), ("commit", 3), ("step", 4), ("step", 5), ("saving", 5), ("saved", 3),
+        ("commit", 5)]
+    assert saved[0]["behind"] is True and saved[1]["behind"] is False
+    assert saved[0]["save_s"] >= saved[0]["write_s"] + saved[0]["hash_s"]
     manifest, _ = ckpt.read_manifest(ckpt.step_dir(str(tmp_path / "ckpt"), 3))
     assert manifest is not None and manifest["world_size"] == 1
     # the reference alone goes on past its verified steps, out of deterministic mode
@@ -125,6 +134,12 @@ def test_a_checkpoint_whose_bytes_changed_is_skipped_and_the_older_one_loaded_ov
                                   ("kill", str(tmp_path / "kill"), [3, 5]),
                                   ("restore", str(tmp_path / "restore"), [])], damage="bytes")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    # without manifest_behind (a kill at a step or at a save's start) each save's
+    # manifest is written before the training goes on
+    kill = [(e["event"], e.get("step")) for e in protocol.read_events(
+        str(tmp_path / "kill" / "rank0.jsonl")) if e["event"] != "warmup"]
+    assert kill[kill.index(("saving", 3)):kill.index(("step", 4)) + 1] == [
+        ("saving", 3), ("commit", 3), ("saved", 3), ("step", 4)]
     events = protocol.read_events(str(tmp_path / "restore" / "rank0.jsonl"))
     (skip,) = [e for e in events if e["event"] == "skip_ckpt"]
     assert skip["step"] == 5 and "sha256" in skip["reasons"][0], skip
