@@ -299,6 +299,28 @@ def test_torch_sees_fewer_gpus_than_nvidia_smi() -> None:
     assert f.details == {"torch": 4, "nvidia_smi": 8}
 
 
+def test_a_gpu_hidden_by_cuda_visible_devices_is_the_only_cause_named() -> None:
+    """CUDA_VISIBLE_DEVICES=8 in the shell on an 8-GPU node (indices 0..7): torch sees
+    none and says it is not available, as it does whenever no device is visible; the
+    finding names the variable alone, not a driver mismatch or the container."""
+    doc = doc_from({"query_gpu": DGX_CSV},
+                   texts={"torch": _torch_json(0, available=False)},
+                   env={"CUDA_VISIBLE_DEVICES": "8"})
+    f = one(judge(doc, {}), "TORCH_GPU_COUNT")
+    assert f.severity == "FAIL"
+    assert f.message == ("PyTorch sees 0 GPU(s), nvidia-smi 8. Likely cause: "
+                         "CUDA_VISIBLE_DEVICES=8 hides every GPU (this node's are 0..7): "
+                         "unset it, or name the GPUs in the node's env in the inventory")
+    for hidden in ("", "-1", "9,0"):
+        doc = doc_from({"query_gpu": DGX_CSV}, texts={"torch": _torch_json(0, available=False)},
+                       env={"CUDA_VISIBLE_DEVICES": hidden})
+        assert "hides every GPU" in one(judge(doc, {}), "TORCH_GPU_COUNT").message, hidden
+    doc = doc_from({"query_gpu": DGX_CSV}, texts={"torch": _torch_json(0, available=False)},
+                   env={"CUDA_VISIBLE_DEVICES": "0,1"})
+    msg = one(judge(doc, {}), "TORCH_GPU_COUNT").message
+    assert "hides GPUs" in msg and "driver/runtime mismatch" in msg
+
+
 def test_torch_built_for_a_newer_cuda_than_the_driver() -> None:
     doc = doc_from({"query_gpu": DGX_CSV, "torch": SYN + "torch-info_no-cuda.txt"})
     f = one(judge(doc, {}), "TORCH_GPU_COUNT")

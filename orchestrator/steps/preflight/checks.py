@@ -53,18 +53,24 @@ def check_torch(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Res
                  else "")
         return [Result("TORCH_SEES_GPUS", "PASS", f"PyTorch {torch.torch} sees {torch.count} "
                        f"GPU(s){shown}, CUDA {torch.cuda}", nf.ev("torch", "query_gpu"))]
-    causes = []
     visible = (nf.doc.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        causes.append(f"CUDA_VISIBLE_DEVICES={visible} hides GPUs")
-    if torch.cuda is None:
-        causes.append("this PyTorch is a CPU-only build")
-    elif not torch.available:
-        causes.append(f"driver/runtime mismatch: PyTorch was built for CUDA {torch.cuda}; check "
-                      "that the driver supports it")
-    causes.append("the container mounts only some GPUs (check --gpus / NVIDIA_VISIBLE_DEVICES)")
+    if visible is not None and _names_none_of(visible, len(rows)):
+        # torch.cuda.is_available() is False whenever no device is visible: that alone
+        # is the cause, no driver mismatch or container suggested
+        last = f"0..{len(rows) - 1}" if len(rows) > 1 else "0"
+        causes = [f"CUDA_VISIBLE_DEVICES={visible} hides every GPU (this node's are {last}): "
+                  "unset it, or name the GPUs in the node's env in the inventory"]
+    else:
+        causes = [f"CUDA_VISIBLE_DEVICES={visible} hides GPUs"] if visible is not None else []
+        if torch.cuda is None:
+            causes.append("this PyTorch is a CPU-only build")
+        elif not torch.available:
+            causes.append(f"driver/runtime mismatch: PyTorch was built for CUDA {torch.cuda}; "
+                          "check that the driver supports it")
+        causes.append("the container mounts only some GPUs (check --gpus / "
+                      "NVIDIA_VISIBLE_DEVICES)")
     return [Result("TORCH_GPU_COUNT", "FAIL", f"PyTorch sees {torch.count} GPU(s), nvidia-smi "
-                   f"{len(rows)}. Likely causes: " + "; ".join(causes),
+                   f"{len(rows)}. Likely cause{'s' if len(causes) > 1 else ''}: " + "; ".join(causes),
                    nf.ev("torch", "query_gpu"), {"torch": torch.count, "nvidia_smi": len(rows)})]
 
 
@@ -167,4 +173,13 @@ def provider_results(nodes: list[NodeFacts]) -> list[Result]:
                               [e for nf in nodes for e in nf.ev("query_gpu", "torch")],
                               {"component": key, "versions": seen}))
     return out
+
+
+def _names_none_of(visible: str, gpus: int) -> bool:
+    """CUDA_VISIBLE_DEVICES names no GPU of a node with `gpus` of them (indices past the
+    last, or empty, or -1; CUDA stops at the first invalid entry)."""
+    first = visible.split(",")[0].strip()
+    if first.startswith(("GPU-", "MIG-")):
+        return False  # a UUID: not checked against the list here
+    return not first.isdigit() or int(first) >= gpus
 
