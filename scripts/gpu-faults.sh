@@ -60,6 +60,7 @@ PY
 STEPS=${STEPS:-hidden shm full sigkill}
 {
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+echo "/dev/shm: $(df -h /dev/shm | tail -1)"
 for s in $STEPS; do case $s in
 hidden)
   inv "$L/hidden.yaml" "$W/ckpt"
