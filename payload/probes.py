@@ -160,7 +160,8 @@ def path_info(path: str, mounts: Optional[Sequence[Mapping[str, str]]] = None) -
     """exists / is_dir / writable / free and total bytes / mount of one directory.
 
     A missing directory is not created; free space and mount are then those
-    of its nearest existing ancestor, named in ``stat_path``.
+    of its nearest existing ancestor, named in ``stat_path``, and ``creatable``
+    says whether this user may create it there.
     """
     if mounts is None:
         mounts = parse_mounts(_read_text("/proc/mounts") or "")
@@ -183,6 +184,8 @@ def path_info(path: str, mounts: Optional[Sequence[Mapping[str, str]]] = None) -
     while not os.path.exists(probe) and probe != os.path.dirname(probe):
         probe = os.path.dirname(probe)
     info["stat_path"] = probe
+    if not info["exists"]:  # made by `mkdir -p` as this user: the ancestor must allow it
+        info["creatable"] = os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK)
     try:
         st = os.statvfs(probe)
         info["free_bytes"] = st.f_bavail * st.f_frsize

@@ -85,8 +85,11 @@ full)
   fi ;;
 sigkill)
   inv "$L/kill.yaml" "$W/ckpt"
+  rm -rf "$W/work/train-runs"  # the rank files of the steps before: not this run's
   t0=$SECONDS
-  gv train -i "$L/kill.yaml" --suite "$L/train.yaml" --results "$R" > "$L/kill1.txt" 2>&1 &
+  # exec: $! is the controller itself, not a shell around it
+  (exec "$PY" -m orchestrator train -i "$L/kill.yaml" --suite "$L/train.yaml" \
+    --results "$R" > "$L/kill1.txt" 2>&1) &
   pid=$!
   for i in $(seq 1 600); do  # until a rank trains
     sleep 0.5

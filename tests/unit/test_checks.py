@@ -458,6 +458,23 @@ def test_ckpt_dir_missing_or_read_only() -> None:
     assert f.message == "checkpoint directory /mnt/persistent/ckpt is not writable"
 
 
+def test_a_missing_ckpt_dir_is_judged_by_where_it_would_be_made() -> None:
+    """ckpt_dir on /dev/shm, not made yet (the training step makes it): preflight says the
+    checkpoints would vanish with the instance, not only that the folder is missing."""
+    info = dict(path_info("/dev/shm/gpuvet-ckpt", "tmpfs", "/dev/shm", source="tmpfs",
+                          exists=False, writable=False), creatable=True,
+                stat_path="/dev/shm")
+    (f,) = _ckpt(info)
+    assert (f.code, f.severity) == ("CKPT_DIR_EPHEMERAL", "WARN")
+    assert f.message == ("checkpoint directory /dev/shm/gpuvet-ckpt (to be made by the "
+                         "training step) is on tmpfs (/dev/shm): it vanishes with the "
+                         "instance; point ckpt_dir at persistent storage")
+    (f,) = _ckpt(dict(info, creatable=False))
+    assert (f.code, f.message) == ("CKPT_DIR_UNUSABLE", "checkpoint directory "
+                                   "/dev/shm/gpuvet-ckpt does not exist and cannot be "
+                                   "created under /dev/shm")
+
+
 def test_ckpt_dir_persistent() -> None:
     (f,) = _ckpt(path_info("/mnt/persistent/ckpt", "ext4", "/mnt/persistent"))
     assert (f.code, f.severity, f.message) == (

@@ -110,13 +110,21 @@ def check_storage(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[R
         return []
     ev = nf.ev("df")
     path = info.get("path") or "?"
-    if not info.get("exists") or not info.get("writable"):
-        return [Result("CKPT_DIR_UNUSABLE", "WARN", f"checkpoint directory {path} "
-                       f"{'is not writable' if info.get('exists') else 'does not exist'}",
-                       nf.ev_failed("df"))]
+    # a missing directory that can be made (the training step makes it) is judged by the
+    # filesystem it would be made on; payloads before `creatable` only said it was missing
+    if info.get("exists") and not info.get("writable"):
+        return [Result("CKPT_DIR_UNUSABLE", "WARN", f"checkpoint directory {path} is not "
+                       "writable", nf.ev_failed("df"))]
+    if not info.get("exists") and info.get("creatable") is not True:
+        cannot = (f" and cannot be created under {info.get('stat_path')}"
+                  if info.get("creatable") is False else "")
+        return [Result("CKPT_DIR_UNUSABLE", "WARN", f"checkpoint directory {path} does not "
+                       f"exist{cannot}", nf.ev_failed("df"))]
     mount = info.get("mount") or {}
     fstype = mount.get("fstype")
     where = f"on {fstype or '?'} ({mount.get('mount_point') or '?'})"
+    if not info.get("exists"):
+        path = f"{path} (to be made by the training step)"
     if fstype in EPHEMERAL_FSTYPES:
         why = f"is {where}"
     elif EPHEMERAL_PATH.search(info.get("realpath") or path):

@@ -618,3 +618,16 @@ def test_the_torch_probe_reads_a_cpu_build_without_importing_it(tmp_path: Path) 
                                        "available": False, "count": 0, "devices": []}
     for built in (probe("'13.0'"), probe("None", hip="'6.2'")):  # CUDA, ROCm: imported
         assert built.returncode != 0 and "ImportError: imported" in built.stderr
+
+
+def test_a_missing_directory_says_whether_it_can_be_made(tmp_path: Path) -> None:
+    """Preflight judges a ckpt_dir that is not there yet by the filesystem it would be
+    made on, when it can be made; a path under a file cannot."""
+    from payload.probes import path_info
+
+    info = path_info(str(tmp_path / "a" / "b"))
+    assert (info["exists"], info["stat_path"], info["creatable"]) == (False, str(tmp_path), True)
+    (tmp_path / "f").write_text("x")
+    info = path_info(str(tmp_path / "f" / "ckpt"))
+    assert (info["stat_path"], info["creatable"]) == (str(tmp_path / "f"), False)
+    assert "creatable" not in path_info(str(tmp_path))  # there: nothing to make
