@@ -56,6 +56,8 @@ SETUP_CODES = {
                          "exists) and rerun `gpuvet preflight`",
     "TRAIN_COMMAND_FAILED": "fix the training command in the suite (train.command) and rerun "
                             "`gpuvet train`",
+    "TRAIN_CKPT_NO_SPACE": "point ckpt_dir at a filesystem with room for two checkpoints "
+                           "(CKPT_SPACE_LOW says how much) and rerun `gpuvet train`",
     "TRAIN_OOM": "choose a smaller preset (train.preset in the suite) or more GPUs, and rerun "
                  "`gpuvet train`",
     "SLURM_JOB_TIMEOUT": "raise slurm.time_limit in the inventory and rerun with --resume "
@@ -243,7 +245,7 @@ def _nccl(fs: Sequence[Finding], ms: pd.DataFrame, provider: str) -> Reason:
 TRAIN_BROKE = ("TRAIN_FAILED", "TRAIN_OOM", "TRAIN_NAN", "TRAIN_TIMEOUT", "TRAIN_NCCL_TIMEOUT",
                "TRAIN_COMMAND_FAILED", "TRAIN_PROBE_FAILED")
 RESTORE_BROKE = ("TRAIN_RESTORE_MISMATCH", "TRAIN_RESTORE_FAILED", "TRAIN_CKPT_SAVE_FAILED",
-                 "TRAIN_KILL_MISSED")
+                 "TRAIN_KILL_MISSED", "TRAIN_CKPT_NO_SPACE")
 NOT_PERSISTENT = ("CKPT_NOT_PERSISTENT", "CKPT_DIR_EPHEMERAL")
 # the health step's findings that are about the card itself (GPU_BUSY: another process)
 HEALTH_NOT_CARD = ("HEALTH_NO_GPU", "HEALTH_NOT_RUN", "DCGM_DIAG")
@@ -265,9 +267,11 @@ def _ran(fs: Sequence[Finding]) -> Reason:
 
 def _restored(fs: Sequence[Finding]) -> Reason:
     check = "checkpoint restored"
-    bad = _bad(fs, RESTORE_BROKE)
-    if bad:
-        return _no_go(check, bad)
+    mine, setup = _split(_bad(fs, RESTORE_BROKE))
+    if mine:
+        return _no_go(check, mine)
+    if setup:
+        return _setup(check, setup)
     ok = [f for f in fs if f.code == "TRAIN_RESTORE_OK" and f.evidence]
     if not ok:
         return Reason(check, "missing", "no checkpoint was saved, killed and restored",

@@ -44,6 +44,7 @@ rank's set-up (determinism, process group, DDP or FSDP2, optimizer, start-up lap
 torch is imported inside :func:`main`.
 """
 
+import errno
 import json
 import math
 import os
@@ -423,14 +424,17 @@ def main(args: Any) -> int:
     except startup.GateStopped as exc:  # started ahead and not needed: not a failure
         log(protocol.ERROR, kind="gate_stopped", message=str(exc))
         rc = protocol.RC_GATE_STOPPED
-    except Exception as exc:  # the record says why; torchrun reports the exit status
-        kind = "oom" if (oom is not None and isinstance(exc, oom)) or \
-            "out of memory" in str(exc) else "exception"
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # the record says why; torchrun reports the exit status
+        # (DCP's CheckpointException derives from BaseException, not Exception)
+        kind, cause = error_kind(exc, oom)
         detail: Dict[str, Any] = {}
         if kind == "oom" and torch.cuda.is_available():
             detail = {"mem_alloc": torch.cuda.memory_allocated(),
                       "mem_reserved": torch.cuda.memory_reserved()}
-        log(protocol.ERROR, kind=kind, type=type(exc).__name__, message=str(exc)[:2000], **detail)
+        log(protocol.ERROR, kind=kind, type=type(exc).__name__, message=str(exc)[:2000],
+            cause=cause, **detail)
         sys.stderr.write("%s: %s\n" % (type(exc).__name__, exc))
         rc = protocol.RC_OOM if kind == "oom" else 1
     finally:
@@ -445,6 +449,22 @@ def main(args: Any) -> int:
     if os.environ.get(FAST_EXIT_ENV) == "1":
         fast_exit(rc)
     return rc
+
+
+def error_kind(exc: BaseException, oom: Any = None) -> "tuple[str, str]":
+    """(kind, cause) of the exception a rank died of: oom, no_space (ENOSPC, on a save:
+    the checkpoint directory filled), or exception; the cause is its last line (DCP wraps
+    a writer thread's error in a CheckpointException whose text is that thread's
+    traceback)."""
+    text = str(exc)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    cause = lines[-1][:500] if lines else type(exc).__name__
+    if (oom is not None and isinstance(exc, oom)) or "out of memory" in text:
+        return "oom", cause
+    if getattr(exc, "errno", None) == errno.ENOSPC or "[Errno %d]" % errno.ENOSPC in text \
+            or "No space left on device" in text:
+        return "no_space", cause
+    return "exception", cause
 
 
 # Set by train-supervise for the ranks it starts: once a rank's record is closed and its

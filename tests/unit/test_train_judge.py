@@ -224,6 +224,52 @@ def test_an_error_event_stops_the_protocol_with_its_code(fx: Path, kind: str, co
     assert "TRAIN_KILLED" not in codes(j)  # no kill or restore after a broken reference
 
 
+def test_a_checkpoint_directory_that_fills_during_the_save_is_named(fx: Path) -> None:
+    """The kill phase's first save runs out of space (a small tmpfs): the finding says
+    which save, which directory and the error, not a traceback's first line, and the
+    verdict puts it on the setup's side."""
+    from orchestrator.analysis.verdict import SETUP_CODES
+
+    kill = fx / "kill" / "a" / "rank0.jsonl"
+    edit(kill, lambda ev: None if ev["event"] not in ("start", "warmup", "step", "saving")
+         or ev.get("step", 0) > 5 else ev)
+    with kill.open("a") as f:
+        f.write(json.dumps({
+            "event": "error", "kind": "no_space", "rank": 0, "t": 0,
+            "type": "CheckpointException",
+            "message": "CheckpointException ranks:dict_keys([0])\nTraceback (most recent "
+                       "call last): (RANK 0)\n  File ...\nOSError: [Errno 28] No space left "
+                       "on device",
+            "cause": "OSError: [Errno 28] No space left on device"}) + "\n")
+    argv = json.loads((fx / "kill" / "a" / "supervise.json").read_text())["argv"]
+    where = argv[argv.index("--ckpt-dir") + 1]
+    f = codes(judge(fx))["TRAIN_CKPT_NO_SPACE"]
+    assert f.severity == "FAIL" and f.evidence == ["kill/a/rank0.jsonl"]
+    assert f.message == (f"[multi] kill: no space left while saving step "
+                         f"{SUITE.train.ckpt_step} to {where} (rank 0 on a: OSError: [Errno "
+                         "28] No space left on device); the protocol keeps two checkpoints "
+                         "there (CKPT_SPACE_LOW says how much they take)")
+    assert "TRAIN_CKPT_NO_SPACE" in SETUP_CODES
+
+
+def test_the_rank_names_the_error_it_died_of() -> None:
+    """DCP wraps a writer thread's OSError in a CheckpointException (a BaseException)
+    whose text is the thread's traceback: the kind and the cause come from its last line."""
+    from payload.train.loop import error_kind
+
+    class CheckpointException(BaseException):
+        pass
+
+    wrapped = CheckpointException("CheckpointException ranks:dict_keys([0])\nTraceback "
+                                  "(most recent call last):\n  File \"x.py\", line 1\n"
+                                  "OSError: [Errno 28] No space left on device\n")
+    assert error_kind(wrapped) == ("no_space", "OSError: [Errno 28] No space left on device")
+    assert error_kind(OSError(28, "No space left on device"))[0] == "no_space"
+    assert error_kind(RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"))[0] == "oom"
+    assert error_kind(RuntimeError("boom")) == ("exception", "boom")
+    assert error_kind(RuntimeError()) == ("exception", "RuntimeError")
+
+
 def test_nccl_warn_and_collective_timeout_lines(fx: Path) -> None:
     (fx / "reference" / "b" / "torchrun.stderr").write_text(
         "node2:1:1 [0] NCCL INFO Bootstrap\n"

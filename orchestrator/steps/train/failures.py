@@ -51,9 +51,19 @@ def failed(sink: Sink, params: TrainParams, out: PhaseOutput, *, killed_ok: bool
                      [ev_file], phase=out.phase, first_step=ev.get("step"))
         elif kind == "no_checkpoint":
             continue  # the restore judges this itself
+        elif kind == "no_space":
+            saving = [e.get("step") for e in out.ranks.get(rank, [])
+                      if e.get("event") == protocol.SAVING]
+            what = (f"while saving step {saving[-1]} to {ckpt_dir(out, rank)}" if saving
+                    else "writing on the node")
+            sink.add("TRAIN_CKPT_NO_SPACE", "FAIL", f"{out.phase}: no space left {what} "
+                     f"({where}: {ev.get('cause') or ev.get('message')}); the protocol keeps "
+                     "two checkpoints there (CKPT_SPACE_LOW says how much they take)",
+                     [ev_file], phase=out.phase, ckpt_step=saving[-1] if saving else None)
         else:
+            why = ev.get("cause") or str(ev.get("message"))[:300]
             sink.add("TRAIN_FAILED", "FAIL", f"{out.phase}: {ev.get('type')} on {where}: "
-                     f"{str(ev.get('message'))[:300]}", [ev_file], phase=out.phase)
+                     f"{why}", [ev_file], phase=out.phase)
         bad = True
         if rank == 0 or kind in ("oom", "nonfinite"):
             break  # one rank's error is every rank's: report the first
@@ -140,3 +150,13 @@ def scan_logs(sink: Sink, out: PhaseOutput) -> bool:
                              phase=out.phase, line=i)
                     bad = True
     return bad
+
+
+def ckpt_dir(out: PhaseOutput, rank: int) -> str:
+    """The checkpoint directory the rank's supervisor gave it (its argv), or a phrase."""
+    node = out.node_of(rank)
+    sup = next((n.supervise for n in out.nodes if n.node == node), None) or {}
+    argv = list(sup.get("argv") or [])
+    return argv[argv.index("--ckpt-dir") + 1] if "--ckpt-dir" in argv[:-1] else \
+        "the checkpoint directory"
+
