@@ -24,7 +24,8 @@ def register(root: click.Group) -> None:
     @fleet_options
     @click.option("--from", "from_", type=click.Path(path_type=Path, dir_okay=False),
                   help="Judge a document collected by hand on a node you cannot reach (see "
-                       "`gpuvet payload`) instead of connecting; needs exactly one --node.")
+                       "`gpuvet payload`) instead of connecting; needs exactly one --node "
+                       "where the inventory (or -p) has several.")
     @click.option("--resume", metavar="RUN_ID",
                   help="Finish an interrupted or partly failed run: nodes it completed are "
                        "kept, the others are tried again.")
@@ -48,7 +49,7 @@ def register(root: click.Group) -> None:
 
         the_suite = load_suite(suite)
         if from_ is not None:
-            if len(nodes) != 1:
+            if len(nodes) > 1 or (not nodes and _selected(inventory, providers) != 1):
                 raise UsageError("--from judges one node's document: give exactly one --node")
             if resume is not None:
                 raise UsageError("--resume and --from do not go together")
@@ -103,3 +104,16 @@ def register(root: click.Group) -> None:
                   "--work-dir DIR --ckpt-dir DIR\nthen here:\n"
                   "  gpuvet preflight --from collected.json -i INVENTORY --node NAME")
         return 0
+
+
+def _selected(inventory: Path, providers: tuple[str, ...]) -> int:
+    """How many nodes the inventory (of these providers) lists: --from needs no --node
+    where it is one."""
+    from orchestrator import inventory as inv_mod
+
+    inv = inv_mod.load(inventory)
+    if any(getattr(inv.providers.get(p), "executor", None) == "slurm"
+           for p in providers or inv.providers):
+        return 0  # its nodes come from an allocation: name the one
+    return len(inv.select(None, list(providers) or None))
+
