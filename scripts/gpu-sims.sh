@@ -9,7 +9,10 @@
 #           kill, restore with the ranks swapped);
 #   pipe:   `gpuvet pipeline --fleet` over two nodes, interrupted with SIGINT while it
 #           trains, then finished with `--resume`;
-#   groups: the fleet's groups plan alone.
+#   groups: the fleet's groups plan alone;
+#   trainfail: the training step across two nodes with s2's rank of the multi-node
+#           reference SIGKILLed once it trains (a node that dies): the step must end
+#           within a bound and name the cause.
 # Prints one line per step with its exit code and wall time, then the findings that are not
 # PASS/INFO; writes $OUT/table.txt and $OUT/results.tar.gz (the run folders, inventories,
 # suites and console outputs, as fixtures), the latter after every step.
@@ -105,6 +108,23 @@ fleet)
     > "$L/fleet-pairs.txt" 2>&1; show "fleet pairs (4 nodes, s3 bad)" $? $t0
   t0=$SECONDS; gv fleet -i "$L/sims4.yaml" --suite "$L/fleet.yaml" --results "$R" \
     --plan groups > "$L/fleet-groups.txt" 2>&1; show "fleet groups (4 nodes, s3 bad)" $? $t0 ;;
+trainfail)  # a node of the multi-node reference dies while it trains
+  t0=$SECONDS
+  gv train -i "$L/sims2.yaml" --suite "$L/train.yaml" --results "$R" > "$L/trainfail.txt" 2>&1 &
+  pid=$!
+  for i in $(seq 1 900); do  # until s2's rank of the multi-node reference has stepped
+    sleep 0.2
+    for f in "$W"/s2/work/train-runs/*/multi-*/reference/rank*.jsonl; do
+      [ -s "$f" ] && grep -q '"event": "step"' "$f" && break 2
+    done
+    kill -0 $pid 2>/dev/null || break
+  done
+  pkill -KILL -f "payload train --phase reference --out $W/s2/work/train-runs/[^ ]*/multi-"
+  echo "   s2's multi-node rank SIGKILLed $((SECONDS - t0)) s in"
+  k=$SECONDS; wait $pid; rc=$?
+  echo "   the step ended $((SECONDS - k)) s after the kill"
+  show "train (2 nodes), s2's multi-node rank killed" $rc $t0
+  echo "   processes of the step left: $(pgrep -f "payload train.*$W" | wc -l)" ;;
 groups)  # the groups plan alone
   t0=$SECONDS; gv fleet -i "$L/sims4.yaml" --suite "$L/fleet.yaml" --results "$R" \
     --plan groups > "$L/fleet-groups.txt" 2>&1; show "fleet groups (4 nodes, s3 bad)" $? $t0 ;;

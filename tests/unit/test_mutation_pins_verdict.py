@@ -354,7 +354,18 @@ def test_the_task_ran_on_a_reference_or_a_command_with_its_files() -> None:
     assert _one(v, "the real task ran") == ("missing", "no training run of this provider", ())
 
 
-@pytest.mark.parametrize("code", V.RESTORE_BROKE)
+def test_a_restore_the_setup_broke_is_not_proven_with_its_fix() -> None:
+    """The checkpoint folder the inventory chose filled during the save: not the
+    provider's no-go, the setup's, with what to do."""
+    assert "TRAIN_CKPT_NO_SPACE" in V.RESTORE_BROKE
+    v = V.provider_verdict("p", GOOD + [_f("TRAIN_CKPT_NO_SPACE", "FAIL", "train")],
+                           _ms(*_three()), ENV)
+    (r,) = [r for r in v.reasons if r.check == "checkpoint restored"]
+    assert (r.outcome, r.side) == ("not proven", "setup")
+    assert r.fix is not None and "room for two checkpoints" in r.fix
+
+
+@pytest.mark.parametrize("code", [c for c in V.RESTORE_BROKE if c not in V.SETUP_CODES])
 def test_each_broken_restore_is_no_go(code: str) -> None:
     v = V.provider_verdict("p", GOOD + [_f(code, "FAIL", "train")], _ms(*_three()), ENV)
     assert _one(v, "checkpoint restored") == ("no-go", f"n1: {code} said so", EV)

@@ -252,6 +252,30 @@ def test_a_checkpoint_directory_that_fills_during_the_save_is_named(fx: Path) ->
     assert "TRAIN_CKPT_NO_SPACE" in SETUP_CODES
 
 
+def test_a_node_whose_rank_was_killed_from_outside_is_named_not_its_peer(fx: Path) -> None:
+    """A multi-node reference where b's rank was SIGKILLed from outside (a node that died):
+    b says nothing, a's rank fails with "connection reset by peer". The finding names b and
+    the signal, with a's error as what followed."""
+    ref = fx / "reference"
+    edit(ref / "b" / "rank1.jsonl", lambda ev: None if ev["event"] == "end"
+         or ev.get("step", 0) > 3 else ev)
+    edit(ref / "a" / "rank0.jsonl", lambda ev: None if ev["event"] == "end"
+         or ev.get("step", 0) > 3 else ev)
+    with (ref / "a" / "rank0.jsonl").open("a") as f:
+        f.write(json.dumps(dict(PEER_GONE, rank=0, cause="RuntimeError: [gloo] Read error: "
+                                "Connection reset by peer")) + "\n")
+    for node, rc in (("a", 1), ("b", -9)):
+        sup = json.loads((ref / node / "supervise.json").read_text())
+        (ref / node / "supervise.json").write_text(json.dumps(dict(sup, rc=rc)))
+    fs = [f for f in judge(fx).findings if f.code == "TRAIN_FAILED"]
+    assert len(fs) == 1 and fs[0].details["died"] == ["b"]
+    assert fs[0].message.startswith("[multi] reference: the job on b died of signal 9 "
+                                     "(SIGKILL) without an error of its own")
+    assert fs[0].message.endswith("; then rank 0 on a: RuntimeError: [gloo] Read error: "
+                                  "Connection reset by peer")
+    assert fs[0].evidence == ["reference/b/torchrun.stderr"]
+
+
 def test_the_rank_names_the_error_it_died_of() -> None:
     """DCP wraps a writer thread's OSError in a CheckpointException (a BaseException)
     whose text is the thread's traceback: the kind and the cause come from its last line."""
@@ -345,7 +369,7 @@ def test_an_error_past_the_kill_point_with_no_kill_is_a_failure(fx: Path) -> Non
     # nobody was SIGKILLed: an error after the kill point is the job's own
     for n in ("a", "b"):
         sup = json.loads((fx / "kill" / n / "supervise.json").read_text())
-        sup.update(killed=False, kill_time=None, kill_event=None)
+        sup.update(killed=False, kill_time=None, kill_event=None, rc=1)
         (fx / "kill" / n / "supervise.json").write_text(json.dumps(sup))
     with (fx / "kill" / "b" / "rank1.jsonl").open("a") as f:
         f.write(json.dumps(PEER_GONE) + "\n")

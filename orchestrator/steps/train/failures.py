@@ -32,7 +32,23 @@ def failed(sink: Sink, params: TrainParams, out: PhaseOutput, *, killed_ok: bool
     phase) an error after the kill point is the kill's echo, appended to `echoes`."""
     bad = False
     killed = any(n.supervise.get("killed") for n in out.nodes)
-    for ev in out.all(protocol.ERROR):
+    died = [] if killed_ok and killed else died_of_signal(out)
+    if died:
+        # a rank killed from outside (the OOM killer, a node going down, someone's kill)
+        # says nothing; its peers' errors ("connection reset by peer") are the echo
+        echo = next((e for e in out.all(protocol.ERROR)
+                     if out.node_of(int(e.get("rank", -1))) not in dict(died)), None)
+        then = (f"; then rank {echo.get('rank')} on {out.node_of(int(echo.get('rank', -1)))}: "
+                f"{echo.get('cause') or str(echo.get('message'))[:200]}" if echo else "")
+        sink.add("TRAIN_FAILED", "FAIL", f"{out.phase}: the job on "
+                 + ", ".join(f"{node} died of signal {sig} ({_signal_name(sig)})"
+                             for node, sig in died)
+                 + " without an error of its own (the kernel's OOM killer, a node or "
+                 "container going down, or a kill from outside: see the node's kernel log)"
+                 + then, [n.file(STDERR) for n in out.nodes if n.node in dict(died)],
+                 phase=out.phase, died=[node for node, _ in died])
+        bad = True
+    for ev in [] if died else out.all(protocol.ERROR):
         rank = int(ev.get("rank", -1))
         where = f"rank {rank} on {out.node_of(rank)}"
         if killed_ok and killed and past_kill_point(params, out, rank, ev):
@@ -159,4 +175,34 @@ def ckpt_dir(out: PhaseOutput, rank: int) -> str:
     argv = list(sup.get("argv") or [])
     return argv[argv.index("--ckpt-dir") + 1] if "--ckpt-dir" in argv[:-1] else \
         "the checkpoint directory"
+
+
+_TORCHRUN_SIGNAL = re.compile(r"exitcode\s*:\s*-(\d+)")
+
+
+def died_of_signal(out: PhaseOutput) -> list[tuple[str, int]]:
+    """(node, signal) of the nodes whose job died of a signal its supervisor did not send:
+    a rank started directly exits with -signal, torchrun's footer says `exitcode : -9`."""
+    died = []
+    for n in out.nodes:
+        sup = n.supervise
+        if not sup or sup.get("killed") or sup.get("stopped"):
+            continue
+        rc = sup.get("rc")
+        sig = -rc if isinstance(rc, int) and rc < 0 else None
+        if sig is None and rc:
+            m = _TORCHRUN_SIGNAL.search(tail(n.file(STDERR), 40))
+            sig = int(m.group(1)) if m else None
+        if sig:
+            died.append((n.node, sig))
+    return died
+
+
+def _signal_name(sig: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return "unknown signal"
 
