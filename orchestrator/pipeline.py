@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import importlib
 import json
 import os
 import socket
@@ -24,8 +23,10 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from orchestrator.analysis import regress
+from orchestrator.analysis.regress import Evaluation, Settings
 from orchestrator.errors import UsageError
 from orchestrator.executors import ExecutorPool
 from orchestrator.executors.base import ProgressHook
@@ -42,12 +43,8 @@ from orchestrator.steps.train import step as train_step
 from orchestrator.store import Run, warn, write_json
 from orchestrator.suite import Suite
 
-if TYPE_CHECKING:
-    from orchestrator.analysis.regress import Evaluation, Settings
-
 LOCK_NAME = "pipeline.lock"
 STEP = "regress"
-REGRESS_MODULE = "orchestrator.analysis.regress"
 
 
 # --- the lock ---------------------------------------------------------------------------------
@@ -202,10 +199,6 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
         return lambda who, state: hook(f"{step} {who}", state)
 
     out = Outcome()
-    # the verdict's statistics (pandas, scipy, ruptures: 2-4 s of imports) load in the
-    # background while the nodes work, not before the first node is contacted
-    threading.Thread(target=importlib.import_module, args=(REGRESS_MODULE,), daemon=True,
-                     name="gpuvet-import-regress").start()
     preflight_step.run_preflight(inv, nodes, run, suite, pool=pool, progress=shown("preflight"))
     out.steps.append("preflight")
     # each node's training reference starts now and holds before any CUDA call while
@@ -217,6 +210,10 @@ def run_pipeline(inv: Inventory, nodes: list[Node], run: Run, suite: Suite, *,
     try:
         _measure(out, inv, nodes, run, suite, pool=pool, shown=shown, torch=torch,
                  health=health, fleet=fleet, pre=pre)
+        # the verdict's libraries (ruptures, scipy.stats: 2-4 s of imports) load while the
+        # training step runs, where the controller waits on the nodes: not before the first
+        # node is contacted, nor beside preflight and health
+        threading.Thread(target=regress.preload, daemon=True, name="gpuvet-preload").start()
         if trains:
             train_step.run_train(inv, nodes, run, suite, pool=pool, progress=shown("train"),
                                  pre=pre)
@@ -307,8 +304,6 @@ def judge(run: Run, settings: Settings, *, last: int, min_size: int
     with the whole evaluation as their evidence."""
     if any(f.step == STEP for f in run.findings()):  # a resumed run's verdict, judged anew
         run.retract(keep_units=set(), step=STEP)
-    from orchestrator.analysis import regress
-
     ev = regress.evaluate(run.root, run.run_id, settings=settings, last=last, min_size=min_size)
     doc = run.dir / "regress.json"
     write_json(doc, regress.as_json(ev))

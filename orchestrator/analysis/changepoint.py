@@ -29,7 +29,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import ruptures
 
 PENALTY_BASE = 10.0
 PENALTY_PER_LOG_N = 2.0
@@ -66,6 +65,12 @@ def noise_sigma(values: np.ndarray) -> float:
     return 1.4826 * mad / math.sqrt(2)
 
 
+def preload() -> None:
+    """Load ruptures (and the scipy.stats it imports) now, on a thread of the caller's
+    choosing: `gpuvet pipeline` does it while the training step runs."""
+    import ruptures  # noqa: F401  # seconds to import (scipy.stats); loaded ahead
+
+
 def penalty(n: int) -> float:
     return PENALTY_BASE + PENALTY_PER_LOG_N * math.log(n) + PENALTY_SMALL_N / n
 
@@ -81,6 +86,8 @@ def detect(values: Sequence[float], *, min_effect: float = 0.0) -> list[Shift]:
         if sigma <= 0:
             return []
     z = ((x - np.median(x)) / sigma).reshape(-1, 1)
+    import ruptures  # loads scipy.stats: seconds; only the regression verdict needs it
+
     ends = ruptures.KernelCPD(kernel="linear", min_size=MIN_SEGMENT).fit(z).predict(
         pen=penalty(len(x)))
     bounds = _refine([0, *(int(e) for e in ends)], x)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from orchestrator.analysis import frames
+from orchestrator.analysis import changepoint, frames, significance
 from orchestrator.analysis.baseline import (
     DEFAULT_LAST,
     METRICS,
@@ -48,6 +48,14 @@ from orchestrator.analysis.significance import (
 from orchestrator.errors import UsageError, did_you_mean, shown
 from orchestrator.records import subject_key, subject_label
 from orchestrator.verdicts import Table
+
+
+def preload() -> None:
+    """The libraries the verdict's statistics load late (ruptures, scipy.stats: seconds),
+    loaded now: `gpuvet pipeline` calls it on a thread while the training step runs, so
+    the verdict starts at once when the last step ends."""
+    changepoint.preload()
+    significance.preload()
 
 if TYPE_CHECKING:
     from orchestrator.bands import Band

@@ -49,9 +49,14 @@ PREDICTION_MIN_BASE = 3
 def _stats() -> Any:
     """scipy.stats, loaded when a test is computed: importing it takes 1-2 s, which
     `gpuvet pipeline` would otherwise spend before its first node is contacted."""
-    from scipy import stats
+    from scipy import stats  # seconds to import; --help and the SSH commands never need it
 
     return stats
+
+
+def preload() -> None:
+    """Load scipy.stats now, on a thread of the caller's choosing."""
+    _stats()
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ def register(root: click.Group) -> None:
         """
         from orchestrator import pipeline as pl
         from orchestrator import prom
+        from orchestrator.analysis import regress
         from orchestrator.suite import load_suite
         from orchestrator.verdicts import findings_table, run_status, verdict_table, verdicts
 
@@ -91,8 +92,6 @@ def register(root: click.Group) -> None:
             run.finish(status)
             ev = outcome.evaluation
             assert ev is not None
-            from orchestrator.analysis import regress  # loaded during the run
-
             failed = status == "failed" or ev.regressed
             names = [n.name for n in f.nodes]
             if prom_file is not None:

@@ -60,6 +60,7 @@ HEAVY = {
     "jinja2": "optional (gpuvet[report]); only the HTML report needs it",
     "pandas": "about a second to import; --help and the SSH commands never need it",
     "scipy": "seconds to import; --help and the SSH commands never need it",
+    "ruptures": "loads scipy.stats: seconds; only the regression verdict needs it",
 }
 
 # Modules being rewritten elsewhere right now, whose function-level imports of light

@@ -202,11 +202,18 @@ def test_cli_from_mismatching_order(tmp_path: Path) -> None:
 
 
 def test_cli_from_needs_one_node(tmp_path: Path) -> None:
+    """A one-node inventory needs no --node; with two nodes, --from must name one and
+    nothing is written."""
     inv, doc = _write(tmp_path, MATCHING)
-    r = gpuvet("preflight", "--from", doc, "-i", inv, "--results", tmp_path / "results")
+    r = gpuvet("preflight", "--from", doc, "-i", inv, "--results", tmp_path / "one")
+    assert r.returncode == 0, r.stderr
+    assert (_only_run(tmp_path / "one") / "nodes" / "node-a" / "preflight" /
+            "collect.json").is_file()
+    inv.write_text(inv.read_text() + "      - name: node-b\n")
+    r = gpuvet("preflight", "--from", doc, "-i", inv, "--results", tmp_path / "two")
     assert r.returncode == 2
     assert "--from judges one node's document: give exactly one --node" in r.stderr
-    assert "Traceback" not in r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "two").exists()
 
 
 def test_cli_from_not_json(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ noted, not a failure.
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 from orchestrator.judging.sink import Sink
@@ -199,8 +200,6 @@ def died_of_signal(out: PhaseOutput) -> list[tuple[str, int]]:
 
 
 def _signal_name(sig: int) -> str:
-    import signal
-
     try:
         return signal.Signals(sig).name
     except ValueError:
