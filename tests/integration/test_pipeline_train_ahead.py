@@ -28,8 +28,8 @@ providers:
     executor: local
     nodes:
       - {{name: n1, work_dir: {tmp_path / 'w'}, ckpt_dir: {tmp_path / 'ck'},
-         python: {sys.executable}}}
-""")
+         python: {sys.executable}, env: {{GPUVET_HEALTH_DEVICE: cpu}}}}
+""")  # health's CPU stand-in: a health step that measures, as on a GPU node, not "no GPU"
     suite = tmp_path / "suite.yaml"
     # the CPU protocol, shorter: the order of work is what is tested here
     suite.write_text((ROOT / "suites" / "train-cpu.yaml").read_text()
