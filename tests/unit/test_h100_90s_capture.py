@@ -171,3 +171,30 @@ def test_pipeline_fleet_interrupted_in_training_is_finished_by_resume() -> None:
     multi = [f for f in ok.values() if f["details"].get("saved_on") == ["s1", "s2"]]
     assert multi and multi[0]["details"]["restored_on"] == ["s2", "s1"]
     assert any(f["code"] == "FLEET_NO_SUSPECT" for f in _findings(SIMS))
+
+
+def test_a_node_killed_in_the_multi_node_reference_is_named_and_the_step_ends() -> None:
+    """`STEPS=trainfail scripts/gpu-sims.sh`: s2's rank of the multi-node reference was
+    SIGKILLed from outside once it trained (a node that dies). The finding names s2 and
+    the signal, s1's NCCL error is what followed, and s1's part ended within the linked
+    stop's bound of s2's end; the single-node units were verified before."""
+    from orchestrator.steps.train.launch import PEER_GRACE_S
+
+    run = SIMS.parent / "20261206-150518-dbdc"
+    multi = run / "providers" / "sim" / "train" / "multi" / "reference"
+    out = read_phase("reference", [(n, multi / n) for n in ("s1", "s2")])
+    params = TrainParams.model_validate(
+        json.loads((run / "run.json").read_text())["suite"]["train"])
+    sink = _sink()
+    assert failed(sink, params, out) is True
+    (f,) = [f for f in sink.findings if f.code == "TRAIN_FAILED"]
+    assert f.details["died"] == ["s2"]
+    assert f.message.startswith("reference: the job on s2 died of signal 9 (SIGKILL) without "
+                                "an error of its own")
+    assert "; then rank 0 on s1: " in f.message and "Connection closed by remote peer" in \
+        f.message
+    ends = {n.node: n.supervise["end_time"] for n in out.nodes}
+    assert abs(ends["s1"] - ends["s2"]) < PEER_GRACE_S
+    ok = [x for x in _findings(run) if x["code"] == "TRAIN_RESTORE_OK"]
+    assert len(ok) == 2  # each single-node unit, before the multi-node one
+    assert "processes of the step left: 0" in (SIMS.parent / "table-trainfail.txt").read_text()
