@@ -325,6 +325,14 @@ class Run:
                 self.finish("error")
             raise
 
+    def last_holder(self) -> str:
+        """Who last held the run's lock, in words (read before this process takes it)."""
+        try:
+            found = _holder((self.dir / ".lock").read_text())
+        except OSError:
+            found = None
+        return f"pid {found['pid']} on {found['host']}" if found else "a gpuvet process"
+
     @contextlib.contextmanager
     def locked(self, *, wait: bool = False) -> Iterator[Run]:
         """Only one process works on a run at a time: a second is refused (`RunBusy`), or

@@ -69,7 +69,14 @@ def open_run(results: Path, command: str, suite: Suite, inventory: Path | None,
         raise UsageError(f"{inventory} is not the inventory run {resume} was started with "
                          "(its content differs)", hint="resume with the run's own inventory, "
                          "or start a new run")
+    holder, left = run.last_holder(), run.meta.status == "running"
     with run.locked():
+        if left:  # its lock is free: whoever ran it is gone without saying how it ended
+            from orchestrator.files import warn
+
+            warn(f"run {resume} was left running by {holder}, which ended without finishing "
+                 "it (killed, its session lost or its host down); the units it finished are "
+                 "kept, the rest run again from a clean start")
         run.meta.status = "running"
         run.meta.finished = None
         run.save_meta()

@@ -34,6 +34,28 @@ def test_resume_reopens_the_interrupted_run(tmp_path: Path) -> None:
     assert Run.open(root, run_id).meta.status == "passed"
 
 
+def test_a_run_whose_controller_died_says_so_when_resumed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A controller SIGKILLed mid-run leaves its run "running" and its lock free: the
+    resume says who left it and that its finished units are kept. An interrupted run,
+    which recorded how it ended, resumes without the warning."""
+    root, inv, run_id = started(tmp_path)
+    run = Run.open(root, run_id)
+    run.meta.status = "running"
+    run.save_meta()
+    (run.dir / ".lock").write_text('{"pid": 4837, "host": "gpu-7", "start": 1}')
+    with open_run(root, "preflight", Suite(), inv, [], resume=run_id) as again:
+        again.finish("passed")
+    err = capsys.readouterr().err
+    assert f"warning: run {run_id} was left running by pid 4837 on gpu-7, which ended " \
+        "without finishing it" in err
+    (tmp_path / "b").mkdir()
+    root2, inv2, run2 = started(tmp_path / "b")
+    with open_run(root2, "preflight", Suite(), inv2, [], resume=run2) as again:
+        again.finish("passed")
+    assert "left running" not in capsys.readouterr().err
+
+
 def test_resume_refuses_another_inventory(tmp_path: Path) -> None:
     root, inv, run_id = started(tmp_path)
     inv.write_text(INV.replace("{name: a}", "{name: a, work_dir: /elsewhere}"))
