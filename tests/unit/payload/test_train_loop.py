@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from payload.train import ckpt, protocol
+from payload.train import manifest, protocol
 from payload.train.loop import lr_factor
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -107,8 +107,8 @@ def test_restore_skips_the_half_written_checkpoint_and_continues_exactly(tmp_pat
         ("commit", 5)]
     assert saved[0]["behind"] is True and saved[1]["behind"] is False
     assert saved[0]["save_s"] >= saved[0]["write_s"] + saved[0]["hash_s"]
-    manifest, _ = ckpt.read_manifest(ckpt.step_dir(str(tmp_path / "ckpt"), 3))
-    assert manifest is not None and manifest["world_size"] == 1
+    doc, _ = manifest.read_manifest(manifest.step_dir(str(tmp_path / "ckpt"), 3))
+    assert doc is not None and doc["world_size"] == 1
     # the reference alone goes on past its verified steps, out of deterministic mode
     ref_events = protocol.read_events(str(tmp_path / "ref" / "rank0.jsonl"))
     kinds = [e["event"] for e in ref_events]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from payload.train import ckpt, config, probe, protocol, supervise, telemetry
+from payload.train import ckpt, config, manifest, probe, protocol, supervise, telemetry
 
 ROOT = Path(__file__).resolve().parents[3]
 TRAIN_DIR = ROOT / "payload" / "train"
@@ -91,48 +91,48 @@ def test_batches_are_a_function_of_position_and_rank() -> None:
 # --------------------------------------------------------------------------- manifest
 
 
-def _fake_ckpt(root: Path, step: int, *, manifest: bool = True) -> Path:
-    d = Path(ckpt.step_dir(str(root), step))
+def _fake_ckpt(root: Path, step: int, *, complete: bool = True) -> Path:
+    d = Path(manifest.step_dir(str(root), step))
     d.mkdir(parents=True)
     (d / "__0_0.distcp").write_bytes(b"a" * 100)
     (d / ".metadata").write_bytes(b"meta")
     (d / "extra-rank0.pt").write_bytes(b"extra")
-    if manifest:
-        files = ckpt.hash_share(str(d), ckpt.data_files(str(d)), 0, 1)
-        ckpt.write_manifest(str(d), {"format": ckpt.FORMAT, "step": step, "world_size": 1,
-                                     "files": files, "hashes": []})
+    if complete:
+        files = manifest.hash_share(str(d), manifest.data_files(str(d)), 0, 1)
+        manifest.write_manifest(str(d), {"format": manifest.FORMAT, "step": step,
+                                         "world_size": 1, "files": files, "hashes": []})
     return d
 
 
 def test_manifest_lists_every_file_and_verifies(tmp_path: Path) -> None:
     d = _fake_ckpt(tmp_path, 5)
-    doc, why = ckpt.read_manifest(str(d))
+    doc, why = manifest.read_manifest(str(d))
     assert why is None and doc is not None
     assert sorted(doc["files"]) == [".metadata", "__0_0.distcp", "extra-rank0.pt"]
-    assert ckpt.check_share(str(d), doc, 0, 1) == []
+    assert manifest.check_share(str(d), doc, 0, 1) == []
     assert not list(d.glob(".*.tmp"))  # the temporary manifest was renamed
 
 
 def test_a_changed_missing_or_extra_file_is_a_problem(tmp_path: Path) -> None:
     d = _fake_ckpt(tmp_path, 5)
-    doc, _ = ckpt.read_manifest(str(d))
+    doc, _ = manifest.read_manifest(str(d))
     assert doc is not None
     (d / "__0_0.distcp").write_bytes(b"b" * 100)  # same size, other bytes
-    assert any("sha256" in p for p in ckpt.check_share(str(d), doc, 0, 1))
+    assert any("sha256" in p for p in manifest.check_share(str(d), doc, 0, 1))
     (d / "__0_0.distcp").write_bytes(b"a" * 99)
-    assert any("99 bytes" in p for p in ckpt.check_share(str(d), doc, 0, 1))
+    assert any("99 bytes" in p for p in manifest.check_share(str(d), doc, 0, 1))
     (d / "__0_0.distcp").unlink()
-    assert any("FileNotFoundError" in p for p in ckpt.check_share(str(d), doc, 0, 1))
+    assert any("FileNotFoundError" in p for p in manifest.check_share(str(d), doc, 0, 1))
     d2 = _fake_ckpt(tmp_path, 6)
-    doc2, _ = ckpt.read_manifest(str(d2))
+    doc2, _ = manifest.read_manifest(str(d2))
     (d2 / "stray.bin").write_bytes(b"x")
-    assert any("not in the manifest" in p for p in ckpt.check_share(str(d2), doc2, 0, 1))
+    assert any("not in the manifest" in p for p in manifest.check_share(str(d2), doc2, 0, 1))
 
 
 def test_ranks_split_the_hashing(tmp_path: Path) -> None:
     d = _fake_ckpt(tmp_path, 5)
-    names = ckpt.data_files(str(d))
-    shares = [ckpt.hash_share(str(d), names, r, 2) for r in range(2)]
+    names = manifest.data_files(str(d))
+    shares = [manifest.hash_share(str(d), names, r, 2) for r in range(2)]
     assert sorted([*shares[0], *shares[1]]) == names
     assert not set(shares[0]) & set(shares[1])
 
@@ -144,26 +144,26 @@ def test_threaded_hashing_agrees_with_one_thread(tmp_path: Path) -> None:
     d.mkdir()
     for i in range(7):
         (d / f"__0_{i}.distcp").write_bytes(bytes([i]) * (1000 + 37 * i))
-    names = ckpt.data_files(str(d)) + ["gone.distcp"]
+    names = manifest.data_files(str(d)) + ["gone.distcp"]
     for rank, world in ((0, 1), (1, 2)):
-        one = ckpt.hash_share(str(d), names, rank, world, threads=1)
-        many = ckpt.hash_share(str(d), names, rank, world, threads=4)
+        one = manifest.hash_share(str(d), names, rank, world, threads=1)
+        many = manifest.hash_share(str(d), names, rank, world, threads=4)
         assert many == one
         assert list(many) == [n for i, n in enumerate(names) if i % world == rank]
-    both = ckpt.hash_share(str(d), names, 0, 1, threads=4)
+    both = manifest.hash_share(str(d), names, 0, 1, threads=4)
     assert both["__0_3.distcp"] == {"sha256": hashlib.sha256(b"\x03" * 1111).hexdigest(),
                                     "bytes": 1111}
     assert "FileNotFoundError" in both["gone.distcp"]["error"]
 
 
 def test_a_checkpoint_without_manifest_is_incomplete(tmp_path: Path) -> None:
-    d = _fake_ckpt(tmp_path, 7, manifest=False)
-    doc, why = ckpt.read_manifest(str(d))
+    d = _fake_ckpt(tmp_path, 7, complete=False)
+    doc, why = manifest.read_manifest(str(d))
     assert doc is None and why is not None and "no manifest" in why
-    (d / ckpt.MANIFEST).write_text("{not json")
-    assert "unreadable" in (ckpt.read_manifest(str(d))[1] or "")
+    (d / manifest.MANIFEST).write_text("{not json")
+    assert "unreadable" in (manifest.read_manifest(str(d))[1] or "")
     _fake_ckpt(tmp_path, 12)
-    assert [s for s, _ in ckpt.step_dirs(str(tmp_path))] == [12, 7]  # newest first
+    assert [s for s, _ in manifest.step_dirs(str(tmp_path))] == [12, 7]  # newest first
 
 
 def test_digest_sees_a_single_bit_and_ignores_nothing() -> None:
