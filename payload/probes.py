@@ -34,9 +34,21 @@ TOOL_NAMES = (
 
 
 
-def count_visible(devices: str) -> int:
-    """How many GPUs a CUDA_VISIBLE_DEVICES value leaves visible ("" and "-1": none)."""
-    return len([d for d in devices.split(",") if d.strip() and d.strip() != "-1"])
+def count_visible(devices: str, gpus: Optional[int] = None) -> int:
+    """How many GPUs a CUDA_VISIBLE_DEVICES value leaves visible ("" and "-1": none).
+
+    With the node's GPU count, as CUDA reads the value: up to the first entry that names
+    no GPU of the node (an index past the last, -1, anything else); a GPU- or MIG- UUID
+    counts, unchecked. Without it, every entry asked for."""
+    entries = [d.strip() for d in devices.split(",") if d.strip()]
+    if gpus is None:
+        return len([d for d in entries if d != "-1"])
+    n = 0
+    for d in entries:
+        if not (d.startswith(("GPU-", "MIG-")) or (d.isdigit() and int(d) < gpus)):
+            break
+        n += 1
+    return n
 
 
 def find_nvcc(env: Optional[Mapping[str, str]] = None) -> Optional[str]:

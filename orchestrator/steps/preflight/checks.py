@@ -54,7 +54,7 @@ def check_torch(nf: NodeFacts, ex: Expectations, p: PreflightParams) -> list[Res
         return [Result("TORCH_SEES_GPUS", "PASS", f"PyTorch {torch.torch} sees {torch.count} "
                        f"GPU(s){shown}, CUDA {torch.cuda}", nf.ev("torch", "query_gpu"))]
     visible = (nf.doc.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and _names_none_of(visible, len(rows)):
+    if visible is not None and count_visible(visible, len(rows)) == 0:
         # torch.cuda.is_available() is False whenever no device is visible: that alone
         # is the cause, no driver mismatch or container suggested
         last = f"0..{len(rows) - 1}" if len(rows) > 1 else "0"
@@ -181,13 +181,3 @@ def provider_results(nodes: list[NodeFacts]) -> list[Result]:
                               [e for nf in nodes for e in nf.ev("query_gpu", "torch")],
                               {"component": key, "versions": seen}))
     return out
-
-
-def _names_none_of(visible: str, gpus: int) -> bool:
-    """CUDA_VISIBLE_DEVICES names no GPU of a node with `gpus` of them (indices past the
-    last, or empty, or -1; CUDA stops at the first invalid entry)."""
-    first = visible.split(",")[0].strip()
-    if first.startswith(("GPU-", "MIG-")):
-        return False  # a UUID: not checked against the list here
-    return not first.isdigit() or int(first) >= gpus
-

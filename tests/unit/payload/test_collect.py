@@ -631,3 +631,13 @@ def test_a_missing_directory_says_whether_it_can_be_made(tmp_path: Path) -> None
     info = path_info(str(tmp_path / "f" / "ckpt"))
     assert (info["stat_path"], info["creatable"]) == (str(tmp_path / "f"), False)
     assert "creatable" not in path_info(str(tmp_path))  # there: nothing to make
+
+
+def test_visible_gpus_are_counted_as_asked_and_as_cuda_reads_them() -> None:
+    """Asked: every entry but -1. As CUDA reads it on a node of N GPUs: up to the first
+    entry that names none of them, so `1` on a one-GPU node leaves nothing visible."""
+    from payload.probes import count_visible
+
+    assert [count_visible(v) for v in ("", "-1", "0,1", "1", "9,0")] == [0, 0, 2, 1, 2]
+    assert [count_visible(v, 1) for v in ("", "-1", "0", "1", "0,1", "x")] == [0, 0, 1, 0, 1, 0]
+    assert count_visible("3,0,9,1", 8) == 2 and count_visible("GPU-ab,1", 2) == 2
