@@ -52,3 +52,21 @@ def test_local_nodes_never_load_the_ssh_or_ray_backends() -> None:
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "LocalExecutor []"
+
+
+def test_the_pipeline_loads_the_verdicts_statistics_only_when_asked() -> None:
+    """scipy.stats and ruptures (2-4 s of imports) are not loaded with the pipeline: it
+    preloads them on a thread while the training step runs (regress.preload)."""
+    code = (
+        "import sys\n"
+        "import orchestrator.pipeline, orchestrator.cli.pipeline\n"
+        "late = ('scipy.stats', 'ruptures')\n"
+        "print([m for m in late if m in sys.modules])\n"
+        "from orchestrator.analysis import regress\n"
+        "regress.preload()\n"
+        "print([m for m in late if m in sys.modules])\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split("\n")[:2] == ["[]", "['scipy.stats', 'ruptures']"]

@@ -191,3 +191,32 @@ def test_lr_schedule_warms_up_then_decays_to_the_floor() -> None:
     assert f[:4] == [0.25, 0.5, 0.75, 1.0]
     assert all(a >= b for a, b in zip(f[3:], f[4:], strict=False))
     assert f[-1] > 0.1 and abs(lr_factor(cfg, 20) - 0.1) < 1e-12
+
+
+def test_a_rank_that_dies_of_a_checkpoint_exception_records_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DCP wraps a writer thread's OSError in a CheckpointException, a BaseException: the
+    rank's handler must still record it (kind, type and the cause's last line) and exit 1,
+    or the judge is left with a traceback and no record."""
+    pytest.importorskip("torch")
+    import argparse
+
+    from payload.train import loop
+
+    class CheckpointException(BaseException):
+        pass
+
+    def run(*_: Any) -> int:
+        raise CheckpointException("CheckpointException ranks:dict_keys([0])\nTraceback "
+                                  "(most recent call last):\nOSError: [Errno 28] No space "
+                                  "left on device")
+
+    monkeypatch.setattr(loop, "run", run)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv(loop.FAST_EXIT_ENV, raising=False)
+    ns = argparse.Namespace(out=str(tmp_path), params=json.dumps({"model": "tiny"}))
+    assert loop.main(ns) == 1
+    (err,) = [e for e in protocol.read_events(str(tmp_path / "rank0.jsonl"))
+              if e["event"] == protocol.ERROR]
+    assert (err["kind"], err["type"]) == ("no_space", "CheckpointException")
+    assert err["cause"] == "OSError: [Errno 28] No space left on device"
