@@ -189,7 +189,6 @@ class Written:
         self.write_s, self.delay, self.behind = write_s, manifest_delay_s, behind
         self.share: Dict[str, Any] = {}
         self.hash_s = 0.0
-        self.failure: Optional[BaseException] = None
         self._thread: Optional[threading.Thread] = None
         if behind:
             self._thread = threading.Thread(target=self._hash, name="gpuvet-ckpt-hash",
@@ -202,8 +201,9 @@ class Written:
         t0 = time.time()
         try:
             self.share = hash_share(self.path, self.names, self.rank, self.world)
-        except BaseException as exc:  # raised again on the main thread, in finish()
-            self.failure = exc
+        except Exception as exc:  # a problem every rank sees in finish(): no manifest
+            self.share = {"(rank %d's share)" % self.rank: {
+                "error": "%s: %s" % (type(exc).__name__, exc)}}
         self.hash_s = time.time() - t0
 
     def finish(self) -> Dict[str, Any]:
@@ -212,8 +212,6 @@ class Written:
         if self._thread is not None:
             self._thread.join()
         joined = time.time()
-        if self.failure is not None:
-            raise self.failure
         shares: List[Any] = [None] * self.world
         dist.all_gather_object(shares, self.share)
         files: Dict[str, Any] = {}

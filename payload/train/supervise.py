@@ -435,7 +435,7 @@ def main(args: Any) -> int:
                     doc["kill_time"] = time.time()
                     doc["kill_groups"] = kill_tree(proc, spare)
                     doc["killed"] = True
-                if (doc["killed"] or ended) and telemetry.stop_requested is None:
+                if doc["killed"] or ended:
                     # the steps are over: the sampler's last sample (about 1 s) is taken
                     # while the ranks exit, not after them
                     telemetry.signal_stop()

@@ -133,9 +133,11 @@ class Telemetry:
         return self.describe()
 
     def signal_stop(self) -> None:
-        """SIGTERM the sampler without waiting (several samplers stop at once)."""
-        if self.stop_requested is None:
-            self.stop_requested = time.time()
+        """SIGTERM the sampler without waiting (several samplers stop at once); once: a
+        later call does nothing."""
+        if self.stop_requested is not None:
+            return
+        self.stop_requested = time.time()
         if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)

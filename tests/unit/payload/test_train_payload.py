@@ -628,3 +628,34 @@ def test_a_launch_started_ahead_has_its_timeout_counted_from_its_gate(tmp_path: 
     # without a gate, from the start, as before
     plain = JobClock(argparse.Namespace(timeout=10.0), start=1000.0)
     assert not plain.expired(1009.0) and plain.expired(1011.0)
+
+
+def test_a_share_whose_hashing_broke_leaves_no_manifest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept save hashed behind the training: an error in the hashing thread becomes a
+    problem every rank sees in finish() (which gathers on the main thread), so no manifest
+    is written and no rank is left waiting in a collective the others skipped."""
+    pytest.importorskip("torch")
+    import socket
+
+    import torch.distributed as dist
+
+    d = _fake_ckpt(tmp_path, 4, complete=False)
+
+    def broken(*_: Any, **__: Any) -> dict[str, Any]:
+        raise RuntimeError("thread pool gone")
+
+    monkeypatch.setattr(ckpt, "hash_share", broken)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
+    try:
+        written = ckpt.Written(str(d), 4, manifest.data_files(str(d)), {"model": "h"}, 0, 1,
+                               1.0, 0.0, behind=True)
+        saved = written.finish()
+    finally:
+        dist.destroy_process_group()
+    assert saved["problems"] == ["(rank 0's share): RuntimeError: thread pool gone"]
+    assert saved["behind"] is True and not (d / manifest.MANIFEST).exists()
